@@ -1,0 +1,8 @@
+//! Pure codecs, no I/O: the HTTP content codings wirefold serves, with one-shot
+//! and streaming encoders and size-limited decoders.
+//!
+//! Later stages add dictionary framing (dcb, dcz), VCDIFF and the cost model here.
+
+mod coding;
+
+pub use coding::{compress, decompress, ContentCoding, DecodeError, Decoder, Encoder};

@@ -1,0 +1,1 @@
+//! HTTP semantics as types (being written).

@@ -1,0 +1,1 @@
+//! The lab (being written).

@@ -1,0 +1,1 @@
+//! Listeners and the request pipeline (being written).
