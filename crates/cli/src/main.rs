@@ -1,1 +1,156 @@
-fn main() {}
+//! The `wirefold` binary: parses the command line and hands over to the crates.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use proxy::config::{Config, LogFormat};
+
+#[derive(Parser)]
+#[command(name = "wirefold", version, about = "An HTTP accelerator: fewer bytes and fewer round trips")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The accelerator in front of an origin (--origin) or serving a directory (--root).
+    Serve(ServeArgs),
+    /// A built-in sample site that changes while it runs, served through the accelerator.
+    Demo {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+    },
+    /// Analyses over corpora and traces.
+    #[command(subcommand)]
+    Lab(lab::LabCommand),
+}
+
+/// Every flag has a config-file key of the same name (`--data-dir` is `data_dir`);
+/// a flag given on the command line overrides the file.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Reverse-proxy mode: the origin's base URL.
+    #[arg(long, conflicts_with = "root")]
+    origin: Option<String>,
+    /// File-server mode: the directory to serve.
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// Listener address [default: 127.0.0.1:8080].
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Admin listener (metrics, health) [default: 127.0.0.1:9180].
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// Store directory [default: ./wirefold-data].
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Serve TLS with a certificate generated for localhost.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    tls_self_signed: bool,
+    /// PEM certificate chain.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Log format: human or json [default: human].
+    #[arg(long, value_parser = ["human", "json"])]
+    log_format: Option<String>,
+    /// Validate the configuration, explain any error, and exit.
+    #[arg(long)]
+    check_config: bool,
+}
+
+impl ServeArgs {
+    fn config(&self) -> Result<Config, String> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
+            None => Config::default(),
+        };
+        if let Some(origin) = &self.origin {
+            config.origin = Some(origin.clone());
+            config.root = None;
+        }
+        if let Some(root) = &self.root {
+            config.root = Some(root.clone());
+            config.origin = None;
+        }
+        if let Some(v) = self.listen {
+            config.listen = v;
+        }
+        if let Some(v) = self.admin {
+            config.admin = v;
+        }
+        if let Some(v) = &self.data_dir {
+            config.data_dir = v.clone();
+        }
+        if self.tls_self_signed {
+            config.tls.self_signed = true;
+            config.tls.cert = None;
+            config.tls.key = None;
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            config.tls.self_signed = false;
+            config.tls.cert = Some(cert.clone());
+            config.tls.key = Some(key.clone());
+        }
+        if let Some(format) = &self.log_format {
+            config.log_format = if format == "json" { LogFormat::Json } else { LogFormat::Human };
+        }
+        Ok(config)
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WIREFOLD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Human => builder.init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let result = match cli.command {
+        Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Demo { listen } => {
+            init_logging(LogFormat::Human);
+            runtime.block_on(proxy::demo::run(listen))
+        }
+        Command::Lab(cmd) => lab::run(cmd).map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("wirefold: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    let config = args.config()?;
+    if args.check_config {
+        config.check().map_err(|e| e.to_string())?;
+        println!("configuration is valid");
+        return Ok(());
+    }
+    init_logging(config.log_format);
+    let running = proxy::start(config).await.map_err(|e| e.to_string())?;
+    let scheme = if running.tls { "https" } else { "http" };
+    tracing::info!(listen = %format!("{scheme}://{}", running.addr), admin = %running.admin_addr, "wirefold serving");
+    println!("wirefold listening on {scheme}://{} (admin http://{})", running.addr, running.admin_addr);
+    proxy::demo::shutdown_signal().await;
+    tracing::info!("shutting down: draining in-flight requests");
+    running.shutdown().await;
+    Ok(())
+}

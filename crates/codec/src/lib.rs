@@ -4,5 +4,6 @@
 //! Later stages add dictionary framing (dcb, dcz), VCDIFF and the cost model here.
 
 mod coding;
+pub mod vcdiff;
 
 pub use coding::{compress, decompress, ContentCoding, DecodeError, Decoder, Encoder};

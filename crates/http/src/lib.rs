@@ -1,1 +1,38 @@
-//! HTTP semantics as types (being written).
+//! HTTP semantics as types: each header wirefold acts on is parsed once, at
+//! the edge, from an `http::HeaderMap` into a typed value, and the protocol
+//! rules are functions of those values. Pure: no I/O, no async, no clocks
+//! (callers pass the time).
+//!
+//! - [`accept_encoding`]: `Accept-Encoding` and content-coding negotiation.
+//! - [`cache_control`]: `Cache-Control` directives.
+//! - [`caching`]: RFC 9111 rules for a shared cache: storability,
+//!   freshness and age, reuse of stored responses, stale-if-error.
+//! - [`vary`]: `Vary` and the secondary cache key.
+//! - [`conditional`]: entity tags and precondition evaluation
+//!   (`If-Match`, `If-None-Match`, `If-Modified-Since`, …).
+//! - [`range`]: single byte ranges and `If-Range`.
+//! - [`hop_by_hop`]: connection-specific fields a proxy must drop.
+//!
+//! Every parser accepts any header bytes (including non-UTF-8) and never
+//! panics; where input is ambiguous it takes the reading that cannot serve
+//! the wrong content.
+
+pub mod accept_encoding;
+pub mod cache_control;
+pub mod caching;
+pub mod conditional;
+mod fields;
+pub mod hop_by_hop;
+pub mod range;
+pub mod vary;
+
+pub use accept_encoding::AcceptEncoding;
+pub use cache_control::CacheControl;
+pub use caching::{
+    check_storable, is_heuristically_cacheable, is_storable, may_serve_stale_on_error, reuse,
+    update_headers_from_304, Freshness, NotStorable, Reuse,
+};
+pub use conditional::{evaluate, last_modified, EntityTag, IfNoneMatch, Precondition};
+pub use hop_by_hop::{is_upgrade_request, remove_hop_by_hop};
+pub use range::{content_range, range_for, unsatisfied_range, RangeRequest};
+pub use vary::Vary;

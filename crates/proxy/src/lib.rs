@@ -1,1 +1,20 @@
-//! Listeners and the request pipeline (being written).
+//! The accelerator: listeners, the request pipeline, the origin client, the file
+//! source, the HTTP cache over the store, metrics and configuration.
+//!
+//! Start with [`server::start`]; read [`pipeline`] for what happens to a request.
+
+mod background;
+pub mod body;
+pub mod cache;
+pub mod config;
+pub mod demo;
+pub mod files;
+pub mod metrics;
+pub mod origin;
+pub mod pipeline;
+pub mod server;
+mod tls;
+mod upgrade;
+
+pub use config::Config;
+pub use server::{start, Running, StartError};

@@ -1,0 +1,218 @@
+//! The one body type every stage passes around, and the small adapters that make it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use tokio::sync::mpsc;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A response or request body: whole, streamed from a peer, or produced by a task.
+pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+}
+
+pub fn empty() -> Body {
+    Empty::new().map_err(|never| match never {}).boxed_unsync()
+}
+
+/// Any body whose errors convert into `BoxError`.
+pub fn boxed<B>(body: B) -> Body
+where
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_err(Into::into).boxed_unsync()
+}
+
+/// A body fed by a task through a bounded channel (back-pressure: the producer waits
+/// while the client is slow). An `Err` item ends the body with that error.
+pub fn channel(capacity: usize) -> (mpsc::Sender<Result<Bytes, BoxError>>, Body) {
+    let (tx, rx) = mpsc::channel(capacity);
+    (tx, ChannelBody { rx }.boxed_unsync())
+}
+
+struct ChannelBody {
+    rx: mpsc::Receiver<Result<Bytes, BoxError>>,
+}
+
+impl HttpBody for ChannelBody {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.rx.poll_recv(cx).map(|item| item.map(|r| r.map(Frame::data)))
+    }
+}
+
+/// Fails a body that pauses longer than `limit` between frames (a stalled origin).
+pub struct IdleTimeout<B> {
+    inner: B,
+    limit: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> IdleTimeout<B> {
+    pub fn new(inner: B, limit: Duration) -> Self {
+        IdleTimeout { inner, limit, deadline: Box::pin(tokio::time::sleep(limit)) }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("no data for {0:?}")]
+pub struct IdleTimedOut(Duration);
+
+impl<B> HttpBody for IdleTimeout<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(item) => {
+                let next = tokio::time::Instant::now() + this.limit;
+                this.deadline.as_mut().reset(next);
+                Poll::Ready(item.map(|r| r.map_err(Into::into)))
+            }
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(IdleTimedOut(this.limit))))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The outcome of reading a body up to a limit.
+pub enum ReadUpTo {
+    /// The whole body fit.
+    Complete(Bytes),
+    /// The body is longer: what was read, and the rest still to come.
+    Partial(Bytes, Body),
+}
+
+/// Reads a body whole if it is at most `limit` bytes; otherwise returns what was read
+/// and the unread rest, so the caller can go on streaming without losing a byte.
+pub async fn read_up_to(mut body: Body, limit: usize) -> Result<ReadUpTo, BoxError> {
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            buf.extend_from_slice(&data);
+            if buf.len() > limit {
+                return Ok(ReadUpTo::Partial(buf.freeze(), body));
+            }
+        }
+    }
+    Ok(ReadUpTo::Complete(buf.freeze()))
+}
+
+/// A body that yields `prefix` and then everything `rest` yields.
+pub fn prepend(prefix: Bytes, rest: Body) -> Body {
+    Prepend { prefix: Some(prefix), rest }.boxed_unsync()
+}
+
+struct Prepend {
+    prefix: Option<Bytes>,
+    rest: Body,
+}
+
+impl HttpBody for Prepend {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(prefix) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+}
+
+/// Streams `len` bytes of a file from `start`, in chunks, through a bounded channel.
+pub fn file(mut file: tokio::fs::File, start: u64, len: u64) -> Body {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    const CHUNK: usize = 64 * 1024;
+    let (tx, body) = channel(4);
+    tokio::spawn(async move {
+        if start > 0 {
+            if let Err(e) = file.seek(std::io::SeekFrom::Start(start)).await {
+                let _ = tx.send(Err(Box::new(e))).await;
+                return;
+            }
+        }
+        let mut remaining = len;
+        while remaining > 0 {
+            let mut buf = vec![0u8; CHUNK.min(remaining as usize)];
+            match file.read(&mut buf).await {
+                Ok(0) => {
+                    let e = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while being sent");
+                    let _ = tx.send(Err(Box::new(e))).await;
+                    return;
+                }
+                Ok(n) => {
+                    buf.truncate(n);
+                    remaining -= n as u64;
+                    if tx.send(Ok(Bytes::from(buf))).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(Box::new(e))).await;
+                    return;
+                }
+            }
+        }
+    });
+    body
+}
+
+/// Calls `done` with the number of data bytes that went through, once the body ends
+/// or is dropped (a client that disconnects is counted for what it received).
+pub fn counted(body: Body, done: impl FnOnce(u64) + Send + 'static) -> Body {
+    Counted { inner: body, bytes: 0, done: Some(Box::new(done)) }.boxed_unsync()
+}
+
+struct Counted {
+    inner: Body,
+    bytes: u64,
+    done: Option<Box<dyn FnOnce(u64) + Send>>,
+}
+
+impl HttpBody for Counted {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                self.bytes += data.len() as u64;
+            }
+        }
+        polled
+    }
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done(self.bytes);
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The HTTP cache's stored form and its miss coalescing.
+//!
+//! A cache entry is a store record keyed by the request target; it lists up to
+//! [`MAX_VARIANTS`] stored responses that differ by the request fields named in
+//! `Vary`. Bodies are store blobs (decoded, content addressed); the record names them
+//! as references, so evicting a body removes the entry that needs it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, StatusCode};
+use serde::{Deserialize, Serialize};
+use store::Hash;
+use tokio::sync::watch;
+use wirefold_http::caching::Freshness;
+use wirefold_http::vary::Vary;
+
+/// Variants kept per URL; the oldest is dropped beyond this.
+const MAX_VARIANTS: usize = 8;
+
+/// Request fields the cache never keys on: wirefold stores decoded bodies and
+/// negotiates content codings itself.
+pub const IGNORED_VARY_FIELDS: [HeaderName; 1] = [http::header::ACCEPT_ENCODING];
+
+#[derive(Serialize, Deserialize, Default)]
+pub struct CacheEntry {
+    pub variants: Vec<StoredResponse>,
+}
+
+#[derive(Serialize, Deserialize, Clone)]
+pub struct StoredResponse {
+    /// The normalized values of the request fields named by `Vary`.
+    pub secondary_key: String,
+    pub status: u16,
+    /// The response head in HTTP/1.1 field syntax, base64 (values may be any octets).
+    head: String,
+    pub body: String,
+    /// (response time, corrected initial age, lifetime), seconds.
+    freshness: (u64, u64, u64),
+}
+
+impl StoredResponse {
+    pub fn new(secondary_key: String, status: StatusCode, headers: &HeaderMap, body: Hash, freshness: &Freshness) -> Self {
+        StoredResponse {
+            secondary_key,
+            status: status.as_u16(),
+            head: encode_head(headers),
+            body: body.to_hex(),
+            freshness: freshness.to_parts(),
+        }
+    }
+
+    pub fn headers(&self) -> HeaderMap {
+        decode_head(&self.head)
+    }
+
+    pub fn set_headers(&mut self, headers: &HeaderMap) {
+        self.head = encode_head(headers);
+    }
+
+    pub fn body_hash(&self) -> Option<Hash> {
+        self.body.parse().ok()
+    }
+
+    pub fn freshness(&self) -> Freshness {
+        let (response_time, initial_age, lifetime) = self.freshness;
+        Freshness::from_parts(response_time, initial_age, lifetime)
+    }
+
+    pub fn set_freshness(&mut self, f: &Freshness) {
+        self.freshness = f.to_parts();
+    }
+
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::OK)
+    }
+
+    pub fn age(&self, now: SystemTime) -> Duration {
+        self.freshness().current_age(now)
+    }
+}
+
+impl CacheEntry {
+    pub fn decode(bytes: &[u8]) -> Option<CacheEntry> {
+        serde_json::from_slice(bytes).ok()
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("cache entries serialize")
+    }
+
+    /// The stored response whose `Vary` fields match this request.
+    pub fn find(&self, request: &HeaderMap) -> Option<&StoredResponse> {
+        self.variants.iter().find(|v| secondary_key(&v.headers(), request).as_deref() == Some(v.secondary_key.as_str()))
+    }
+
+    /// Adds or replaces the variant with the same secondary key.
+    pub fn upsert(&mut self, response: StoredResponse) {
+        self.variants.retain(|v| v.secondary_key != response.secondary_key);
+        self.variants.insert(0, response);
+        self.variants.truncate(MAX_VARIANTS);
+    }
+
+    pub fn bodies(&self) -> Vec<Hash> {
+        self.variants.iter().filter_map(StoredResponse::body_hash).collect()
+    }
+}
+
+/// The secondary cache key of `response_headers`' Vary for a request; `None` when the
+/// response varies on everything (`Vary: *`) and so can never be reused.
+pub fn secondary_key(response_headers: &HeaderMap, request: &HeaderMap) -> Option<String> {
+    Vary::from_headers(response_headers).secondary_key(request, &IGNORED_VARY_FIELDS)
+}
+
+/// The store record key of a request target.
+pub fn record_key(host: &str, path_and_query: &str) -> String {
+    format!("http:{host}{path_and_query}")
+}
+
+fn encode_head(headers: &HeaderMap) -> String {
+    let mut raw = Vec::new();
+    for (name, value) in headers {
+        raw.extend_from_slice(name.as_str().as_bytes());
+        raw.extend_from_slice(b": ");
+        raw.extend_from_slice(value.as_bytes());
+        raw.extend_from_slice(b"\r\n");
+    }
+    base64::engine::general_purpose::STANDARD.encode(raw)
+}
+
+fn decode_head(head: &str) -> HeaderMap {
+    let raw = base64::engine::general_purpose::STANDARD.decode(head).unwrap_or_default();
+    let mut headers = HeaderMap::new();
+    for line in raw.split(|b| *b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|b| *b == b':') else { continue };
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            headers.append(n, v);
+        }
+    }
+    headers
+}
+
+/// Concurrent misses for one key: the first becomes the leader and fetches; the
+/// others wait until it has stored the response (or found it unstorable) and then
+/// look again.
+#[derive(Default)]
+pub struct Inflight {
+    leaders: Mutex<HashMap<String, watch::Receiver<()>>>,
+}
+
+pub enum Role<'a> {
+    Leader(LeaderGuard<'a>),
+    Follower(watch::Receiver<()>),
+}
+
+/// Held by the leader until its response is stored; dropping it wakes the followers.
+pub struct LeaderGuard<'a> {
+    inflight: &'a Inflight,
+    key: String,
+    _done: watch::Sender<()>,
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        self.inflight.leaders.lock().expect("inflight map poisoned").remove(&self.key);
+    }
+}
+
+impl Inflight {
+    pub fn join(&self, key: &str) -> Role<'_> {
+        let mut leaders = self.leaders.lock().expect("inflight map poisoned");
+        if let Some(rx) = leaders.get(key) {
+            return Role::Follower(rx.clone());
+        }
+        let (tx, rx) = watch::channel(());
+        leaders.insert(key.to_string(), rx);
+        Role::Leader(LeaderGuard { inflight: self, key: key.to_string(), _done: tx })
+    }
+}
+
+/// Waits until the leader is done (its sender dropped), at most `limit`.
+pub async fn wait_for_leader(mut rx: watch::Receiver<()>, limit: Duration) {
+    let _ = tokio::time::timeout(limit, async { while rx.changed().await.is_ok() {} }).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_round_trips_any_octets() {
+        let mut h = HeaderMap::new();
+        h.append("x-a", HeaderValue::from_static("1"));
+        h.append("x-a", HeaderValue::from_static("2"));
+        h.append("x-b", HeaderValue::from_bytes(b"caf\xe9: yes").unwrap());
+        let back = decode_head(&encode_head(&h));
+        assert_eq!(back, h);
+    }
+
+    #[test]
+    fn leader_then_followers() {
+        let inflight = Inflight::default();
+        let leader = match inflight.join("k") {
+            Role::Leader(g) => g,
+            Role::Follower(_) => panic!("first must lead"),
+        };
+        assert!(matches!(inflight.join("k"), Role::Follower(_)));
+        drop(leader);
+        assert!(matches!(inflight.join("k"), Role::Leader(_)));
+    }
+}

@@ -1,0 +1,387 @@
+//! Configuration: one TOML document mirroring every command-line flag.
+//!
+//! Every field has a default, so an empty file is valid. `Config::check` validates
+//! the whole document and names the offending key in every error.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use codec::ContentCoding;
+use serde::Deserialize;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address of the accelerator's listener.
+    pub listen: SocketAddr,
+    /// Address of the admin listener (`/metrics`, `/healthz`).
+    pub admin: SocketAddr,
+    /// Where the store lives.
+    pub data_dir: PathBuf,
+    /// Reverse-proxy mode: the origin's base URL (`http://` or `https://`).
+    pub origin: Option<String>,
+    /// File-server mode: the directory served.
+    pub root: Option<PathBuf>,
+    /// `human` or `json`.
+    pub log_format: LogFormat,
+    pub tls: TlsConfig,
+    pub limits: Limits,
+    pub upstream: UpstreamConfig,
+    pub cache: CacheConfig,
+    pub compression: CompressionConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:8080".parse().expect("literal address"),
+            admin: "127.0.0.1:9180".parse().expect("literal address"),
+            data_dir: PathBuf::from("./wirefold-data"),
+            origin: None,
+            root: None,
+            log_format: LogFormat::Human,
+            tls: TlsConfig::default(),
+            limits: Limits::default(),
+            upstream: UpstreamConfig::default(),
+            cache: CacheConfig::default(),
+            compression: CompressionConfig::default(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// Generate a certificate for `localhost` and `127.0.0.1` at start-up.
+    pub self_signed: bool,
+    /// PEM certificate chain.
+    pub cert: Option<PathBuf>,
+    /// PEM private key.
+    pub key: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    pub fn enabled(&self) -> bool {
+        self.self_signed || self.cert.is_some()
+    }
+}
+
+/// Bounds on what a client may make the server hold or wait for.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest request head (HTTP/1.1 buffer, HTTP/2 header list); larger gets 431.
+    pub max_header_bytes: usize,
+    /// A client must send a complete request head within this time (slowloris), and an
+    /// idle keep-alive connection is closed after it.
+    pub header_timeout_ms: u64,
+    /// Responses up to this size are read whole, so they can be stored and compressed
+    /// once; larger ones stream.
+    pub max_buffered_body: usize,
+    /// Largest body wirefold will decode from an origin's content coding.
+    pub max_decoded_body: usize,
+    /// How long in-flight requests may run after SIGTERM/SIGINT.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_header_bytes: 64 * 1024,
+            header_timeout_ms: 10_000,
+            max_buffered_body: 8 * 1024 * 1024,
+            max_decoded_body: 256 * 1024 * 1024,
+            shutdown_grace_ms: 30_000,
+        }
+    }
+}
+
+/// How requests are forwarded to the origin.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    pub connect_timeout_ms: u64,
+    /// Time allowed for the origin's response head.
+    pub header_timeout_ms: u64,
+    /// Longest pause allowed between two pieces of an origin's response body.
+    pub body_idle_timeout_ms: u64,
+    /// The `Host` sent upstream: `origin` (the origin URL's authority), `client`
+    /// (preserve the client's), or a literal host name.
+    pub host: String,
+    /// Extra PEM root certificates trusted for `https://` origins.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            connect_timeout_ms: 5_000,
+            header_timeout_ms: 30_000,
+            body_idle_timeout_ms: 30_000,
+            host: "origin".into(),
+            ca_file: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    pub enabled: bool,
+    /// Bytes of bodies kept on disk; least recently used are evicted beyond it.
+    pub max_bytes: u64,
+    /// Bytes of hot bodies and encodings kept in memory.
+    pub memory_bytes: u64,
+    /// Largest single body stored.
+    pub max_object_bytes: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            enabled: true,
+            max_bytes: 1 << 30,
+            memory_bytes: 128 << 20,
+            max_object_bytes: 64 << 20,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompressionConfig {
+    pub enabled: bool,
+    /// Bodies smaller than this are sent as they are: the saving cannot pay for the
+    /// coding overhead and the extra `Vary`.
+    pub min_size: usize,
+    /// Per media type, the codings to offer in server-preference order with levels.
+    /// The first profile whose `types` matches a response's media type applies.
+    pub profile: Vec<CompressionProfile>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressionProfile {
+    /// Media types: exact (`text/html`), or a type wildcard (`text/*`).
+    pub types: Vec<String>,
+    /// For bodies compressed once and cached: `"br:11, zstd:19, gzip:9"`.
+    pub cached: CodingList,
+    /// For bodies compressed on every request.
+    pub on_the_fly: CodingList,
+}
+
+/// A preference-ordered list of (coding, level), written as `"br:11, zstd:19, gzip:9"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodingList(pub Vec<(ContentCoding, u32)>);
+
+impl std::str::FromStr for CodingList {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut list = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, level) = item
+                .split_once(':')
+                .ok_or_else(|| format!("`{item}` should be CODING:LEVEL, e.g. `br:5`"))?;
+            let coding = ContentCoding::from_token(name).ok_or_else(|| {
+                format!("unknown coding `{name}` (valid: br, zstd, gzip, deflate)")
+            })?;
+            let level: u32 = level.trim().parse().map_err(|_| format!("level `{level}` is not a number"))?;
+            if !coding.levels().contains(&level) {
+                let r = coding.levels();
+                return Err(format!("{name} level {level} is outside {}..={}", r.start(), r.end()));
+            }
+            list.push((coding, level));
+        }
+        Ok(CodingList(list))
+    }
+}
+
+impl<'de> Deserialize<'de> for CodingList {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Default for CompressionConfig {
+    fn default() -> Self {
+        // Chosen from `wirefold lab codecs` on the shared corpus: see docs/compression.md.
+        CompressionConfig {
+            enabled: true,
+            min_size: 512,
+            profile: vec![CompressionProfile {
+                types: COMPRESSIBLE_TYPES.iter().map(|t| t.to_string()).collect(),
+                cached: "br:11, zstd:19, gzip:9".parse().expect("valid default"),
+                on_the_fly: "zstd:3, br:4, gzip:6".parse().expect("valid default"),
+            }],
+        }
+    }
+}
+
+/// Media types that compress well; images, audio, video, archives and woff2 fonts
+/// are already compressed and are not listed.
+const COMPRESSIBLE_TYPES: &[&str] = &[
+    "text/*",
+    "application/javascript",
+    "application/json",
+    "application/ld+json",
+    "application/manifest+json",
+    "application/xml",
+    "application/xhtml+xml",
+    "application/rss+xml",
+    "application/atom+xml",
+    "application/wasm",
+    "application/x-javascript",
+    "image/svg+xml",
+    "image/x-icon",
+    "image/vnd.microsoft.icon",
+    "image/bmp",
+    "font/ttf",
+    "font/otf",
+    "application/vnd.ms-fontobject",
+];
+
+impl CompressionConfig {
+    /// The profile for a media type (`text/html; charset=utf-8` is matched on `text/html`).
+    pub fn profile_for(&self, content_type: &str) -> Option<&CompressionProfile> {
+        let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        self.profile.iter().find(|p| p.types.iter().any(|t| media_type_matches(t, &essence)))
+    }
+}
+
+fn media_type_matches(pattern: &str, essence: &str) -> bool {
+    match pattern.strip_suffix("/*") {
+        Some(major) => essence.split('/').next() == Some(major) && essence.contains('/'),
+        None => pattern.eq_ignore_ascii_case(essence),
+    }
+}
+
+/// A configuration error, naming the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("`{key}`: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+impl Config {
+    /// Reads and parses a TOML file; unknown keys are errors (a typo must not be ignored).
+    pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })
+    }
+
+    /// Validates the whole document; the first problem found is reported with its key.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
+        match (&self.origin, &self.root) {
+            (None, None) => return invalid("origin", "set `origin` (reverse proxy) or `root` (file server)".into()),
+            (Some(_), Some(_)) => return invalid("root", "`origin` and `root` are exclusive: choose one".into()),
+            (Some(origin), None) => {
+                let uri: http::Uri = origin
+                    .parse()
+                    .map_err(|e| ConfigError::Invalid { key: "origin", message: format!("`{origin}` is not a URL: {e}") })?;
+                if !matches!(uri.scheme_str(), Some("http") | Some("https")) || uri.authority().is_none() {
+                    return invalid("origin", format!("`{origin}` must be an absolute http:// or https:// URL"));
+                }
+            }
+            (None, Some(root)) => {
+                if !root.is_dir() {
+                    return invalid("root", format!("{} is not a directory", root.display()));
+                }
+            }
+        }
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            return invalid("tls.key", "`tls.cert` and `tls.key` go together".into());
+        }
+        if self.tls.self_signed && self.tls.cert.is_some() {
+            return invalid("tls.self_signed", "choose a self-signed certificate or `tls.cert`, not both".into());
+        }
+        if self.limits.max_header_bytes < 8192 {
+            return invalid("limits.max_header_bytes", "must be at least 8192".into());
+        }
+        if self.limits.header_timeout_ms == 0 {
+            return invalid("limits.header_timeout_ms", "must be greater than 0".into());
+        }
+        if self.upstream.connect_timeout_ms == 0 || self.upstream.header_timeout_ms == 0 {
+            return invalid("upstream.header_timeout_ms", "upstream timeouts must be greater than 0".into());
+        }
+        let host = self.upstream.host.as_str();
+        if host != "origin" && host != "client" && http::HeaderValue::from_str(host).is_err() {
+            return invalid("upstream.host", format!("`{host}` is not `origin`, `client` or a valid host"));
+        }
+        if self.cache.max_object_bytes > self.cache.max_bytes {
+            return invalid("cache.max_object_bytes", "must not exceed `cache.max_bytes`".into());
+        }
+        for p in &self.compression.profile {
+            for t in &p.types {
+                if !t.contains('/') {
+                    return invalid("compression.profile.types", format!("`{t}` is not a media type like `text/html` or `text/*`"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn listen_tls(&self) -> bool {
+        self.tls.enabled()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults_and_needs_a_mode() {
+        let c: Config = toml::from_str("").unwrap();
+        assert_eq!(c.listen.port(), 8080);
+        let err = c.check().unwrap_err().to_string();
+        assert!(err.contains("`origin`"), "{err}");
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_naming_it() {
+        let err = toml::from_str::<Config>("origin = \"http://a\"\nlisten_port = 3").unwrap_err();
+        assert!(err.to_string().contains("listen_port"), "{err}");
+    }
+
+    #[test]
+    fn coding_list_parses_and_rejects() {
+        let l: CodingList = "br:11, zstd:3".parse().unwrap();
+        assert_eq!(l.0, vec![(ContentCoding::Br, 11), (ContentCoding::Zstd, 3)]);
+        assert!("br:12".parse::<CodingList>().unwrap_err().contains("outside"));
+        assert!("lzma:3".parse::<CodingList>().unwrap_err().contains("unknown coding"));
+        assert!("br".parse::<CodingList>().unwrap_err().contains("CODING:LEVEL"));
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let mut c = Config { origin: Some("ftp://x".into()), ..Config::default() };
+        assert!(c.check().unwrap_err().to_string().contains("`origin`"));
+        c.origin = Some("http://127.0.0.1:1".into());
+        c.upstream.host = "bad\nhost".into();
+        assert!(c.check().unwrap_err().to_string().contains("upstream.host"));
+    }
+
+    #[test]
+    fn profiles_match_media_types() {
+        let c = CompressionConfig::default();
+        assert!(c.profile_for("text/html; charset=utf-8").is_some());
+        assert!(c.profile_for("application/javascript").is_some());
+        assert!(c.profile_for("image/jpeg").is_none());
+        assert!(c.profile_for("font/woff2").is_none());
+        assert!(c.profile_for("textual").is_none());
+    }
+}

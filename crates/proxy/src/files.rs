@@ -1,0 +1,165 @@
+//! The file source (`--root`): maps a request path to a regular file inside the root,
+//! never outside it, and yields its content with validators.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use store::{Hash, Store};
+
+/// A file found under the root.
+pub struct FoundFile {
+    pub path: PathBuf,
+    pub len: u64,
+    pub modified: SystemTime,
+    pub content_type: String,
+}
+
+/// What a file read yields: the whole content with its hash, or (for large files) a
+/// handle to stream it from.
+pub enum FileContent {
+    /// `from_store`: this version was read from the store's copy, so it is stored already.
+    Whole { bytes: Bytes, hash: Hash, from_store: bool },
+    Large(tokio::fs::File),
+}
+
+pub struct FileSource {
+    /// Canonical root: every served path must canonicalize under it.
+    root: PathBuf,
+    /// Content hashes of files already read, keyed by path and invalidated by a
+    /// changed size or modification time, so a hit costs a `stat`, not a read.
+    known: Mutex<HashMap<PathBuf, (u64, SystemTime, Hash)>>,
+}
+
+impl FileSource {
+    pub fn new(root: &Path) -> std::io::Result<FileSource> {
+        Ok(FileSource { root: root.canonicalize()?, known: Mutex::new(HashMap::new()) })
+    }
+
+    /// Resolves a request path. `None` (served as 404) for anything that is not a
+    /// regular file inside the root: `..` segments (also percent-encoded), NUL bytes,
+    /// symlinks leading out of the root, directories without `index.html`.
+    pub fn resolve(&self, request_path: &str) -> Option<FoundFile> {
+        let decoded = percent_encoding::percent_decode_str(request_path).decode_utf8().ok()?;
+        if decoded.contains('\0') || decoded.contains('\\') {
+            return None;
+        }
+        let mut path = self.root.clone();
+        for component in Path::new(decoded.trim_start_matches('/')).components() {
+            match component {
+                Component::Normal(part) => path.push(part),
+                Component::CurDir => {}
+                // `..`, a root or a prefix inside the request path: refuse outright.
+                _ => return None,
+            }
+        }
+        let mut canonical = path.canonicalize().ok()?;
+        if canonical.is_dir() {
+            canonical = canonical.join("index.html").canonicalize().ok()?;
+        }
+        if !canonical.starts_with(&self.root) {
+            return None;
+        }
+        let meta = std::fs::metadata(&canonical).ok()?;
+        if !meta.is_file() {
+            return None;
+        }
+        let content_type = content_type_for(&canonical);
+        Some(FoundFile { len: meta.len(), modified: meta.modified().ok()?, path: canonical, content_type })
+    }
+
+    /// The content hash if this exact file version was read before.
+    pub fn known_hash(&self, file: &FoundFile) -> Option<Hash> {
+        let known = self.known.lock().expect("file hash map poisoned");
+        match known.get(&file.path) {
+            Some((len, modified, hash)) if *len == file.len && *modified == file.modified => Some(*hash),
+            _ => None,
+        }
+    }
+
+    /// Reads a file: whole when at most `max_whole` bytes (and then from the store's
+    /// copy when this version was seen before), else as a stream handle.
+    pub async fn read(&self, file: &FoundFile, max_whole: usize, store: Option<&Store>) -> std::io::Result<FileContent> {
+        if file.len > max_whole as u64 {
+            return Ok(FileContent::Large(tokio::fs::File::open(&file.path).await?));
+        }
+        if let (Some(hash), Some(store)) = (self.known_hash(file), store) {
+            let store = store.clone();
+            let cached = tokio::task::spawn_blocking(move || store.get_blob(&hash)).await;
+            if let Ok(Ok(Some(bytes))) = cached {
+                return Ok(FileContent::Whole { bytes, hash, from_store: true });
+            }
+        }
+        let bytes = Bytes::from(tokio::fs::read(&file.path).await?);
+        let (bytes, hash) = tokio::task::spawn_blocking(move || {
+            let hash = Hash::of(&bytes);
+            (bytes, hash)
+        })
+        .await
+        .expect("hashing does not panic");
+        self.known
+            .lock()
+            .expect("file hash map poisoned")
+            .insert(file.path.clone(), (bytes.len() as u64, file.modified, hash));
+        Ok(FileContent::Whole { bytes, hash, from_store: false })
+    }
+}
+
+fn content_type_for(path: &Path) -> String {
+    let mime = mime_guess::from_path(path).first_or_octet_stream();
+    let essence = mime.essence_str();
+    // Text needs a charset, or browsers guess; the web's text is UTF-8.
+    if mime.type_() == "text" || essence == "application/javascript" || essence == "application/json" {
+        format!("{essence}; charset=utf-8")
+    } else {
+        essence.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site() -> (tempfile::TempDir, FileSource) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("index.html"), "<p>home</p>").unwrap();
+        std::fs::write(root.join("sub/a b.css"), "a{}").unwrap();
+        std::fs::write(dir.path().join("secret.txt"), "secret").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("link.txt")).unwrap();
+        let src = FileSource::new(&root).unwrap();
+        (dir, src)
+    }
+
+    #[test]
+    fn resolves_files_and_directory_index() {
+        let (_d, src) = site();
+        assert!(src.resolve("/").unwrap().path.ends_with("index.html"));
+        let css = src.resolve("/sub/a%20b.css").unwrap();
+        assert_eq!(css.content_type, "text/css; charset=utf-8");
+        assert_eq!(css.len, 3);
+    }
+
+    #[test]
+    fn never_escapes_the_root() {
+        let (_d, src) = site();
+        for p in [
+            "/../secret.txt",
+            "/sub/../../secret.txt",
+            "/%2e%2e/secret.txt",
+            "/%2E%2E%2Fsecret.txt",
+            "/sub/%2e%2e/%2e%2e/secret.txt",
+            "/link.txt",
+            "/..%5csecret.txt",
+            "/index.html%00",
+            "/missing",
+            "/sub",
+            "/%ff",
+        ] {
+            assert!(src.resolve(p).is_none(), "{p} must not resolve");
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! What every mechanism saved or cost, in Prometheus text format.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub method: String,
+    pub status: u16,
+}
+
+/// `mechanism` is the representation sent (`identity`, `gzip`, `br`, `zstd`, `deflate`,
+/// `passthrough` for origin-encoded bodies forwarded as they came);
+/// `content_type` is the media type's essence.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BytesLabels {
+    pub mechanism: String,
+    pub content_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    /// Bytes of the body before the encode stage (what would have been sent).
+    pub bytes_original: Family<BytesLabels, Counter>,
+    /// Bytes of the body actually sent.
+    pub bytes_sent: Family<BytesLabels, Counter>,
+    pub cache: Family<ResultLabels, Counter>,
+    pub encoding_cache: Family<ResultLabels, Counter>,
+    pub origin_errors: Family<ResultLabels, Counter>,
+    pub origin_latency: Histogram,
+    pub response_latency: Histogram,
+    pub store_bytes: Gauge,
+    pub store_blobs: Gauge,
+    pub store_write_errors: Counter,
+    /// Totals kept beside the families so the demo can print a summary cheaply.
+    totals: Totals,
+}
+
+#[derive(Default)]
+struct Totals {
+    original: AtomicU64,
+    sent: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("wirefold");
+        let requests = Family::default();
+        registry.register("requests", "Requests answered, by method and status", requests.clone());
+        let bytes_original = Family::default();
+        registry.register(
+            "body_bytes_original",
+            "Body bytes before encoding, by mechanism and content type",
+            bytes_original.clone(),
+        );
+        let bytes_sent = Family::default();
+        registry.register(
+            "body_bytes_sent",
+            "Body bytes sent, by mechanism and content type",
+            bytes_sent.clone(),
+        );
+        let cache = Family::default();
+        registry.register("cache_lookups", "HTTP cache outcomes", cache.clone());
+        let encoding_cache = Family::default();
+        registry.register("encoding_cache_lookups", "Cached-encoding outcomes", encoding_cache.clone());
+        let origin_errors = Family::default();
+        registry.register("origin_errors", "Failed origin exchanges, by kind", origin_errors.clone());
+        let origin_latency = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "origin_latency_seconds",
+            "Time from sending a request upstream to its response head",
+            origin_latency.clone(),
+        );
+        let response_latency = Histogram::new(exponential_buckets(0.0001, 2.0, 18));
+        registry.register(
+            "response_latency_seconds",
+            "Time from a request's arrival to its response head",
+            response_latency.clone(),
+        );
+        let store_bytes = Gauge::default();
+        registry.register("store_bytes", "Bytes of bodies in the store", store_bytes.clone());
+        let store_blobs = Gauge::default();
+        registry.register("store_blobs", "Bodies in the store", store_blobs.clone());
+        let store_write_errors = Counter::default();
+        registry.register("store_write_errors", "Store writes that failed (served anyway)", store_write_errors.clone());
+        Metrics {
+            registry,
+            requests,
+            bytes_original,
+            bytes_sent,
+            cache,
+            encoding_cache,
+            origin_errors,
+            origin_latency,
+            response_latency,
+            store_bytes,
+            store_blobs,
+            store_write_errors,
+            totals: Totals::default(),
+        }
+    }
+
+    /// Records one body sent: its size before and after the encode stage.
+    pub fn record_body(&self, mechanism: &str, content_type: &str, original: u64, sent: u64) {
+        let labels = BytesLabels { mechanism: mechanism.into(), content_type: content_type.into() };
+        self.bytes_original.get_or_create(&labels).inc_by(original);
+        self.bytes_sent.get_or_create(&labels).inc_by(sent);
+        self.totals.original.fetch_add(original, Ordering::Relaxed);
+        self.totals.sent.fetch_add(sent, Ordering::Relaxed);
+    }
+
+    pub fn record_request(&self, method: &http::Method, status: http::StatusCode, latency: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels { method: method.as_str().into(), status: status.as_u16() })
+            .inc();
+        self.response_latency.observe(latency.as_secs_f64());
+    }
+
+    pub fn cache_result(&self, result: &'static str) {
+        self.cache.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    pub fn encoding_cache_result(&self, result: &'static str) {
+        self.encoding_cache.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    pub fn origin_error(&self, kind: &'static str) {
+        self.origin_errors.get_or_create(&ResultLabels { result: kind }).inc();
+    }
+
+    /// (bytes before encoding, bytes sent) since start.
+    pub fn totals(&self) -> (u64, u64) {
+        (self.totals.original.load(Ordering::Relaxed), self.totals.sent.load(Ordering::Relaxed))
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        out
+    }
+}

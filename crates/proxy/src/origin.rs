@@ -1,0 +1,216 @@
+//! The upstream client: pooled connections to one origin (HTTP/1.1, and HTTP/2 when a
+//! TLS origin offers it by ALPN), forwarding rules and timeouts.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use http::header::{HeaderName, HeaderValue, HOST, VIA};
+use http::{Request, Response, Uri};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use wirefold_http::hop_by_hop::remove_hop_by_hop;
+
+use crate::body::{self, Body, IdleTimeout};
+use crate::config::UpstreamConfig;
+
+/// What the proxy appends to `Via` (RFC 9110 §7.6.3).
+pub const VIA_VALUE: &str = "1.1 wirefold";
+
+pub struct Origin {
+    client: Client<HttpsConnector<HttpConnector>, Body>,
+    scheme: http::uri::Scheme,
+    authority: http::uri::Authority,
+    /// The origin URL's path, prefixed to every request path (no trailing slash).
+    base_path: String,
+    host: HostRule,
+    header_timeout: Duration,
+    body_idle_timeout: Duration,
+}
+
+enum HostRule {
+    Origin,
+    Client,
+    Literal(HeaderValue),
+}
+
+/// Why an exchange with the origin failed; each maps to a status and a short text.
+#[derive(Debug, thiserror::Error)]
+pub enum OriginError {
+    #[error("origin unreachable: {0}")]
+    Connect(String),
+    #[error("origin did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("origin sent an invalid response: {0}")]
+    Protocol(String),
+}
+
+impl OriginError {
+    pub fn status(&self) -> http::StatusCode {
+        match self {
+            OriginError::Timeout(_) => http::StatusCode::GATEWAY_TIMEOUT,
+            _ => http::StatusCode::BAD_GATEWAY,
+        }
+    }
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OriginError::Connect(_) => "connect",
+            OriginError::Timeout(_) => "timeout",
+            OriginError::Protocol(_) => "protocol",
+        }
+    }
+}
+
+/// How the client reached us, for `X-Forwarded-*`.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+    pub tls: bool,
+}
+
+impl Origin {
+    pub fn new(origin: &str, cfg: &UpstreamConfig) -> Result<Origin, String> {
+        let uri: Uri = origin.parse().map_err(|e| format!("origin `{origin}`: {e}"))?;
+        let scheme = uri.scheme().cloned().ok_or("origin needs a scheme")?;
+        let authority = uri.authority().cloned().ok_or("origin needs a host")?;
+        let base_path = uri.path().trim_end_matches('/').to_string();
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        if let Some(path) = &cfg.ca_file {
+            let pem = std::fs::read(path).map_err(|e| format!("upstream.ca_file {}: {e}", path.display()))?;
+            for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+                let cert = cert.map_err(|e| format!("upstream.ca_file {}: {e}", path.display()))?;
+                roots.add(cert).map_err(|e| format!("upstream.ca_file {}: {e}", path.display()))?;
+            }
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
+        http.set_nodelay(true);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+
+        let host = match cfg.host.as_str() {
+            "origin" => HostRule::Origin,
+            "client" => HostRule::Client,
+            literal => HostRule::Literal(HeaderValue::from_str(literal).map_err(|e| e.to_string())?),
+        };
+        Ok(Origin {
+            client,
+            scheme,
+            authority,
+            base_path,
+            host,
+            header_timeout: Duration::from_millis(cfg.header_timeout_ms),
+            body_idle_timeout: Duration::from_millis(cfg.body_idle_timeout_ms),
+        })
+    }
+
+    /// The `Host` the origin sees for a client request (also the cache key's host).
+    pub fn upstream_host(&self, client_headers: &http::HeaderMap) -> HeaderValue {
+        match &self.host {
+            HostRule::Origin => HeaderValue::from_str(self.authority.as_str()).expect("authority is a valid header"),
+            HostRule::Client => client_headers
+                .get(HOST)
+                .cloned()
+                .unwrap_or_else(|| HeaderValue::from_str(self.authority.as_str()).expect("valid authority")),
+            HostRule::Literal(v) => v.clone(),
+        }
+    }
+
+    /// The origin URI for a client request URI.
+    pub fn target(&self, client_uri: &Uri) -> Uri {
+        let pq = client_uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(format!("{}{}", self.base_path, pq))
+            .build()
+            .expect("scheme, authority and a path from a valid URI")
+    }
+
+    /// Rewrites a client request for the origin: hop-by-hop fields removed, `Via` and
+    /// `X-Forwarded-*` added, `Host` set by the configured rule.
+    pub fn prepare(&self, mut req: Request<Body>, conn: ConnInfo) -> Request<Body> {
+        let client_host = req.headers().get(HOST).cloned();
+        let host = self.upstream_host(req.headers());
+        let upgrade = wirefold_http::hop_by_hop::is_upgrade_request(req.headers());
+        let headers = req.headers_mut();
+        remove_hop_by_hop(headers);
+        if let Some(protocol) = upgrade {
+            headers.insert(http::header::CONNECTION, HeaderValue::from_static("upgrade"));
+            headers.insert(http::header::UPGRADE, protocol);
+        }
+        headers.insert(HOST, host);
+        headers.append(VIA, HeaderValue::from_static(VIA_VALUE));
+        let xff = HeaderName::from_static("x-forwarded-for");
+        let peer = conn.peer.ip().to_string();
+        let forwarded_for = match headers.get(&xff).and_then(|v| v.to_str().ok()) {
+            Some(prior) => format!("{prior}, {peer}"),
+            None => peer,
+        };
+        if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
+            headers.insert(xff, v);
+        }
+        headers.insert(
+            HeaderName::from_static("x-forwarded-proto"),
+            HeaderValue::from_static(if conn.tls { "https" } else { "http" }),
+        );
+        if let Some(h) = client_host {
+            headers.insert(HeaderName::from_static("x-forwarded-host"), h);
+        }
+        *req.uri_mut() = self.target(req.uri());
+        // The pooled client picks the version per connection (ALPN); a request must not pin one.
+        *req.version_mut() = http::Version::HTTP_11;
+        req
+    }
+
+    /// Sends a prepared request. Returns the response head within the header timeout;
+    /// its body fails if the origin stalls longer than the idle timeout. The second
+    /// value is the time to the response head.
+    pub async fn send(&self, req: Request<Body>) -> Result<(Response<Body>, Duration), OriginError> {
+        let started = Instant::now();
+        let response = tokio::time::timeout(self.header_timeout, self.client.request(req))
+            .await
+            .map_err(|_| OriginError::Timeout(self.header_timeout))?
+            .map_err(classify_client_error)?;
+        let elapsed = started.elapsed();
+        let idle = self.body_idle_timeout;
+        Ok((response.map(|b| body::boxed(IdleTimeout::new(b, idle))), elapsed))
+    }
+}
+
+fn classify_client_error(e: hyper_util::client::legacy::Error) -> OriginError {
+    let mut detail = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        detail = format!("{detail}: {s}");
+        source = s.source();
+    }
+    if e.is_connect() {
+        OriginError::Connect(detail)
+    } else {
+        OriginError::Protocol(detail)
+    }
+}
+
+/// Removes hop-by-hop fields from an origin response and adds `Via`.
+pub fn clean_response_head(headers: &mut http::HeaderMap) {
+    remove_hop_by_hop(headers);
+    headers.append(VIA, HeaderValue::from_static(VIA_VALUE));
+}

@@ -1,0 +1,535 @@
+//! Stage 2, fetch: yields the current instance — from the cache while it may be
+//! reused, from the origin otherwise (conditionally when a validator is stored), or
+//! from the file root. Concurrent misses for one key share one origin request.
+//!
+//! Errors come back as finished responses (502/504/404/405): there is nothing for
+//! later stages to do with them.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use codec::ContentCoding;
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use store::Hash;
+use wirefold_http::cache_control::CacheControl;
+use wirefold_http::caching::{is_storable, may_serve_stale_on_error, reuse, Freshness, Reuse};
+use wirefold_http::conditional::EntityTag;
+
+use super::remember::{self, StorePlan};
+use super::{Instance, InstanceBody, Pipeline, Provenance, RequestContext, Source, StreamCoding};
+use crate::body::{self, Body};
+use crate::cache::{self, CacheEntry, LeaderGuard, Role, StoredResponse};
+use crate::files::{FileContent, FileSource};
+use crate::origin::{clean_response_head, ConnInfo, Origin, OriginError};
+use crate::pipeline::respond::error_response;
+
+/// What fetch hands to `remember`.
+pub struct Fetched<'a> {
+    pub instance: Instance,
+    pub store_plan: Option<StorePlan>,
+    /// Held by the request that fetched for coalesced waiters until `remember` is done.
+    pub leader: Option<LeaderGuard<'a>>,
+}
+
+impl Fetched<'_> {
+    fn plain(instance: Instance) -> Self {
+        Fetched { instance, store_plan: None, leader: None }
+    }
+}
+
+/// The codings wirefold asks origins for: all it can decode, so the origin may save
+/// bytes on its side of the link too.
+const UPSTREAM_ACCEPT_ENCODING: &str = "br, zstd, gzip, deflate";
+
+/// Request fields that belong to the client's own cache state; a cache fill must
+/// fetch the full response, and `respond` evaluates them afterwards.
+const CLIENT_CONDITIONALS: [header::HeaderName; 6] = [
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_MATCH,
+    header::IF_UNMODIFIED_SINCE,
+    header::IF_RANGE,
+    header::RANGE,
+];
+
+pub async fn fetch<'a>(
+    p: &'a Arc<Pipeline>,
+    ctx: &RequestContext,
+    req: Request<Body>,
+) -> Result<Fetched<'a>, Response<Body>> {
+    match &p.source {
+        Source::Files(files) => fetch_file(p, files, ctx).await.map(Fetched::plain_file),
+        Source::Origin(origin) => fetch_origin(p, origin, ctx, req).await,
+    }
+}
+
+impl Fetched<'_> {
+    fn plain_file((instance, store_plan): (Instance, Option<StorePlan>)) -> Self {
+        Fetched { instance, store_plan, leader: None }
+    }
+}
+
+async fn fetch_file(
+    p: &Pipeline,
+    files: &FileSource,
+    ctx: &RequestContext,
+) -> Result<(Instance, Option<StorePlan>), Response<Body>> {
+    let profile = &ctx.profile;
+    if !profile.is_get_or_head() {
+        let mut r = error_response(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD are served from a root");
+        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return Err(r);
+    }
+    let Some(found) = files.resolve(profile.uri.path()) else {
+        return Err(error_response(StatusCode::NOT_FOUND, "not found"));
+    };
+    let content = files
+        .read(&found, p.config.limits.max_buffered_body, p.store.as_ref())
+        .await
+        .map_err(|e| {
+            tracing::warn!(path = %found.path.display(), error = %e, "file read failed");
+            error_response(StatusCode::NOT_FOUND, "not found")
+        })?;
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(&found.content_type).expect("mime is a valid header"));
+    headers.insert(
+        header::LAST_MODIFIED,
+        HeaderValue::from_str(&httpdate::fmt_http_date(found.modified)).expect("http date is a valid header"),
+    );
+    let (body, etag, store_plan) = match content {
+        FileContent::Whole { bytes, hash, from_store } => {
+            let plan = (!from_store).then(|| StorePlan::Body { bytes: bytes.clone() });
+            (InstanceBody::Whole { bytes, hash }, EntityTag::strong(content_etag(&hash)), plan)
+        }
+        FileContent::Large(file) => {
+            let mtime = found.modified.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            let etag = EntityTag::strong(format!("{:x}-{:x}", found.len, mtime.as_nanos()));
+            (InstanceBody::File { file, len: found.len }, etag, None)
+        }
+    };
+    headers.insert(header::ETAG, HeaderValue::from_str(&etag.to_string()).expect("etag is a valid header"));
+    Ok((
+        Instance {
+            status: StatusCode::OK,
+            headers,
+            body,
+            provenance: Provenance::File,
+            reusable: true,
+            last_modified: Some(found.modified),
+        },
+        store_plan,
+    ))
+}
+
+/// A strong validator naming exact content: the first 128 bits of its SHA-256.
+pub fn content_etag(hash: &Hash) -> String {
+    hash.to_hex()[..32].to_string()
+}
+
+async fn fetch_origin<'a>(
+    p: &'a Arc<Pipeline>,
+    origin: &Origin,
+    ctx: &RequestContext,
+    req: Request<Body>,
+) -> Result<Fetched<'a>, Response<Body>> {
+    let profile = &ctx.profile;
+    let is_upgrade = wirefold_http::hop_by_hop::is_upgrade_request(&profile.headers).is_some();
+    let host = origin.upstream_host(&profile.headers);
+    let key = cache::record_key(host.to_str().unwrap_or(""), profile.path_and_query());
+    let uses_cache = p.store.is_some()
+        && profile.is_get_or_head()
+        && !profile.has_authorization
+        && !profile.cache_control.no_store
+        && !is_upgrade;
+    if !uses_cache {
+        let unsafe_method = !profile.method.is_safe();
+        let fetched = pass_through(p, origin, ctx.conn, req).await?;
+        if unsafe_method && (fetched.instance.status.is_success() || fetched.instance.status.is_redirection()) {
+            remember::invalidate(p, &key).await;
+        }
+        return Ok(fetched);
+    }
+
+    if let Some((stored, bytes)) = lookup(p, &key, &profile.headers).await {
+        let now = SystemTime::now();
+        let headers = stored.headers();
+        let response_cc = CacheControl::from_headers(&headers);
+        let freshness = stored.freshness();
+        let age = freshness.current_age(now);
+        let hash = stored.body_hash().expect("lookup checked the body hash");
+        let cached = |provenance| cached_instance(&stored, headers.clone(), bytes.clone(), hash, provenance);
+        match reuse(&freshness, &response_cc, &profile.cache_control, now) {
+            Reuse::Fresh => {
+                p.metrics.cache_result("hit");
+                return Ok(Fetched::plain(cached(Provenance::Hit { age })));
+            }
+            Reuse::StaleWhileRevalidate => {
+                p.metrics.cache_result("stale");
+                spawn_revalidation(p.clone(), key, stored.clone(), profile.headers.clone(), ctx.conn);
+                return Ok(Fetched::plain(cached(Provenance::Stale { age })));
+            }
+            Reuse::MustRevalidate if profile.cache_control.only_if_cached => {
+                return Err(error_response(StatusCode::GATEWAY_TIMEOUT, "only-if-cached: no fresh stored response"));
+            }
+            Reuse::MustRevalidate => {
+                let request_cc = profile.cache_control.clone();
+                return match revalidate(p, origin, &key, &stored, &profile.headers, ctx.conn).await {
+                    Ok(fetched) if serve_stale_instead(&fetched.instance, &freshness, &response_cc, &request_cc) => {
+                        p.metrics.cache_result("stale");
+                        Ok(Fetched::plain(cached(Provenance::Stale { age })))
+                    }
+                    Ok(fetched) => Ok(fetched),
+                    Err(e) if may_serve_stale_on_error(&freshness, &response_cc, &request_cc, SystemTime::now()) => {
+                        tracing::warn!(key, error = %e, "origin failed; serving stale (stale-if-error)");
+                        p.metrics.cache_result("stale");
+                        Ok(Fetched::plain(cached(Provenance::Stale { age })))
+                    }
+                    Err(e) => Err(origin_failure(p, &e)),
+                };
+            }
+        }
+    }
+
+    if profile.cache_control.only_if_cached {
+        return Err(error_response(StatusCode::GATEWAY_TIMEOUT, "only-if-cached: nothing stored"));
+    }
+    // A range or a HEAD on a miss goes upstream as asked; the next full GET fills the cache.
+    if profile.wants_range || profile.method == Method::HEAD {
+        p.metrics.cache_result("bypass");
+        return pass_through(p, origin, ctx.conn, req).await;
+    }
+    let leader = match p.inflight.join(&key) {
+        Role::Leader(guard) => Some(guard),
+        Role::Follower(rx) => {
+            cache::wait_for_leader(rx, Duration::from_millis(p.config.upstream.header_timeout_ms)).await;
+            if let Some((stored, bytes)) = lookup(p, &key, &profile.headers).await {
+                p.metrics.cache_result("coalesced");
+                let hash = stored.body_hash().expect("lookup checked the body hash");
+                let age = stored.age(SystemTime::now());
+                let instance = cached_instance(&stored, stored.headers(), bytes, hash, Provenance::Hit { age });
+                return Ok(Fetched::plain(instance));
+            }
+            None
+        }
+    };
+    p.metrics.cache_result("miss");
+    let upstream = cache_fill_request(&profile.headers, &profile.uri, None);
+    let request_time = SystemTime::now();
+    let (response, latency) = send(p, origin, upstream, ctx.conn).await.map_err(|e| origin_failure(p, &e))?;
+    let mut fetched = admit(p, Method::GET, Some(&key), &profile.headers, response, request_time).await?;
+    p.metrics.origin_latency.observe(latency.as_secs_f64());
+    fetched.leader = leader;
+    Ok(fetched)
+}
+
+fn serve_stale_instead(fresh: &Instance, freshness: &Freshness, response_cc: &CacheControl, request_cc: &CacheControl) -> bool {
+    fresh.status.is_server_error() && may_serve_stale_on_error(freshness, response_cc, request_cc, SystemTime::now())
+}
+
+fn cached_instance(stored: &StoredResponse, headers: HeaderMap, bytes: Bytes, hash: Hash, provenance: Provenance) -> Instance {
+    let last_modified = last_modified(&headers);
+    Instance {
+        status: stored.status(),
+        headers,
+        body: InstanceBody::Whole { bytes, hash },
+        provenance,
+        reusable: true,
+        last_modified,
+    }
+}
+
+fn last_modified(headers: &HeaderMap) -> Option<SystemTime> {
+    headers
+        .get(header::LAST_MODIFIED)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| httpdate::parse_http_date(s).ok())
+}
+
+/// The stored response matching this request, with its body; `None` on a miss or
+/// when the body is gone (evicted or found corrupt).
+async fn lookup(p: &Pipeline, key: &str, request: &HeaderMap) -> Option<(StoredResponse, Bytes)> {
+    let store = p.store.clone()?;
+    let key = key.to_string();
+    let request = request.clone();
+    tokio::task::spawn_blocking(move || {
+        let record = store.get_record(&key).ok()??;
+        let entry = CacheEntry::decode(&record)?;
+        let stored = entry.find(&request)?.clone();
+        let bytes = store.get_blob(&stored.body_hash()?).ok()??;
+        Some((stored, bytes))
+    })
+    .await
+    .ok()?
+}
+
+/// The request a cache fill or revalidation sends: the client's fields without its
+/// own conditionals, our accepted codings, and the stored validators if revalidating.
+fn cache_fill_request(client: &HeaderMap, uri: &http::Uri, validators_from: Option<&HeaderMap>) -> Request<Body> {
+    let mut req = Request::builder().method(Method::GET).uri(uri.clone()).body(body::empty()).expect("valid parts");
+    let headers = req.headers_mut();
+    *headers = client.clone();
+    for name in CLIENT_CONDITIONALS {
+        headers.remove(name);
+    }
+    headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(UPSTREAM_ACCEPT_ENCODING));
+    if let Some(stored) = validators_from {
+        if let Some(etag) = stored.get(header::ETAG) {
+            headers.insert(header::IF_NONE_MATCH, etag.clone());
+        }
+        if let Some(lm) = stored.get(header::LAST_MODIFIED) {
+            headers.insert(header::IF_MODIFIED_SINCE, lm.clone());
+        }
+    }
+    req
+}
+
+async fn send(p: &Pipeline, origin: &Origin, req: Request<Body>, conn: ConnInfo) -> Result<(Response<Body>, Duration), OriginError> {
+    let result = origin.send(origin.prepare(req, conn)).await;
+    if let Err(e) = &result {
+        p.metrics.origin_error(e.kind());
+    }
+    result
+}
+
+fn origin_failure(p: &Pipeline, e: &OriginError) -> Response<Body> {
+    let _ = p;
+    tracing::warn!(error = %e, "origin exchange failed");
+    error_response(e.status(), &e.to_string())
+}
+
+/// Forwards a request as it is and streams the answer back; nothing is stored.
+async fn pass_through<'a>(p: &Pipeline, origin: &Origin, conn: ConnInfo, req: Request<Body>) -> Result<Fetched<'a>, Response<Body>> {
+    let request_headers = req.headers().clone();
+    let method = req.method().clone();
+    let request_time = SystemTime::now();
+    let (response, latency) = send(p, origin, req, conn).await.map_err(|e| origin_failure(p, &e))?;
+    p.metrics.origin_latency.observe(latency.as_secs_f64());
+    let mut fetched = admit(p, method, None, &request_headers, response, request_time).await?;
+    fetched.instance.provenance = Provenance::Bypass;
+    Ok(fetched)
+}
+
+/// Conditional request for a stored response: a 304 refreshes and serves it, anything
+/// else replaces it.
+async fn revalidate<'a>(
+    p: &Pipeline,
+    origin: &Origin,
+    key: &str,
+    stored: &StoredResponse,
+    client: &HeaderMap,
+    conn: ConnInfo,
+) -> Result<Fetched<'a>, OriginError> {
+    let stored_headers = stored.headers();
+    let uri: http::Uri = key_path(key).parse().unwrap_or_else(|_| http::Uri::from_static("/"));
+    let upstream = cache_fill_request(client, &uri, Some(&stored_headers));
+    let request_time = SystemTime::now();
+    let (response, latency) = send(p, origin, upstream, conn).await?;
+    p.metrics.origin_latency.observe(latency.as_secs_f64());
+    if response.status() != StatusCode::NOT_MODIFIED {
+        p.metrics.cache_result("miss");
+        return admit(p, Method::GET, Some(key), client, response, request_time).await.map_err(|r| {
+            OriginError::Protocol(format!("response rejected with status {}", r.status()))
+        });
+    }
+    p.metrics.cache_result("revalidated");
+    let mut headers = stored_headers;
+    let mut update = response.into_parts().0.headers;
+    clean_response_head(&mut update);
+    let freshness = Freshness::updated_from_304(stored.status(), &mut headers, &update, request_time, SystemTime::now());
+    let mut refreshed = stored.clone();
+    refreshed.set_headers(&headers);
+    refreshed.set_freshness(&freshness);
+    let bytes = p
+        .store
+        .clone()
+        .zip(refreshed.body_hash())
+        .and_then(|(store, hash)| store.get_blob(&hash).ok().flatten());
+    let Some(bytes) = bytes else {
+        return Err(OriginError::Protocol("stored body vanished during revalidation".into()));
+    };
+    let hash = refreshed.body_hash().expect("checked above");
+    let age = freshness.current_age(SystemTime::now());
+    let instance = cached_instance(&refreshed, headers, bytes, hash, Provenance::Revalidated { age });
+    Ok(Fetched {
+        instance,
+        store_plan: Some(StorePlan::CacheEntry { key: key.to_string(), response: refreshed, body: None }),
+        leader: None,
+    })
+}
+
+/// The path and query of a record key (`http:<host><path>`).
+fn key_path(key: &str) -> &str {
+    let rest = key.strip_prefix("http:").unwrap_or(key);
+    rest.find('/').map(|i| &rest[i..]).unwrap_or("/")
+}
+
+fn spawn_revalidation(p: Arc<Pipeline>, key: String, stored: StoredResponse, client: HeaderMap, conn: ConnInfo) {
+    let background = p.background.clone();
+    background.spawn(async move {
+        let Source::Origin(origin) = &p.source else { return };
+        let leader = match p.inflight.join(&key) {
+            Role::Leader(guard) => guard,
+            Role::Follower(_) => return, // someone is already refreshing it
+        };
+        match revalidate(&p, origin, &key, &stored, &client, conn).await {
+            Ok(mut fetched) => {
+                fetched.leader = Some(leader);
+                // Drain a streamed body so a storable one completes; the client got the stale copy.
+                remember::remember(&p, fetched).await;
+            }
+            Err(e) => tracing::warn!(key, error = %e, "background revalidation failed"),
+        }
+    });
+}
+
+/// Turns an origin response into an instance: reads bodies up to the buffer limit
+/// whole (decoding the origin's coding, so the store keeps content and `encode`
+/// negotiates afresh), streams larger ones, and plans storage when the response is
+/// storable under RFC 9111 and wirefold's sharing rules.
+async fn admit<'a>(
+    p: &Pipeline,
+    method: Method,
+    key: Option<&str>,
+    request: &HeaderMap,
+    response: Response<Body>,
+    request_time: SystemTime,
+) -> Result<Fetched<'a>, Response<Body>> {
+    let response_time = SystemTime::now();
+    let (mut parts, body) = response.into_parts();
+    clean_response_head(&mut parts.headers);
+    let status = parts.status;
+    let headers = &mut parts.headers;
+    let last_modified = last_modified(headers);
+    let secondary_key = cache::secondary_key(headers, request);
+    let storable = key.is_some()
+        && secondary_key.is_some()
+        && is_storable(&method, request, status, headers);
+
+    let bodiless = status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+        || method == Method::HEAD;
+    if bodiless {
+        return Ok(Fetched::plain(Instance {
+            status,
+            headers: parts.headers,
+            body: InstanceBody::Empty,
+            provenance: Provenance::Fetched { stored: false },
+            reusable: false,
+            last_modified,
+        }));
+    }
+
+    let declared_length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let coding = stream_coding(headers.get(header::CONTENT_ENCODING));
+    headers.remove(header::CONTENT_LENGTH);
+    headers.remove(header::CONTENT_ENCODING);
+    let limit = p.config.limits.max_buffered_body;
+    let fits = declared_length.is_none_or(|len| len <= limit as u64);
+    if !fits || status == StatusCode::PARTIAL_CONTENT || matches!(coding, StreamCoding::Unknown(_)) {
+        return Ok(Fetched::plain(stream_instance(parts, body, coding, declared_length, last_modified)));
+    }
+    let bytes = match body::read_up_to(body, limit).await {
+        Ok(body::ReadUpTo::Complete(bytes)) => bytes,
+        Ok(body::ReadUpTo::Partial(prefix, rest)) => {
+            let body = body::prepend(prefix, rest);
+            return Ok(Fetched::plain(stream_instance(parts, body, coding, declared_length, last_modified)));
+        }
+        Err(e) => {
+            p.metrics.origin_error("body");
+            tracing::warn!(error = %e, "origin response body failed");
+            return Err(error_response(StatusCode::BAD_GATEWAY, &format!("origin response body failed: {e}")));
+        }
+    };
+    let max_decoded = p.config.limits.max_decoded_body;
+    let decoded_coding = match coding {
+        StreamCoding::Known(c) => Some(c),
+        _ => None,
+    };
+    let (bytes, hash) = tokio::task::spawn_blocking(move || decode_and_hash(decoded_coding, bytes, max_decoded))
+        .await
+        .expect("decoding does not panic")
+        .map_err(|e| {
+            p.metrics.origin_error("body");
+            tracing::warn!(error = %e, "origin body failed to decode");
+            error_response(StatusCode::BAD_GATEWAY, &format!("origin sent an undecodable body: {e}"))
+        })?;
+    if decoded_coding.is_some() {
+        weaken_etag(headers);
+    }
+    let store_plan = match (storable, key, secondary_key) {
+        (true, Some(key), Some(secondary_key)) => {
+            let freshness = Freshness::new(status, headers, request_time, response_time);
+            let response = StoredResponse::new(secondary_key, status, headers, hash, &freshness);
+            Some(StorePlan::CacheEntry { key: key.to_string(), response, body: Some(bytes.clone()) })
+        }
+        _ => None,
+    };
+    Ok(Fetched {
+        instance: Instance {
+            status,
+            headers: parts.headers,
+            body: InstanceBody::Whole { bytes, hash },
+            provenance: Provenance::Fetched { stored: store_plan.is_some() },
+            reusable: store_plan.is_some(),
+            last_modified,
+        },
+        store_plan,
+        leader: None,
+    })
+}
+
+fn stream_instance(
+    parts: http::response::Parts,
+    body: Body,
+    coding: StreamCoding,
+    length: Option<u64>,
+    last_modified: Option<SystemTime>,
+) -> Instance {
+    Instance {
+        status: parts.status,
+        headers: parts.headers,
+        body: InstanceBody::Stream { body, coding, length },
+        provenance: Provenance::Fetched { stored: false },
+        reusable: false,
+        last_modified,
+    }
+}
+
+fn stream_coding(value: Option<&HeaderValue>) -> StreamCoding {
+    let Some(value) = value else { return StreamCoding::Identity };
+    let Ok(text) = value.to_str() else { return StreamCoding::Unknown(value.clone()) };
+    let codings: Vec<&str> = text.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
+    match codings.as_slice() {
+        [] => StreamCoding::Identity,
+        [one] if one.eq_ignore_ascii_case("identity") => StreamCoding::Identity,
+        [one] => ContentCoding::from_token(one).map_or_else(|| StreamCoding::Unknown(value.clone()), StreamCoding::Known),
+        _ => StreamCoding::Unknown(value.clone()),
+    }
+}
+
+fn decode_and_hash(coding: Option<ContentCoding>, bytes: Bytes, limit: usize) -> Result<(Bytes, Hash), codec::DecodeError> {
+    let bytes = match coding {
+        Some(c) => Bytes::from(codec::decompress(c, &bytes, limit)?),
+        None => bytes,
+    };
+    let hash = Hash::of(&bytes);
+    Ok((bytes, hash))
+}
+
+/// The origin's strong validator named its encoded bytes; after decoding, only a weak
+/// claim of equivalence remains true.
+fn weaken_etag(headers: &mut HeaderMap) {
+    let Some(tag) = headers.get(header::ETAG).and_then(|v| v.to_str().ok()).and_then(EntityTag::parse) else {
+        return;
+    };
+    if !tag.weak {
+        let weak = EntityTag { weak: true, opaque: tag.opaque };
+        headers.insert(header::ETAG, HeaderValue::from_str(&weak.to_string()).expect("etag is a valid header"));
+    }
+}

@@ -1,0 +1,221 @@
+//! Stage 7, respond: status, fields and body on the wire. Owns the representation's
+//! validators (`ETag` per coding), `Vary`, conditional requests (304/412), single
+//! byte ranges (206/416), `Age`, `Cache-Status`, and the byte accounting.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::{self, HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Response, StatusCode};
+use wirefold_http::conditional::{evaluate, EntityTag, Precondition};
+use wirefold_http::range::{content_range, range_for, unsatisfied_range, RangeRequest};
+use wirefold_http::vary::add_field;
+
+use super::encode::{Representation, RepresentationBody, SentCoding};
+use super::{Pipeline, Provenance, RequestContext};
+use crate::body::{self, Body};
+use crate::metrics::Metrics;
+
+/// Fields a 304 carries over from the full response (RFC 9110 §15.4.5).
+const NOT_MODIFIED_FIELDS: [HeaderName; 7] = [
+    header::CACHE_CONTROL,
+    header::CONTENT_LOCATION,
+    header::DATE,
+    header::ETAG,
+    header::EXPIRES,
+    header::VARY,
+    header::LAST_MODIFIED,
+];
+
+pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) -> Response<Body> {
+    let Representation { status, mut headers, body, coding, negotiated, original_len, provenance, last_modified } = rep;
+    let request = &ctx.profile;
+    let etag = representation_etag(&mut headers, &coding);
+    if negotiated {
+        add_field(&mut headers, "accept-encoding");
+    }
+    add_cache_status(&mut headers, provenance);
+
+    if status == StatusCode::OK {
+        match evaluate(&request.method, &request.headers, etag.as_ref(), last_modified) {
+            Precondition::Proceed => {}
+            Precondition::NotModified => return not_modified(&headers),
+            Precondition::Failed => return error_response(StatusCode::PRECONDITION_FAILED, "precondition failed"),
+        }
+    }
+
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|ct| ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    match &coding {
+        SentCoding::Identity => {}
+        SentCoding::Encoded(c) => {
+            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(c.token()));
+        }
+        SentCoding::Origin(value) => {
+            headers.insert(header::CONTENT_ENCODING, value.clone());
+        }
+    }
+    let rangeable = status == StatusCode::OK && coding == SentCoding::Identity && request.method == Method::GET;
+    let accounting = Accounting { metrics: p.metrics.clone(), mechanism: coding.mechanism(), content_type, original_len };
+    let is_head = request.method == Method::HEAD;
+
+    let (status, body, length) = match body {
+        RepresentationBody::Empty => (status, body::empty(), None),
+        RepresentationBody::Whole(bytes) => {
+            let len = bytes.len() as u64;
+            if rangeable || status == StatusCode::OK && coding == SentCoding::Identity {
+                headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+            }
+            match range(rangeable, &request.headers, len, etag.as_ref(), last_modified, &mut headers) {
+                Some(RangeRequest::Single { start, end_inclusive }) => {
+                    let part = bytes.slice(start as usize..=end_inclusive as usize);
+                    let n = part.len() as u64;
+                    accounting.record(n);
+                    (StatusCode::PARTIAL_CONTENT, body::full(part), Some(n))
+                }
+                Some(_) => return range_not_satisfiable(len),
+                None => {
+                    accounting.record(len);
+                    (status, body::full(bytes), Some(len))
+                }
+            }
+        }
+        RepresentationBody::File { file, len } => {
+            headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+            match range(rangeable, &request.headers, len, etag.as_ref(), last_modified, &mut headers) {
+                Some(RangeRequest::Single { start, end_inclusive }) => {
+                    let n = end_inclusive - start + 1;
+                    accounting.record(n);
+                    (StatusCode::PARTIAL_CONTENT, body::file(file, start, n), Some(n))
+                }
+                Some(_) => return range_not_satisfiable(len),
+                None => {
+                    accounting.record(len);
+                    (status, body::file(file, 0, len), Some(len))
+                }
+            }
+        }
+        RepresentationBody::Stream { body, length } => (status, accounting.count(body), length),
+    };
+
+    if let Some(len) = length {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
+    let body = if is_head { body::empty() } else { body };
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
+/// The representation's validator: an encoding wirefold produced gets the coding
+/// appended and is weakened (levels may differ between responses), so no cache
+/// confuses representations and the client's revalidation maps back to it.
+fn representation_etag(headers: &mut HeaderMap, coding: &SentCoding) -> Option<EntityTag> {
+    let tag = headers.get(header::ETAG).and_then(|v| v.to_str().ok()).and_then(EntityTag::parse)?;
+    let SentCoding::Encoded(c) = coding else { return Some(tag) };
+    let tag = EntityTag { weak: true, opaque: format!("{}-{}", tag.opaque, c.token()) };
+    headers.insert(header::ETAG, HeaderValue::from_str(&tag.to_string()).expect("etag is a valid header"));
+    Some(tag)
+}
+
+fn range(
+    rangeable: bool,
+    request: &HeaderMap,
+    len: u64,
+    etag: Option<&EntityTag>,
+    last_modified: Option<std::time::SystemTime>,
+    headers: &mut HeaderMap,
+) -> Option<RangeRequest> {
+    if !rangeable {
+        return None;
+    }
+    match range_for(request, len, etag, last_modified) {
+        RangeRequest::Full => None,
+        single @ RangeRequest::Single { start, end_inclusive } => {
+            let value = content_range(start, end_inclusive, len);
+            headers.insert(header::CONTENT_RANGE, HeaderValue::from_str(&value).expect("content-range is valid"));
+            Some(single)
+        }
+        RangeRequest::Unsatisfiable => Some(RangeRequest::Unsatisfiable),
+    }
+}
+
+fn range_not_satisfiable(len: u64) -> Response<Body> {
+    let mut r = error_response(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable");
+    r.headers_mut().insert(
+        header::CONTENT_RANGE,
+        HeaderValue::from_str(&unsatisfied_range(len)).expect("content-range is valid"),
+    );
+    r
+}
+
+fn not_modified(full: &HeaderMap) -> Response<Body> {
+    let mut response = Response::new(body::empty());
+    *response.status_mut() = StatusCode::NOT_MODIFIED;
+    for name in NOT_MODIFIED_FIELDS {
+        for value in full.get_all(&name) {
+            response.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    response
+}
+
+/// `Cache-Status` (RFC 9211) and `Age` (RFC 9111 §5.1) for what the cache did.
+fn add_cache_status(headers: &mut HeaderMap, provenance: Provenance) {
+    let age = |headers: &mut HeaderMap, age: Duration| {
+        headers.insert(header::AGE, HeaderValue::from(age.as_secs()));
+    };
+    let status = match provenance {
+        Provenance::Hit { age: a } => {
+            age(headers, a);
+            "wirefold; hit"
+        }
+        Provenance::Stale { age: a } => {
+            age(headers, a);
+            "wirefold; hit; detail=stale"
+        }
+        Provenance::Revalidated { age: a } => {
+            age(headers, a);
+            "wirefold; fwd=stale; fwd-status=304"
+        }
+        Provenance::Fetched { stored: true } => "wirefold; fwd=miss; stored",
+        Provenance::Fetched { stored: false } => "wirefold; fwd=miss",
+        Provenance::Bypass => "wirefold; fwd=bypass",
+        Provenance::File => return,
+    };
+    headers.insert(HeaderName::from_static("cache-status"), HeaderValue::from_static(status));
+}
+
+/// A short plain-text error from wirefold itself; never cached.
+pub fn error_response(status: StatusCode, message: &str) -> Response<Body> {
+    let mut response = Response::new(body::full(format!("wirefold: {message}\n")));
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Counts a body's bytes into the per-mechanism metrics.
+struct Accounting {
+    metrics: Arc<Metrics>,
+    mechanism: &'static str,
+    content_type: String,
+    original_len: Option<u64>,
+}
+
+impl Accounting {
+    fn record(&self, sent: u64) {
+        let original = self.original_len.unwrap_or(sent);
+        self.metrics.record_body(self.mechanism, &self.content_type, original, sent);
+    }
+
+    /// Wraps a stream so its size is recorded when it ends (or is dropped).
+    fn count(self, body: Body) -> Body {
+        body::counted(body, move |sent| self.record(sent))
+    }
+}

@@ -1,0 +1,246 @@
+//! Listeners: the accelerator (HTTP/1.1 and HTTP/2 — h2c by prior knowledge, or ALPN
+//! over TLS) and the admin endpoint; graceful shutdown that drains in-flight requests.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::body::{self, Body};
+use crate::config::Config;
+use crate::files::FileSource;
+use crate::metrics::Metrics;
+use crate::origin::{ConnInfo, Origin};
+use crate::pipeline::{Pipeline, Source};
+
+/// Why the server could not start; each names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("store at {path}: {source}")]
+    Store { path: std::path::PathBuf, source: store::StoreError },
+    #[error("tls: {0}")]
+    Tls(String),
+    #[error("origin: {0}")]
+    Origin(String),
+    #[error("root {path}: {source}")]
+    Root { path: std::path::PathBuf, source: std::io::Error },
+}
+
+/// A started server.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub tls: bool,
+    pub metrics: Arc<Metrics>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    background: crate::background::Background,
+    grace: Duration,
+}
+
+impl Running {
+    /// Stops accepting, lets in-flight requests and background work (encodes, store
+    /// writes) finish within the grace period, then returns with the store closed.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if tokio::time::timeout(self.grace, self.background.idle()).await.is_err() {
+            tracing::warn!("background work still running at the end of the grace period");
+        }
+    }
+}
+
+/// Validates the configuration, opens the store, binds both listeners and starts
+/// serving. Port 0 picks a free port; `Running` tells which.
+pub async fn start(config: Config) -> Result<Running, StartError> {
+    config.check()?;
+    let config = Arc::new(config);
+    let metrics = Arc::new(Metrics::new());
+    let store = if config.cache.enabled {
+        let store_config = store::StoreConfig {
+            max_bytes: config.cache.max_bytes,
+            memory_bytes: config.cache.memory_bytes,
+            max_object_bytes: config.cache.max_object_bytes,
+        };
+        let dir = config.data_dir.join("store");
+        let opened = tokio::task::spawn_blocking({
+            let dir = dir.clone();
+            move || store::Store::open(&dir, store_config)
+        })
+        .await
+        .expect("store open does not panic");
+        Some(opened.map_err(|source| StartError::Store { path: dir, source })?)
+    } else {
+        None
+    };
+    let source = match (&config.origin, &config.root) {
+        (Some(origin), _) => Source::Origin(Origin::new(origin, &config.upstream).map_err(StartError::Origin)?),
+        (None, Some(root)) => {
+            Source::Files(FileSource::new(root).map_err(|source| StartError::Root { path: root.clone(), source })?)
+        }
+        (None, None) => unreachable!("check() requires a mode"),
+    };
+    let tls = if config.tls.enabled() { Some(crate::tls::acceptor(&config.tls).map_err(StartError::Tls)?) } else { None };
+
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Bind { addr: config.listen, source })?;
+    let admin_listener = TcpListener::bind(config.admin)
+        .await
+        .map_err(|source| StartError::Bind { addr: config.admin, source })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen, source })?;
+    let admin_addr = admin_listener.local_addr().map_err(|source| StartError::Bind { addr: config.admin, source })?;
+
+    let pipeline = Arc::new(Pipeline::new(config.clone(), source, store, metrics.clone()));
+    let background = pipeline.background.clone();
+    let grace = Duration::from_millis(config.limits.shutdown_grace_ms);
+    let (stop, stopped) = watch::channel(false);
+    let main = tokio::spawn(accept_loop(listener, tls.clone(), pipeline.clone(), stopped.clone()));
+    let admin = tokio::spawn(admin_loop(admin_listener, pipeline, stopped));
+    Ok(Running { addr, admin_addr, tls: tls.is_some(), metrics, stop, tasks: vec![main, admin], background, grace })
+}
+
+fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(config.limits.header_timeout_ms))
+        .max_buf_size(config.limits.max_header_bytes);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(config.limits.max_header_bytes as u32)
+        .keep_alive_interval(Duration::from_secs(30));
+    builder
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    pipeline: Arc<Pipeline>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let builder = Arc::new(connection_builder(&pipeline.config));
+    let graceful = GracefulShutdown::new();
+    let handshake_timeout = Duration::from_millis(pipeline.config.limits.header_timeout_ms);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = ConnInfo { peer, tls: tls.is_some() };
+        let service = {
+            let pipeline = pipeline.clone();
+            service_fn(move |req: Request<Incoming>| {
+                let pipeline = pipeline.clone();
+                async move { Ok::<_, Infallible>(dispatch(&pipeline, req, conn).await) }
+            })
+        };
+        match &tls {
+            None => {
+                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
+                tokio::spawn(graceful.watch(connection));
+            }
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                let builder = builder.clone();
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "tls handshake failed"),
+                        Err(_) => return tracing::debug!(%peer, "tls handshake timed out"),
+                    };
+                    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
+                    let _ = watcher.watch(connection).await;
+                });
+            }
+        }
+    }
+    drop(listener);
+    let grace = Duration::from_millis(pipeline.config.limits.shutdown_grace_ms);
+    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+        tracing::warn!("shutdown grace period over; dropping the remaining connections");
+    }
+}
+
+async fn dispatch(pipeline: &Arc<Pipeline>, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
+    if let Source::Origin(origin) = &pipeline.source {
+        if wirefold_http::hop_by_hop::is_upgrade_request(req.headers()).is_some() {
+            return crate::upgrade::pass_through(origin, req, conn).await;
+        }
+    }
+    pipeline.handle(req.map(body::boxed), conn).await
+}
+
+async fn admin_loop(listener: TcpListener, pipeline: Arc<Pipeline>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
+            _ = stop.changed() => return,
+        };
+        let pipeline = pipeline.clone();
+        let service = service_fn(move |req: Request<Incoming>| {
+            let pipeline = pipeline.clone();
+            async move { Ok::<_, Infallible>(admin(&pipeline, req).await) }
+        });
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
+    let text = |status: StatusCode, content_type: &'static str, body: String| {
+        let mut r = Response::new(body::full(body));
+        *r.status_mut() = status;
+        r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+        r
+    };
+    match req.uri().path() {
+        "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/metrics" => {
+            if let Some(store) = pipeline.store.clone() {
+                if let Ok(stats) = tokio::task::spawn_blocking(move || store.stats()).await {
+                    pipeline.metrics.store_bytes.set(stats.disk_bytes as i64);
+                    pipeline.metrics.store_blobs.set(stats.blobs as i64);
+                }
+            }
+            text(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                pipeline.metrics.encode(),
+            )
+        }
+        _ => text(StatusCode::NOT_FOUND, "text/plain", "not found: try /metrics or /healthz\n".into()),
+    }
+}

@@ -1,0 +1,209 @@
+//! Test support: the accelerator started in-process on free loopback ports, origins
+//! that behave (or misbehave) on demand, and curl as the client.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use wirefold_proxy::config::Config;
+
+/// The crate under test, by its short name.
+#[allow(unused_imports)]
+pub use wirefold_proxy as proxy;
+use tokio::net::{TcpListener, TcpStream};
+
+/// A started accelerator and the directory holding its store.
+pub struct Proxy {
+    pub running: wirefold_proxy::Running,
+    pub data: tempfile::TempDir,
+}
+
+impl Proxy {
+    pub fn url(&self, path: &str) -> String {
+        let scheme = if self.running.tls { "https" } else { "http" };
+        format!("{scheme}://{}{path}", self.running.addr)
+    }
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.running.admin_addr)
+    }
+}
+
+/// A config on free loopback ports with its store in `data`.
+pub fn test_config(data: &Path) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin: "127.0.0.1:0".parse().unwrap(),
+        data_dir: data.to_path_buf(),
+        ..Config::default()
+    }
+}
+
+pub async fn start_proxy(origin: &str, tweak: impl FnOnce(&mut Config)) -> Proxy {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = test_config(data.path());
+    config.origin = Some(origin.to_string());
+    tweak(&mut config);
+    let running = wirefold_proxy::start(config).await.expect("proxy starts");
+    Proxy { running, data }
+}
+
+pub async fn start_root(root: &Path, tweak: impl FnOnce(&mut Config)) -> Proxy {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = test_config(data.path());
+    config.root = Some(root.to_path_buf());
+    tweak(&mut config);
+    let running = wirefold_proxy::start(config).await.expect("server starts");
+    Proxy { running, data }
+}
+
+type Handler = dyn Fn(Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync;
+
+/// An HTTP/1.1 origin answering with `handler`, counting requests.
+pub struct Origin {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicUsize>,
+}
+
+impl Origin {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+pub async fn origin(handler: impl Fn(Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync + 'static) -> Origin {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let handler: Arc<Handler> = Arc::new(handler);
+    let counter = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let handler = handler.clone();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let response = handler(req);
+                    async move { Ok::<_, Infallible>(response) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    Origin { addr, hits }
+}
+
+/// An origin that speaks raw TCP: `script` gets each accepted connection.
+pub async fn raw_origin<F, Fut>(script: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(script(stream));
+        }
+    });
+    addr
+}
+
+/// A loopback address nothing listens on.
+pub fn dead_address() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+pub fn response(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::builder().status(status);
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    r.body(Full::new(body.into())).unwrap()
+}
+
+/// What curl saw: the final response's status and fields, and the body as written.
+#[derive(Debug)]
+pub struct Fetched {
+    pub status: u16,
+    pub version: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Fetched {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Runs curl with `args` plus the URL; the body is written raw (no decoding) unless
+/// `args` asks for `--compressed`.
+pub async fn curl(url: &str, args: &[&str]) -> Fetched {
+    let dir = tempfile::tempdir().unwrap();
+    let head = dir.path().join("head");
+    let body = dir.path().join("body");
+    let mut cmd = tokio::process::Command::new("curl");
+    cmd.args(["-s", "-S", "-k", "--max-time", "30", "-D"]).arg(&head).arg("-o").arg(&body);
+    cmd.args(args).arg(url);
+    let out = cmd.output().await.expect("curl runs");
+    assert!(out.status.success(), "curl {url} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let head = std::fs::read_to_string(&head).unwrap();
+    let block = head.trim_end().rsplit("\r\n\r\n").next().unwrap().to_string();
+    let mut lines = block.lines();
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.split_whitespace();
+    let version = parts.next().unwrap_or_default().to_string();
+    let status = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    Fetched { status, version, headers, body: std::fs::read(&body).unwrap_or_default() }
+}
+
+/// Decodes `data` with a reference command-line tool (`gzip`, `brotli`, `zstd`).
+pub fn decode_with_cli(tool: &str, data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(tool)
+        .arg("-d")
+        .arg("-c")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{tool} runs: {e}"));
+    let mut stdin = child.stdin.take().unwrap();
+    let data = data.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "{tool} -d failed: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+/// A real page from the shared corpus, or `None` when the corpus is not beside the repo.
+pub fn corpus_file(relative: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus").join(relative);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("corpus file {}: {e}", path.display()))
+}
+
+/// The value of a counter or gauge line in the metrics text (sum over matching lines).
+pub fn metric(text: &str, name_and_labels_prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name_and_labels_prefix))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}

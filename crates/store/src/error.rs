@@ -1,0 +1,53 @@
+//! Errors of the store. Each message names the file or limit involved.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::Hash;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The index cannot be opened. The store refuses to start rather than recreate it, so
+    /// nothing stored is lost silently; an operator moves the file aside to start empty.
+    #[error("store index {path} is corrupt or unreadable ({detail}); move it aside to start with an empty store")]
+    Corrupt { path: PathBuf, detail: String },
+
+    #[error("I/O error on {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+
+    #[error("object exceeds the store's limit of {limit} bytes")]
+    TooLarge { limit: u64 },
+
+    /// A recent write found the disk full; writes fail fast until the suspension ends.
+    #[error("store writes are suspended for {} s after the disk filled up", crate::WRITE_SUSPENSION.as_secs())]
+    WritesSuspended,
+
+    /// A record or encoding named a blob the store does not hold (never stored, or evicted).
+    #[error("blob {0} is not in the store")]
+    MissingBlob(Hash),
+
+    /// Another `Store` (in this or another process) has the index open.
+    #[error("store index {path} is already open by another store; one process per data directory")]
+    InUse { path: PathBuf },
+
+    #[error("store index error: {0}")]
+    Index(String),
+}
+
+impl StoreError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> StoreError {
+        StoreError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Whether this error says the disk (or quota, or file size limit) is exhausted.
+    pub(crate) fn is_out_of_space(&self) -> bool {
+        matches!(self, StoreError::Io { source, .. } if matches!(
+            source.kind(),
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded | io::ErrorKind::FileTooLarge
+        ))
+    }
+}
