@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs the whole test suite. Installs the reference tools the interop tests drive
+# (curl, gzip, brotli, zstd, xdelta3) when they are missing, on Debian.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+for tool in curl gzip brotli zstd xdelta3; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if ((${#missing[@]})); then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "installing: ${missing[*]}"
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ ! -d ../shared/corpus ]; then
+    echo "the shared corpus is expected at $(cd .. && pwd)/shared/corpus" >&2
+    exit 1
+fi
+exec cargo test --workspace --locked
