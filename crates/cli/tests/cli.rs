@@ -1,0 +1,137 @@
+//! The command-line contract: exit codes, error messages naming the bad input,
+//! start-up, graceful stop on SIGTERM, and the demo.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+fn wirefold(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wirefold")).args(args).output().expect("wirefold runs")
+}
+
+/// A started `wirefold` process; killed on drop if still running.
+struct Started {
+    child: Child,
+    first_line: String,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(args: &[&str], marker: &str) -> Started {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirefold"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("wirefold starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first_line = loop {
+        let line = lines.next().expect("wirefold printed a line").unwrap();
+        if line.contains(marker) {
+            break line;
+        }
+    };
+    // Keep draining stdout so the process never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Started { child, first_line }
+}
+
+fn url_in(line: &str) -> String {
+    line.split_whitespace().find(|w| w.starts_with("http://")).expect("a URL").trim_end_matches(['/', ')']).to_string()
+}
+
+fn curl(url: &str, extra: &[&str]) -> String {
+    let out = Command::new("curl").args(["-s", "-S", "--max-time", "20"]).args(extra).arg(url).output().unwrap();
+    assert!(out.status.success(), "curl {url}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn terminate(started: &mut Started) -> std::process::ExitStatus {
+    let pid = started.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    for _ in 0..200 {
+        if let Some(status) = started.child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("wirefold did not stop on SIGTERM");
+}
+
+#[test]
+fn check_config_names_the_offending_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "origin = \"http://127.0.0.1:1\"\n[compression]\nmin_size = 10\n[[compression.profile]]\ntypes = [\"text/html\"]\ncached = \"br:12\"\non_the_fly = \"gzip:6\"\n").unwrap();
+    let out = wirefold(&["serve", "--config", bad.to_str().unwrap(), "--check-config"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.toml") && err.contains("cached") && err.contains("br level 12"), "{err}");
+
+    std::fs::write(&bad, "origin = \"http://127.0.0.1:1\"\n[limits]\nheader_timeout = 3\n").unwrap();
+    let err = String::from_utf8_lossy(&wirefold(&["serve", "--config", bad.to_str().unwrap(), "--check-config"]).stderr).into_owned();
+    assert!(err.contains("header_timeout"), "{err}");
+
+    let out = wirefold(&["serve", "--origin", "ftp://example", "--check-config"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`origin`"));
+
+    let out = wirefold(&["serve", "--check-config"]);
+    assert!(!out.status.success());
+
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "root = \"/\"\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let out = wirefold(&["serve", "--config", good.to_str().unwrap(), "--check-config"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn serve_answers_and_stops_gracefully_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("index.html"), "<h1>hello</h1>".repeat(100)).unwrap();
+    let data = dir.path().join("data");
+    let mut started = start(
+        &["serve", "--root", root.to_str().unwrap(), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()],
+        "listening on",
+    );
+    let base = url_in(&started.first_line);
+    assert_eq!(curl(&format!("{base}/"), &["--compressed"]), "<h1>hello</h1>".repeat(100));
+    let status = terminate(&mut started);
+    assert!(status.success(), "clean exit after SIGTERM: {status:?}");
+}
+
+#[test]
+fn a_corrupt_store_refuses_to_start_and_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let index = store.join("index.redb");
+    std::fs::write(&index, b"this is not a database, but it is somebody's data").unwrap();
+    let out = wirefold(&[
+        "serve", "--root", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+        "--data-dir", dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(index.to_str().unwrap()), "{err}");
+    assert_eq!(std::fs::read(&index).unwrap(), b"this is not a database, but it is somebody's data");
+}
+
+#[test]
+fn demo_serves_its_sample_site_compressed() {
+    let mut started = start(&["demo", "--listen", "127.0.0.1:0"], "open");
+    let base = url_in(&started.first_line);
+    let page = curl(&format!("{base}/"), &["--compressed", "-H", "Accept-Encoding: br"]);
+    assert!(page.contains("The sample site"), "{page}");
+    let headers = curl(&format!("{base}/"), &["-s", "-o", "/dev/null", "-D", "-", "-H", "Accept-Encoding: br"]);
+    assert!(headers.to_ascii_lowercase().contains("content-encoding: br"), "{headers}");
+    let status = terminate(&mut started);
+    assert!(status.success());
+}
