@@ -83,7 +83,7 @@ pub struct Limits {
     /// idle keep-alive connection is closed after it.
     pub header_timeout_ms: u64,
     /// Responses up to this size are read whole, so they can be stored and compressed
-    /// once; larger ones stream.
+    /// once; larger ones stream through uncached. Also the largest body stored.
     pub max_buffered_body: usize,
     /// Largest body wirefold will decode from an origin's content coding.
     pub max_decoded_body: usize,
@@ -139,8 +139,6 @@ pub struct CacheConfig {
     pub max_bytes: u64,
     /// Bytes of hot bodies and encodings kept in memory.
     pub memory_bytes: u64,
-    /// Largest single body stored.
-    pub max_object_bytes: u64,
 }
 
 impl Default for CacheConfig {
@@ -149,7 +147,6 @@ impl Default for CacheConfig {
             enabled: true,
             max_bytes: 1 << 30,
             memory_bytes: 128 << 20,
-            max_object_bytes: 64 << 20,
         }
     }
 }
@@ -320,9 +317,6 @@ impl Config {
         let host = self.upstream.host.as_str();
         if host != "origin" && host != "client" && http::HeaderValue::from_str(host).is_err() {
             return invalid("upstream.host", format!("`{host}` is not `origin`, `client` or a valid host"));
-        }
-        if self.cache.max_object_bytes > self.cache.max_bytes {
-            return invalid("cache.max_object_bytes", "must not exceed `cache.max_bytes`".into());
         }
         for p in &self.compression.profile {
             for t in &p.types {

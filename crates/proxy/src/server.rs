@@ -76,7 +76,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         let store_config = store::StoreConfig {
             max_bytes: config.cache.max_bytes,
             memory_bytes: config.cache.memory_bytes,
-            max_object_bytes: config.cache.max_object_bytes,
+            max_object_bytes: config.limits.max_buffered_body as u64,
         };
         let dir = config.data_dir.join("store");
         let opened = tokio::task::spawn_blocking({
