@@ -250,19 +250,9 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
     use std::time::{Duration, UNIX_EPOCH};
 
-    fn map(pairs: &[(&str, &[u8])]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_bytes(value).unwrap(),
-            );
-        }
-        headers
-    }
+    use crate::fields::test_map as map;
 
     fn date(secs: u64) -> String {
         fields::format_http_date(UNIX_EPOCH + Duration::from_secs(secs)).unwrap()

@@ -236,3 +236,16 @@ mod tests {
         );
     }
 }
+
+/// A header map from (name, raw value) pairs, for tests.
+#[cfg(test)]
+pub(crate) fn test_map(pairs: &[(&str, &[u8])]) -> http::HeaderMap {
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in pairs {
+        headers.append(
+            http::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            http::HeaderValue::from_bytes(value).unwrap(),
+        );
+    }
+    headers
+}

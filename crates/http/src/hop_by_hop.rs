@@ -69,16 +69,7 @@ fn connection_options(headers: &HeaderMap) -> Vec<HeaderName> {
 mod tests {
     use super::*;
 
-    fn map(pairs: &[(&str, &[u8])]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_bytes(value).unwrap(),
-            );
-        }
-        headers
-    }
+    use crate::fields::test_map as map;
 
     #[test]
     fn removes_fixed_and_connection_named_fields() {

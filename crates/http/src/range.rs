@@ -140,21 +140,10 @@ pub fn unsatisfied_range(len: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::header::HeaderName;
-    use http::HeaderValue;
     use std::time::{Duration, UNIX_EPOCH};
     use RangeRequest::*;
 
-    fn map(pairs: &[(&str, &[u8])]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_bytes(value).unwrap(),
-            );
-        }
-        headers
-    }
+    use crate::fields::test_map as map;
 
     fn range(value: &str, len: u64) -> RangeRequest {
         range_for(&map(&[("range", value.as_bytes())]), len, None, None)

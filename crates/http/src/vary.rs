@@ -132,16 +132,7 @@ mod tests {
     use super::*;
     use http::header::{ACCEPT_ENCODING, ACCEPT_LANGUAGE, COOKIE};
 
-    fn map(pairs: &[(&str, &[u8])]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_bytes(value).unwrap(),
-            );
-        }
-        headers
-    }
+    use crate::fields::test_map as map;
 
     #[test]
     fn parse_joins_lowercases_sorts_and_dedups() {
