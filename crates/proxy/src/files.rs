@@ -86,6 +86,9 @@ impl FileSource {
             return Ok(FileContent::Large(tokio::fs::File::open(&file.path).await?));
         }
         if let (Some(hash), Some(store)) = (self.known_hash(file), store) {
+            if let Some(bytes) = store.get_blob_in_memory(&hash) {
+                return Ok(FileContent::Whole { bytes, hash, from_store: true });
+            }
             let store = store.clone();
             let cached = tokio::task::spawn_blocking(move || store.get_blob(&hash)).await;
             if let Ok(Ok(Some(bytes))) = cached {

@@ -18,7 +18,7 @@ mod hash;
 mod index;
 mod lru;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
@@ -95,9 +95,22 @@ struct State {
     /// the insertion order stored in the index.
     on_disk: Lru<()>,
     memory: Lru<Bytes>,
+    /// Encodings whose index rows were read or written since start, so a hot encoding is
+    /// found without an index transaction: source → (variant, encoded blob).
+    encoding_names: HashMap<Hash, Vec<(String, Hash)>>,
     next_seq: u64,
     records: u64,
     writes_suspended_until: Option<Instant>,
+}
+
+impl State {
+    fn remember_encoding(&mut self, source: &Hash, variant: &str, encoded: Hash) {
+        let names = self.encoding_names.entry(*source).or_default();
+        match names.iter_mut().find(|(v, _)| v == variant) {
+            Some(entry) => entry.1 = encoded,
+            None => names.push((variant.to_string(), encoded)),
+        }
+    }
 }
 
 /// Bytes of a blob to store: already in a fsynced temp file, or still in memory because the
@@ -138,6 +151,7 @@ impl Store {
         let state = State {
             on_disk,
             memory: Lru::new(),
+            encoding_names: HashMap::new(),
             next_seq: rows.last().map_or(0, |row| row.seq + 1),
             records: index.record_count()?,
             writes_suspended_until: None,
@@ -172,7 +186,10 @@ impl Store {
         }
         self.check_writable()?;
         let temp = self.track(self.inner.files.write_temp(data))?;
-        self.commit_blob(hash, data.len() as u64, Staged::File(temp), None)
+        self.commit_blob(hash, data.len() as u64, Staged::File(temp), None)?;
+        // What was just stored is about to be asked for: keep it hot rather than read it back.
+        self.cache(&hash, &Bytes::copy_from_slice(data));
+        Ok(hash)
     }
 
     /// A writer that stores a blob streamed in pieces without holding it in memory.
@@ -283,6 +300,7 @@ impl Store {
             Staged::File(self.track(self.inner.files.write_temp(encoded))?)
         };
         self.commit_blob(hash, encoded.len() as u64, staged, Some((source, variant)))?;
+        self.cache(&hash, &Bytes::copy_from_slice(encoded));
         Ok(())
     }
 
@@ -290,8 +308,32 @@ impl Store {
         let Some(encoded) = self.inner.index.get_encoding(source, variant)? else {
             return Ok(None);
         };
-        self.state().on_disk.touch(source);
+        {
+            let mut state = self.state();
+            state.on_disk.touch(source);
+            state.remember_encoding(source, variant, encoded);
+        }
         self.get_blob(&encoded)
+    }
+
+    /// The blob's bytes if they are in the memory cache: no disk or index access, so it
+    /// is cheap enough for an async reactor thread. `None` says nothing about the disk.
+    pub fn get_blob_in_memory(&self, hash: &Hash) -> Option<Bytes> {
+        let mut state = self.state();
+        let data = state.memory.get(hash).cloned()?;
+        state.on_disk.touch(hash);
+        Some(data)
+    }
+
+    /// The encoding's bytes if both its name and its bytes are in memory; see
+    /// [`Store::get_blob_in_memory`].
+    pub fn get_encoding_in_memory(&self, source: &Hash, variant: &str) -> Option<Bytes> {
+        let mut state = self.state();
+        let encoded = *state.encoding_names.get(source)?.iter().find(|(v, _)| v == variant).map(|(_, h)| h)?;
+        let data = state.memory.get(&encoded).cloned()?;
+        state.on_disk.touch(source);
+        state.on_disk.touch(&encoded);
+        Some(data)
     }
 
     pub fn stats(&self) -> StoreStats {
@@ -359,8 +401,9 @@ impl Store {
                     state.on_disk.touch(&hash);
                 }
             }
-            if let Some((source, _)) = encoding_of {
+            if let Some((source, variant)) = encoding_of {
                 state.on_disk.touch(source);
+                state.remember_encoding(source, variant, hash);
             }
         }
         self.evict_over_budget()?;
@@ -406,7 +449,10 @@ impl Store {
             for hash in &removal.blobs {
                 state.on_disk.remove(hash);
                 state.memory.remove(hash);
+                state.encoding_names.remove(hash);
             }
+            let removed: HashSet<&Hash> = removal.blobs.iter().collect();
+            state.encoding_names.values_mut().for_each(|names| names.retain(|(_, h)| !removed.contains(h)));
             state.records -= removal.records;
         }
         for hash in &removal.blobs {

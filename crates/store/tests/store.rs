@@ -420,3 +420,22 @@ fn handles_can_be_shared_across_threads() {
     fn sendable<T: Send>() {}
     sendable::<wirefold_store::BlobWriter>();
 }
+
+#[test]
+fn hot_blobs_and_encodings_are_found_in_memory_and_forgotten_with_their_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig { max_bytes: 10_000, memory_bytes: 10_000, max_object_bytes: 10_000 };
+    let store = Store::open(dir.path(), config).unwrap();
+    let source = store.put_blob(&[1u8; 3000]).unwrap();
+    assert_eq!(store.get_blob_in_memory(&source).unwrap().len(), 3000);
+    store.put_encoding(&source, "br-11", &[2u8; 100]).unwrap();
+    assert_eq!(store.get_encoding_in_memory(&source, "br-11").unwrap(), vec![2u8; 100]);
+    assert!(store.get_encoding_in_memory(&source, "gzip-9").is_none());
+    // Push the source out of the byte budget: its encoding goes with it, in memory too.
+    for i in 0..4u8 {
+        store.put_blob(&[10 + i; 3000]).unwrap();
+    }
+    assert!(store.get_blob_in_memory(&source).is_none());
+    assert!(store.get_encoding_in_memory(&source, "br-11").is_none());
+    assert!(store.get_encoding(&source, "br-11").unwrap().is_none());
+}

@@ -201,6 +201,10 @@ async fn cached_encoding(
     };
     let quick_level = profile.on_the_fly.0.iter().find(|(c, _)| *c == coding).map(|(_, l)| *l).filter(|l| *l < level);
     let wanted = variant_name(coding, level);
+    if let Some(hit) = store.get_encoding_in_memory(&hash, &wanted) {
+        p.metrics.encoding_cache_result("hit");
+        return hit;
+    }
     let quick = quick_level.map(|l| variant_name(coding, l));
     let lookup_store = store.clone();
     let (wanted_hit, quick_hit) = tokio::task::spawn_blocking({
