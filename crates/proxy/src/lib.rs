@@ -9,6 +9,7 @@ pub mod cache;
 pub mod config;
 pub mod demo;
 pub mod files;
+mod first_bytes;
 pub mod metrics;
 pub mod origin;
 pub mod pipeline;

@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use crate::body::{self, Body};
 use crate::config::Config;
 use crate::files::FileSource;
+use crate::first_bytes::FirstBytesDeadline;
 use crate::metrics::Metrics;
 use crate::origin::{ConnInfo, Origin};
 use crate::pipeline::{Pipeline, Source};
@@ -164,6 +165,7 @@ async fn accept_loop(
         };
         match &tls {
             None => {
+                let stream = FirstBytesDeadline::new(stream, handshake_timeout);
                 let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
                 tokio::spawn(graceful.watch(connection));
             }
@@ -177,6 +179,7 @@ async fn accept_loop(
                         Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "tls handshake failed"),
                         Err(_) => return tracing::debug!(%peer, "tls handshake timed out"),
                     };
+                    let stream = FirstBytesDeadline::new(stream, handshake_timeout);
                     let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
                     let _ = watcher.watch(connection).await;
                 });
