@@ -41,12 +41,32 @@ fn main() {
         let old = std::fs::read(&pair[0]).expect("read old");
         let new = std::fs::read(&pair[1]).expect("read new");
         let delta = vcdiff::encode_with(&old, &new, &options);
-        assert_eq!(vcdiff::decode(&old, &delta, new.len()).expect("decode"), new, "round trip");
-        let encode_ms = median_ms(runs, || drop(std::hint::black_box(vcdiff::encode_with(&old, &new, &options))));
-        let decode_ms = median_ms(runs, || drop(std::hint::black_box(vcdiff::decode(&old, &delta, new.len()))));
+        assert_eq!(
+            vcdiff::decode(&old, &delta, new.len()).expect("decode"),
+            new,
+            "round trip"
+        );
+        let encode_ms = median_ms(runs, || {
+            drop(std::hint::black_box(vcdiff::encode_with(
+                &old, &new, &options,
+            )))
+        });
+        let decode_ms = median_ms(runs, || {
+            drop(std::hint::black_box(vcdiff::decode(
+                &old,
+                &delta,
+                new.len(),
+            )))
+        });
         if let Some(dir) = &out_dir {
             std::fs::write(format!("{dir}/{index}.vcdiff"), &delta).expect("write delta");
         }
-        println!("{}\t{}\t{}\t{}\t{encode_ms:.2}\t{decode_ms:.2}", pair[1], old.len(), new.len(), delta.len());
+        println!(
+            "{}\t{}\t{}\t{}\t{encode_ms:.2}\t{decode_ms:.2}",
+            pair[1],
+            old.len(),
+            new.len(),
+            delta.len()
+        );
     }
 }

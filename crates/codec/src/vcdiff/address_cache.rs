@@ -25,7 +25,11 @@ impl EncodedAddress {
 
     /// Bytes this address occupies in the address section.
     pub(crate) fn cost(&self) -> usize {
-        if self.is_same_mode() { 1 } else { varint_len(self.value) }
+        if self.is_same_mode() {
+            1
+        } else {
+            varint_len(self.value)
+        }
     }
 }
 
@@ -38,7 +42,11 @@ pub(crate) struct AddressCache {
 
 impl AddressCache {
     pub(crate) fn new() -> Self {
-        Self { near: [0; NEAR_SIZE], next_near: 0, same: Box::new([0; SAME_ENTRIES]) }
+        Self {
+            near: [0; NEAR_SIZE],
+            next_near: 0,
+            same: Box::new([0; SAME_ENTRIES]),
+        }
     }
 
     pub(crate) fn reset(&mut self) {
@@ -57,9 +65,15 @@ impl AddressCache {
     pub(crate) fn best_encoding(&self, address: u64, here: u64) -> EncodedAddress {
         let slot = (address % SAME_ENTRIES as u64) as usize;
         if self.same[slot] == address {
-            return EncodedAddress { mode: FIRST_SAME_MODE + (slot / 256) as u8, value: (slot % 256) as u64 };
+            return EncodedAddress {
+                mode: FIRST_SAME_MODE + (slot / 256) as u8,
+                value: (slot % 256) as u64,
+            };
         }
-        let mut best = EncodedAddress { mode: MODE_SELF, value: address };
+        let mut best = EncodedAddress {
+            mode: MODE_SELF,
+            value: address,
+        };
         let mut consider = |mode: u8, value: u64| {
             if varint_len(value) < varint_len(best.value) {
                 best = EncodedAddress { mode, value };
@@ -87,18 +101,30 @@ impl AddressCache {
     }
 
     /// Decodes one address in `mode` from the address section, checking it precedes `here`.
-    pub(crate) fn decode(&mut self, mode: u8, here: u64, addresses: &mut Reader) -> Result<u64, VcdiffError> {
+    pub(crate) fn decode(
+        &mut self,
+        mode: u8,
+        here: u64,
+        addresses: &mut Reader,
+    ) -> Result<u64, VcdiffError> {
         let address = match mode {
             MODE_SELF => addresses.varint()?,
             MODE_HERE => {
                 let back = addresses.varint()?;
-                here.checked_sub(back).ok_or(VcdiffError::AddressOutOfRange { address: back, here })?
+                here.checked_sub(back)
+                    .ok_or(VcdiffError::AddressOutOfRange {
+                        address: back,
+                        here,
+                    })?
             }
             m if m < FIRST_SAME_MODE => {
                 let offset = addresses.varint()?;
                 self.near[(m - FIRST_NEAR_MODE) as usize]
                     .checked_add(offset)
-                    .ok_or(VcdiffError::AddressOutOfRange { address: u64::MAX, here })?
+                    .ok_or(VcdiffError::AddressOutOfRange {
+                        address: u64::MAX,
+                        here,
+                    })?
             }
             m if m < FIRST_SAME_MODE + SAME_SIZE as u8 => {
                 let byte = addresses.byte()? as usize;
@@ -120,11 +146,25 @@ mod tests {
 
     #[test]
     fn encoder_and_decoder_caches_stay_in_step() {
-        let copies = [(100u64, 500u64), (104, 520), (100, 530), (3, 600), (10_000, 20_000), (100, 20_010), (9_990, 20_020)];
+        let copies = [
+            (100u64, 500u64),
+            (104, 520),
+            (100, 530),
+            (3, 600),
+            (10_000, 20_000),
+            (100, 20_010),
+            (9_990, 20_020),
+        ];
         let mut enc = AddressCache::new();
         let mut bytes = Vec::new();
-        let modes: Vec<u8> = copies.iter().map(|&(a, h)| enc.encode(a, h, &mut bytes).mode).collect();
-        assert!(modes.iter().any(|&m| m >= FIRST_SAME_MODE), "a repeated address uses SAME: {modes:?}");
+        let modes: Vec<u8> = copies
+            .iter()
+            .map(|&(a, h)| enc.encode(a, h, &mut bytes).mode)
+            .collect();
+        assert!(
+            modes.iter().any(|&m| m >= FIRST_SAME_MODE),
+            "a repeated address uses SAME: {modes:?}"
+        );
         let mut dec = AddressCache::new();
         let mut r = Reader::new(&bytes, "addresses");
         for (&(a, h), &m) in copies.iter().zip(&modes) {
@@ -137,8 +177,14 @@ mod tests {
     fn rejects_addresses_at_or_after_here() {
         let mut dec = AddressCache::new();
         let mut r = Reader::new(&[10], "addresses");
-        assert!(matches!(dec.decode(MODE_SELF, 10, &mut r), Err(VcdiffError::AddressOutOfRange { .. })));
+        assert!(matches!(
+            dec.decode(MODE_SELF, 10, &mut r),
+            Err(VcdiffError::AddressOutOfRange { .. })
+        ));
         let mut r = Reader::new(&[11], "addresses");
-        assert!(matches!(dec.decode(MODE_HERE, 10, &mut r), Err(VcdiffError::AddressOutOfRange { .. })));
+        assert!(matches!(
+            dec.decode(MODE_HERE, 10, &mut r),
+            Err(VcdiffError::AddressOutOfRange { .. })
+        ));
     }
 }

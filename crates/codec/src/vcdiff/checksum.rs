@@ -24,6 +24,9 @@ mod tests {
         assert_eq!(super::adler32(b""), 1);
         assert_eq!(super::adler32(b"Wikipedia"), 0x11E6_0398);
         // From an `xdelta3 printhdr` of a real delta.
-        assert_eq!(super::adler32(b"hello there world hello world!!!\n"), 0xD2E8_0B7E);
+        assert_eq!(
+            super::adler32(b"hello there world hello world!!!\n"),
+            0xD2E8_0B7E
+        );
     }
 }

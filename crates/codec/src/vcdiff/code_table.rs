@@ -27,7 +27,11 @@ pub(crate) const MODE_COUNT: u8 = 9;
 const COPY_TABLE_SIZES: std::ops::RangeInclusive<usize> = 4..=18;
 const ADD_TABLE_SIZES: std::ops::RangeInclusive<usize> = 1..=17;
 
-const NOOP: HalfEntry = HalfEntry { kind: InstKind::Noop, size: 0, mode: 0 };
+const NOOP: HalfEntry = HalfEntry {
+    kind: InstKind::Noop,
+    size: 0,
+    mode: 0,
+};
 
 const fn half(kind: InstKind, size: u8, mode: u8) -> HalfEntry {
     HalfEntry { kind, size, mode }
@@ -67,7 +71,10 @@ const fn build_default_table() -> [Entry; 256] {
         while add <= 4 {
             let (mut copy, last_copy) = if mode < 6 { (4, 6) } else { (4, 4) };
             while copy <= last_copy {
-                table[i] = [half(InstKind::Add, add, 0), half(InstKind::Copy, copy, mode)];
+                table[i] = [
+                    half(InstKind::Add, add, 0),
+                    half(InstKind::Copy, copy, mode),
+                ];
                 i += 1;
                 copy += 1;
             }
@@ -92,7 +99,9 @@ pub(crate) fn single_opcode(kind: InstKind, size: usize, mode: u8) -> (u8, bool)
         InstKind::Run => (0, true),
         InstKind::Add if ADD_TABLE_SIZES.contains(&size) => (1 + size as u8, false),
         InstKind::Add => (1, true),
-        InstKind::Copy if COPY_TABLE_SIZES.contains(&size) => (19 + 16 * mode + (size as u8 - 3), false),
+        InstKind::Copy if COPY_TABLE_SIZES.contains(&size) => {
+            (19 + 16 * mode + (size as u8 - 3), false)
+        }
         InstKind::Copy => (19 + 16 * mode, true),
         InstKind::Noop => unreachable!("NOOP is never encoded on its own"),
     }
@@ -127,23 +136,41 @@ mod tests {
             for size in 0..40 {
                 let (op, explicit) = single_opcode(InstKind::Copy, size, mode);
                 let e = DEFAULT_CODE_TABLE[op as usize];
-                assert_eq!(e[0], half(InstKind::Copy, if explicit { 0 } else { size as u8 }, mode));
+                assert_eq!(
+                    e[0],
+                    half(InstKind::Copy, if explicit { 0 } else { size as u8 }, mode)
+                );
                 assert_eq!(e[1], NOOP);
                 for add in 0..6 {
                     if let Some(op) = add_copy_opcode(add, size, mode) {
                         let e = DEFAULT_CODE_TABLE[op as usize];
-                        assert_eq!(e, [half(InstKind::Add, add as u8, 0), half(InstKind::Copy, size as u8, mode)]);
+                        assert_eq!(
+                            e,
+                            [
+                                half(InstKind::Add, add as u8, 0),
+                                half(InstKind::Copy, size as u8, mode)
+                            ]
+                        );
                     }
                     if let Some(op) = copy_add_opcode(size, mode, add) {
                         let e = DEFAULT_CODE_TABLE[op as usize];
-                        assert_eq!(e, [half(InstKind::Copy, size as u8, mode), half(InstKind::Add, add as u8, 0)]);
+                        assert_eq!(
+                            e,
+                            [
+                                half(InstKind::Copy, size as u8, mode),
+                                half(InstKind::Add, add as u8, 0)
+                            ]
+                        );
                     }
                 }
             }
         }
         for size in 0..40 {
             let (op, explicit) = single_opcode(InstKind::Add, size, 0);
-            assert_eq!(DEFAULT_CODE_TABLE[op as usize][0], half(InstKind::Add, if explicit { 0 } else { size as u8 }, 0));
+            assert_eq!(
+                DEFAULT_CODE_TABLE[op as usize][0],
+                half(InstKind::Add, if explicit { 0 } else { size as u8 }, 0)
+            );
         }
         assert_eq!(DEFAULT_CODE_TABLE[0][0].kind, InstKind::Run);
     }
@@ -152,8 +179,17 @@ mod tests {
     fn spot_checks_against_rfc_index_ranges() {
         assert_eq!(DEFAULT_CODE_TABLE[18][0], half(InstKind::Add, 17, 0));
         assert_eq!(DEFAULT_CODE_TABLE[162][0], half(InstKind::Copy, 18, 8));
-        assert_eq!(DEFAULT_CODE_TABLE[163], [half(InstKind::Add, 1, 0), half(InstKind::Copy, 4, 0)]);
-        assert_eq!(DEFAULT_CODE_TABLE[246], [half(InstKind::Add, 4, 0), half(InstKind::Copy, 4, 8)]);
-        assert_eq!(DEFAULT_CODE_TABLE[255], [half(InstKind::Copy, 4, 8), half(InstKind::Add, 1, 0)]);
+        assert_eq!(
+            DEFAULT_CODE_TABLE[163],
+            [half(InstKind::Add, 1, 0), half(InstKind::Copy, 4, 0)]
+        );
+        assert_eq!(
+            DEFAULT_CODE_TABLE[246],
+            [half(InstKind::Add, 4, 0), half(InstKind::Copy, 4, 8)]
+        );
+        assert_eq!(
+            DEFAULT_CODE_TABLE[255],
+            [half(InstKind::Copy, 4, 8), half(InstKind::Add, 1, 0)]
+        );
     }
 }

@@ -12,17 +12,34 @@ use super::varint::Reader;
 /// memory; encoders in practice (xdelta3 cannot even decode them) reach back a window or so.
 const STREAMING_TARGET_HISTORY: usize = 8 << 20;
 
+/// Output space reserved ahead of decoding a window.
+const MAX_RESERVE: usize = 1 << 20;
+
+/// A delta without windows is taken as cut short after its header: every encoder writes at
+/// least one (xdelta3 refuses to decode one without).
+const NO_WINDOW: VcdiffError = VcdiffError::Truncated {
+    what: "first window",
+};
+
 /// Decodes a whole delta against `source`, producing at most `limit` bytes.
 pub fn decode(source: &[u8], delta: &[u8], limit: usize) -> Result<Vec<u8>, VcdiffError> {
-    let mut pos = parse_file_header(delta)?.ok_or(VcdiffError::Truncated { what: "file header" })?;
+    let mut pos = parse_file_header(delta)?.ok_or(VcdiffError::Truncated {
+        what: "file header",
+    })?;
     let mut out = Vec::new();
     let mut state = WindowState::new();
     while pos < delta.len() {
-        let window = parse_window(&delta[pos..], limit - out.len(), limit)?
-            .ok_or(VcdiffError::Truncated { what: "last window" })?;
+        let window = parse_window(&delta[pos..], limit - out.len(), limit)?.ok_or(
+            VcdiffError::Truncated {
+                what: "last window",
+            },
+        )?;
         // All earlier output is at hand, so VCD_TARGET may reach back to its very start.
         state.decode_window(&window, source, &mut out, 0)?;
         pos += window.encoded_len;
+    }
+    if state.windows_decoded == 0 {
+        return Err(NO_WINDOW);
     }
     Ok(out)
 }
@@ -82,9 +99,15 @@ impl<'s> Decoder<'s> {
         if self.failed {
             Err(VcdiffError::Poisoned)
         } else if !self.header_done {
-            Err(VcdiffError::Truncated { what: "file header" })
+            Err(VcdiffError::Truncated {
+                what: "file header",
+            })
         } else if !self.pending.is_empty() {
-            Err(VcdiffError::Truncated { what: "last window" })
+            Err(VcdiffError::Truncated {
+                what: "last window",
+            })
+        } else if self.state.windows_decoded == 0 {
+            Err(NO_WINDOW)
         } else {
             Ok(())
         }
@@ -102,9 +125,18 @@ impl<'s> Decoder<'s> {
                 None => return Ok(emitted),
             }
         }
-        while let Some(window) = parse_window(&self.pending[consumed..], self.limit - self.produced, self.limit)? {
+        while let Some(window) = parse_window(
+            &self.pending[consumed..],
+            self.limit - self.produced,
+            self.limit,
+        )? {
             let window_start = self.history.len();
-            self.state.decode_window(&window, self.source, &mut self.history, self.history_start)?;
+            self.state.decode_window(
+                &window,
+                self.source,
+                &mut self.history,
+                self.history_start,
+            )?;
             emitted.extend_from_slice(&self.history[window_start..]);
             self.produced += self.history.len() - window_start;
             consumed += window.encoded_len;
@@ -128,12 +160,21 @@ struct WindowState {
 
 impl WindowState {
     fn new() -> Self {
-        Self { cache: AddressCache::new(), windows_decoded: 0 }
+        Self {
+            cache: AddressCache::new(),
+            windows_decoded: 0,
+        }
     }
 
     /// Appends the window's target bytes to `out`, whose existing bytes are earlier output
     /// starting at absolute target offset `out_start`. On error `out` holds garbage.
-    fn decode_window(&mut self, window: &Window, source: &[u8], out: &mut Vec<u8>, out_start: u64) -> Result<(), VcdiffError> {
+    fn decode_window(
+        &mut self,
+        window: &Window,
+        source: &[u8],
+        out: &mut Vec<u8>,
+        out_start: u64,
+    ) -> Result<(), VcdiffError> {
         let index = self.windows_decoded;
         self.windows_decoded += 1;
         let earlier_target;
@@ -142,7 +183,9 @@ impl WindowState {
             Some(seg) => {
                 let (origin, available, base, start) = match seg.origin {
                     SegmentOrigin::Source => ("source", source, 0, 0),
-                    SegmentOrigin::EarlierTarget => ("earlier target output", &out[..], out_start, out_start),
+                    SegmentOrigin::EarlierTarget => {
+                        ("earlier target output", &out[..], out_start, out_start)
+                    }
                 };
                 let out_of_range = || VcdiffError::SegmentOutOfRange {
                     origin,
@@ -167,7 +210,8 @@ impl WindowState {
         };
 
         let window_start = out.len();
-        out.reserve(window.target_len);
+        // The declared size is within the limit but may be a lie; let a huge window grow.
+        out.reserve(window.target_len.min(MAX_RESERVE));
         self.cache.reset();
         let mut data = Reader::new(window.data, "data section");
         let mut instructions = Reader::new(window.instructions, "instruction section");
@@ -188,7 +232,9 @@ impl WindowState {
                 };
                 let produced = out.len() - window_start;
                 if size > window.target_len - produced {
-                    return Err(VcdiffError::BadInstruction("instruction overruns the target window size"));
+                    return Err(VcdiffError::BadInstruction(
+                        "instruction overruns the target window size",
+                    ));
                 }
                 match half.kind {
                     InstKind::Add => out.extend_from_slice(data.take(size).map_err(overrun)?),
@@ -198,7 +244,10 @@ impl WindowState {
                     }
                     InstKind::Copy => {
                         let here = (segment.len() + produced) as u64;
-                        let address = self.cache.decode(half.mode, here, &mut addresses).map_err(overrun)?;
+                        let address = self
+                            .cache
+                            .decode(half.mode, here, &mut addresses)
+                            .map_err(overrun)?;
                         copy_from_superstring(segment, out, window_start, address as usize, size);
                     }
                     InstKind::Noop => unreachable!(),
@@ -210,16 +259,28 @@ impl WindowState {
         for (what, declared, actual) in [
             ("target window", window.target_len, produced),
             ("data section", window.data.len(), data.position()),
-            ("address section", window.addresses.len(), addresses.position()),
+            (
+                "address section",
+                window.addresses.len(),
+                addresses.position(),
+            ),
         ] {
             if declared != actual {
-                return Err(VcdiffError::SizeMismatch { what, declared: declared as u64, actual: actual as u64 });
+                return Err(VcdiffError::SizeMismatch {
+                    what,
+                    declared: declared as u64,
+                    actual: actual as u64,
+                });
             }
         }
         if let Some(expected) = window.adler32 {
             let actual = adler32(&out[window_start..]);
             if actual != expected {
-                return Err(VcdiffError::ChecksumMismatch { window: index, expected, actual });
+                return Err(VcdiffError::ChecksumMismatch {
+                    window: index,
+                    expected,
+                    actual,
+                });
             }
         }
         Ok(())
@@ -229,7 +290,13 @@ impl WindowState {
 /// COPY from U = segment ++ target window (RFC 3284 §3). `address` precedes the current
 /// position, so every byte read exists by the time it is read; a copy may run from the
 /// segment into the window, and overlap its own output (which repeats a period).
-fn copy_from_superstring(segment: &[u8], out: &mut Vec<u8>, window_start: usize, mut address: usize, mut size: usize) {
+fn copy_from_superstring(
+    segment: &[u8],
+    out: &mut Vec<u8>,
+    window_start: usize,
+    mut address: usize,
+    mut size: usize,
+) {
     if address < segment.len() {
         let n = size.min(segment.len() - address);
         out.extend_from_slice(&segment[address..address + n]);

@@ -16,14 +16,17 @@ const MIN_WINDOW_SIZE: usize = 4 << 10;
 const SEGMENT_WINDOWS: usize = 2;
 /// A RUN (opcode, size, one data byte) beats a COPY for a repeated byte at least this long.
 const MIN_RUN: usize = 8;
+/// Window positions covered by a COPY or RUN are indexed this sparsely.
+const COVERED_INDEX_STEP: usize = 4;
 /// A COPY must save at least this many bytes: splitting a literal run costs another ADD.
 const MIN_GAIN: isize = 2;
 
 /// Encoder settings. The defaults suit web responses of up to a few MiB.
 #[derive(Clone, Debug)]
 pub struct EncodeOptions {
-    /// Target bytes per window, clamped to 4 KiB ..= 16 MiB. Memory use is about
-    /// 4 bytes per window byte plus 4 bytes per source segment byte (twice the window).
+    /// Target bytes per window, clamped to 4 KiB ..= 16 MiB. The index takes about 4 bytes
+    /// per window byte plus 5 per source segment byte (the segment is the whole source, or
+    /// twice the window when the source is larger).
     pub window_size: usize,
     /// Whether COPY may read earlier bytes of the target window itself (repeats within the
     /// new version); without it only the source is matched.
@@ -38,7 +41,12 @@ pub struct EncodeOptions {
 
 impl Default for EncodeOptions {
     fn default() -> Self {
-        Self { window_size: 4 << 20, target_copies: true, effort: 6, checksum: false }
+        Self {
+            window_size: 4 << 20,
+            target_copies: true,
+            effort: 5,
+            checksum: false,
+        }
     }
 }
 
@@ -50,7 +58,13 @@ impl EncodeOptions {
         // Deferring a match by one byte to see whether the next one is better costs a search
         // per match; worth it from moderate effort on.
         let lazy = effort >= 3;
-        (SearchLimits { max_chain, good_enough }, lazy)
+        (
+            SearchLimits {
+                max_chain,
+                good_enough,
+            },
+            lazy,
+        )
     }
 }
 
@@ -77,15 +91,23 @@ pub fn encode_with(source: &[u8], target: &[u8], options: &EncodeOptions) -> Vec
         let window_pos = index * window_size;
         let window = &target[window_pos..(window_pos + window_size).min(target.len())];
         let segment_range = choose_segment(source.len(), window_pos, window_size, alignment);
-        if indexed_segment.as_ref().is_none_or(|(range, _)| *range != segment_range) {
-            indexed_segment = Some((segment_range.clone(), SourceIndex::build(&source[segment_range.clone()])));
+        if indexed_segment
+            .as_ref()
+            .is_none_or(|(range, _)| *range != segment_range)
+        {
+            indexed_segment = Some((
+                segment_range.clone(),
+                SourceIndex::build(&source[segment_range.clone()]),
+            ));
         }
         let segment_index = &indexed_segment.as_ref().expect("just indexed").1;
         let mut encoder = WindowEncoder {
             segment: &source[segment_range.clone()],
             segment_index,
             window,
-            window_chains: options.target_copies.then(|| ShortChains::new(window.len())),
+            window_chains: options
+                .target_copies
+                .then(|| ShortChains::new(window.len())),
             writer: &mut writer,
             limits,
             lazy,
@@ -95,7 +117,8 @@ pub fn encode_with(source: &[u8], target: &[u8], options: &EncodeOptions) -> Vec
         };
         encoder.encode();
         alignment = segment_range.start as isize + encoder.source_offset - window_pos as isize;
-        let segment = (!segment_range.is_empty()).then(|| (segment_range.start as u64, segment_range.len() as u64));
+        let segment = (!segment_range.is_empty())
+            .then(|| (segment_range.start as u64, segment_range.len() as u64));
         let checksum = options.checksum.then(|| adler32(window));
         writer.finish_window(&mut out, segment, window.len(), checksum);
     }
@@ -104,13 +127,19 @@ pub fn encode_with(source: &[u8], target: &[u8], options: &EncodeOptions) -> Vec
 
 /// The part of the source a window at `window_pos` is matched against: all of it when it
 /// fits, else a slice centred on where `alignment` says the window's content sits.
-fn choose_segment(source_len: usize, window_pos: usize, window_size: usize, alignment: isize) -> Range<usize> {
+fn choose_segment(
+    source_len: usize,
+    window_pos: usize,
+    window_size: usize,
+    alignment: isize,
+) -> Range<usize> {
     let segment_len = window_size * SEGMENT_WINDOWS;
     if source_len <= segment_len {
         return 0..source_len;
     }
     let expected = window_pos as isize + alignment;
-    let start = (expected - ((segment_len - window_size) / 2) as isize).clamp(0, (source_len - segment_len) as isize);
+    let start = (expected - ((segment_len - window_size) / 2) as isize)
+        .clamp(0, (source_len - segment_len) as isize);
     start as usize..start as usize + segment_len
 }
 
@@ -147,7 +176,7 @@ impl WindowEncoder<'_> {
                     self.flush_literals(literal_start, pos);
                     self.writer.run(window[pos], run);
                     pos += run;
-                    self.skip_indexing_until(pos);
+                    self.index_covered_until(pos);
                     literal_start = pos;
                     continue;
                 }
@@ -192,7 +221,9 @@ impl WindowEncoder<'_> {
         let aligned = usize::try_from(pos as isize + self.source_offset).ok();
         let hints = aligned.into_iter().chain(self.last_source_end);
         space
-            .best_match(pos, hints, self.limits, |address| writer.address_cost(address, here))
+            .best_match(pos, hints, self.limits, |address| {
+                writer.address_cost(address, here)
+            })
             .filter(|m| m.gain >= MIN_GAIN)
     }
 
@@ -200,8 +231,15 @@ impl WindowEncoder<'_> {
     /// literals (the bounded chain walk can miss a match's true start), and returns the
     /// position after it.
     fn emit_copy(&mut self, literal_start: usize, mut pos: usize, mut m: Match) -> usize {
-        let lowest_address = if m.address >= self.segment.len() { self.segment.len() } else { 0 };
-        while pos > literal_start && m.address > lowest_address && self.byte_at(m.address - 1) == self.window[pos - 1] {
+        let lowest_address = if m.address >= self.segment.len() {
+            self.segment.len()
+        } else {
+            0
+        };
+        while pos > literal_start
+            && m.address > lowest_address
+            && self.byte_at(m.address - 1) == self.window[pos - 1]
+        {
             pos -= 1;
             m.address -= 1;
             m.len += 1;
@@ -213,7 +251,7 @@ impl WindowEncoder<'_> {
             self.last_source_end = Some(m.address + m.len);
         }
         let end = pos + m.len;
-        self.skip_indexing_until(end);
+        self.index_covered_until(end);
         end
     }
 
@@ -227,10 +265,16 @@ impl WindowEncoder<'_> {
         self.indexed = self.indexed.max(end);
     }
 
-    /// Leaves window positions below `end` out of the index: they are covered by a COPY or
-    /// RUN, so their content is already findable where it was copied from (and indexing
-    /// every byte of a large unchanged region is what would dominate the encoding time).
-    fn skip_indexing_until(&mut self, end: usize) {
+    /// Indexes window positions below `end` sparsely: they are covered by a COPY or RUN, so
+    /// a later repeat of them is usually findable where they were copied from, and indexing
+    /// every byte of a large unchanged region would dominate the encoding time. The sampled
+    /// positions still catch long repeats, which backward extension then completes.
+    fn index_covered_until(&mut self, end: usize) {
+        if let Some(chains) = self.window_chains.as_mut() {
+            for pos in (self.indexed..end).step_by(COVERED_INDEX_STEP) {
+                chains.insert(self.window, pos);
+            }
+        }
         self.indexed = self.indexed.max(end);
     }
 

@@ -10,7 +10,9 @@ pub enum VcdiffError {
     BadMagic,
     #[error("unsupported VCDIFF version {0:#04x} (only RFC 3284 version 0 is supported)")]
     UnsupportedVersion(u8),
-    #[error("unsupported secondary compressor id {0} (VCD_DECOMPRESS); encode with `xdelta3 -S none`")]
+    #[error(
+        "unsupported secondary compressor id {0} (VCD_DECOMPRESS); encode with `xdelta3 -S none`"
+    )]
     UnsupportedSecondaryCompressor(u8),
     #[error("application-defined code tables (VCD_CODETABLE) are not supported")]
     UnsupportedCodeTable,
@@ -30,16 +32,33 @@ pub enum VcdiffError {
     BadInteger { what: &'static str },
     #[error("{what} is implausibly large ({len} bytes)")]
     OversizedField { what: &'static str, len: u64 },
-    #[error("window segment {position}+{length} lies outside the {available} bytes of its {origin}")]
-    SegmentOutOfRange { origin: &'static str, position: u64, length: u64, available: u64 },
+    #[error(
+        "window segment {position}+{length} lies outside the {available} bytes of its {origin}"
+    )]
+    SegmentOutOfRange {
+        origin: &'static str,
+        position: u64,
+        length: u64,
+        available: u64,
+    },
     #[error("COPY address {address} out of range (only {here} bytes precede it)")]
     AddressOutOfRange { address: u64, here: u64 },
     #[error("bad instruction: {0}")]
     BadInstruction(&'static str),
     #[error("size mismatch in the {what}: declared {declared}, actual {actual}")]
-    SizeMismatch { what: &'static str, declared: u64, actual: u64 },
-    #[error("Adler-32 mismatch in window {window}: delta says {expected:08x}, decoded {actual:08x}")]
-    ChecksumMismatch { window: u64, expected: u32, actual: u32 },
+    SizeMismatch {
+        what: &'static str,
+        declared: u64,
+        actual: u64,
+    },
+    #[error(
+        "Adler-32 mismatch in window {window}: delta says {expected:08x}, decoded {actual:08x}"
+    )]
+    ChecksumMismatch {
+        window: u64,
+        expected: u32,
+        actual: u32,
+    },
     #[error("decoded output would exceed the limit of {limit} bytes")]
     LimitExceeded { limit: usize },
     #[error("decoder already failed; it cannot accept more input")]

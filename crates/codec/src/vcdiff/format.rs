@@ -94,7 +94,10 @@ fn parse_file_header_fields(r: &mut Reader) -> Result<(), VcdiffError> {
     if indicator & HDR_APPHEADER != 0 {
         let len = r.varint()?;
         if len > MAX_APP_HEADER {
-            return Err(VcdiffError::OversizedField { what: "application header", len });
+            return Err(VcdiffError::OversizedField {
+                what: "application header",
+                len,
+            });
         }
         r.take(len as usize)?;
     }
@@ -121,7 +124,10 @@ pub(crate) fn write_window(
     let delta_len = varint_len(target_len as u64)
         + 1
         + if adler32.is_some() { 4 } else { 0 }
-        + sections.iter().map(|s| varint_len(s.len() as u64) + s.len()).sum::<usize>();
+        + sections
+            .iter()
+            .map(|s| varint_len(s.len() as u64) + s.len())
+            .sum::<usize>();
     write_varint(out, delta_len as u64);
     write_varint(out, target_len as u64);
     out.push(0); // Delta indicator: no section is compressed.
@@ -139,7 +145,11 @@ pub(crate) fn write_window(
 /// Parses the window at the start of `buf`, or `Ok(None)` if `buf` holds only part of it.
 /// A declared target size over `output_budget` fails as soon as it is read, before the rest
 /// of the window is buffered.
-pub(crate) fn parse_window(buf: &[u8], output_budget: usize, limit: usize) -> Result<Option<Window<'_>>, VcdiffError> {
+pub(crate) fn parse_window(
+    buf: &[u8],
+    output_budget: usize,
+    limit: usize,
+) -> Result<Option<Window<'_>>, VcdiffError> {
     let mut r = Reader::new(buf, "window header");
     let framing = match parse_window_framing(&mut r) {
         Ok(framing) => framing,
@@ -182,12 +192,21 @@ fn parse_window_framing(r: &mut Reader) -> Result<Framing, VcdiffError> {
         Some(origin) => {
             let length = r.varint()?;
             let position = r.varint()?;
-            Some(Segment { origin, position, length })
+            Some(Segment {
+                origin,
+                position,
+                length,
+            })
         }
         None => None,
     };
     let delta_len = r.size()?;
-    Ok(Framing { indicator, segment, body_start: r.position(), delta_len })
+    Ok(Framing {
+        indicator,
+        segment,
+        body_start: r.position(),
+        delta_len,
+    })
 }
 
 fn parse_delta_encoding<'a>(
@@ -201,8 +220,15 @@ fn parse_delta_encoding<'a>(
     if target_len > output_budget as u64 {
         return Err(VcdiffError::LimitExceeded { limit });
     }
-    if framing.delta_len as u64 > target_len.saturating_mul(MAX_DELTA_BYTES_PER_TARGET_BYTE).saturating_add(MAX_WINDOW_OVERHEAD) {
-        return Err(VcdiffError::OversizedField { what: "window delta encoding", len: framing.delta_len as u64 });
+    if framing.delta_len as u64
+        > target_len
+            .saturating_mul(MAX_DELTA_BYTES_PER_TARGET_BYTE)
+            .saturating_add(MAX_WINDOW_OVERHEAD)
+    {
+        return Err(VcdiffError::OversizedField {
+            what: "window delta encoding",
+            len: framing.delta_len as u64,
+        });
     }
     let delta_indicator = r.byte()?;
     if delta_indicator != 0 {
@@ -220,7 +246,11 @@ fn parse_delta_encoding<'a>(
     let declared = data_len.saturating_add(inst_len).saturating_add(addr_len);
     let actual = (framing.delta_len - r.position()) as u64;
     if declared != actual {
-        return Err(VcdiffError::SizeMismatch { what: "window's section lengths", declared, actual });
+        return Err(VcdiffError::SizeMismatch {
+            what: "window's section lengths",
+            declared,
+            actual,
+        });
     }
     // Each length is at most `actual`, which came from a usize.
     Ok(Window {

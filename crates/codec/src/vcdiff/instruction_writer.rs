@@ -25,23 +25,43 @@ pub(crate) struct InstructionWriter {
 
 impl InstructionWriter {
     pub(crate) fn new() -> Self {
-        Self { data: Vec::new(), instructions: Vec::new(), addresses: Vec::new(), cache: AddressCache::new(), held: None }
+        Self {
+            data: Vec::new(),
+            instructions: Vec::new(),
+            addresses: Vec::new(),
+            cache: AddressCache::new(),
+            held: None,
+        }
     }
 
     pub(crate) fn add(&mut self, bytes: &[u8]) {
         self.data.extend_from_slice(bytes);
-        self.push(Instruction { kind: InstKind::Add, size: bytes.len(), mode: 0 });
+        self.push(Instruction {
+            kind: InstKind::Add,
+            size: bytes.len(),
+            mode: 0,
+        });
     }
 
     pub(crate) fn run(&mut self, byte: u8, size: usize) {
         self.data.push(byte);
-        self.push(Instruction { kind: InstKind::Run, size, mode: 0 });
+        self.push(Instruction {
+            kind: InstKind::Run,
+            size,
+            mode: 0,
+        });
     }
 
     /// COPY `size` bytes from superstring `address` while the window position is `here`.
     pub(crate) fn copy(&mut self, address: usize, here: usize, size: usize) {
-        let encoded = self.cache.encode(address as u64, here as u64, &mut self.addresses);
-        self.push(Instruction { kind: InstKind::Copy, size, mode: encoded.mode });
+        let encoded = self
+            .cache
+            .encode(address as u64, here as u64, &mut self.addresses);
+        self.push(Instruction {
+            kind: InstKind::Copy,
+            size,
+            mode: encoded.mode,
+        });
     }
 
     /// Address-section bytes a COPY from `address` would cost right now.
@@ -50,11 +70,23 @@ impl InstructionWriter {
     }
 
     /// Writes the finished window to `out` and starts a fresh one.
-    pub(crate) fn finish_window(&mut self, out: &mut Vec<u8>, source_segment: Option<(u64, u64)>, target_len: usize, adler32: Option<u32>) {
+    pub(crate) fn finish_window(
+        &mut self,
+        out: &mut Vec<u8>,
+        source_segment: Option<(u64, u64)>,
+        target_len: usize,
+        adler32: Option<u32>,
+    ) {
         if let Some(held) = self.held.take() {
             self.write_single(held);
         }
-        write_window(out, source_segment, target_len, adler32, [&self.data, &self.instructions, &self.addresses]);
+        write_window(
+            out,
+            source_segment,
+            target_len,
+            adler32,
+            [&self.data, &self.instructions, &self.addresses],
+        );
         self.data.clear();
         self.instructions.clear();
         self.addresses.clear();

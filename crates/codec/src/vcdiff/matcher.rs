@@ -15,26 +15,38 @@ const NO_POSITION: u32 = u32::MAX;
 const MIN_HASH_BITS: u32 = 8;
 const MAX_HASH_BITS: u32 = 20;
 
-/// Every position of `bytes` indexed by the hash of its first `KEY` bytes; a chain lists
+/// Positions of `bytes` indexed by the hash of their first `KEY` bytes; a chain lists
 /// positions newest first. Positions are `u32` because windows and segments are capped well
-/// below 4 GiB.
+/// below 4 GiB. Only multiples of `step` can be indexed, which shrinks `prev` by `step`.
 pub(crate) struct HashChains<const KEY: usize> {
     head: Vec<u32>,
     prev: Vec<u32>,
     shift: u32,
+    step: usize,
 }
 
 pub(crate) type ShortChains = HashChains<MIN_MATCH>;
 
 impl<const KEY: usize> HashChains<KEY> {
+    /// An empty index for `len` bytes, to be filled position by position.
     pub(crate) fn new(len: usize) -> Self {
-        let bits = (usize::BITS - len.leading_zeros()).clamp(MIN_HASH_BITS, MAX_HASH_BITS);
-        Self { head: vec![NO_POSITION; 1 << bits], prev: vec![NO_POSITION; len], shift: 32 - bits }
+        Self::with_step(len, 1)
+    }
+
+    fn with_step(len: usize, step: usize) -> Self {
+        let positions = len.div_ceil(step);
+        let bits = (usize::BITS - positions.leading_zeros()).clamp(MIN_HASH_BITS, MAX_HASH_BITS);
+        Self {
+            head: vec![NO_POSITION; 1 << bits],
+            prev: vec![NO_POSITION; positions],
+            shift: 32 - bits,
+            step,
+        }
     }
 
     /// Indexes every `step`-th position of `bytes` at once.
     fn build(bytes: &[u8], step: usize) -> Self {
-        let mut chains = Self::new(bytes.len());
+        let mut chains = Self::with_step(bytes.len(), step);
         for pos in (0..bytes.len().saturating_sub(KEY - 1)).step_by(step) {
             chains.insert(bytes, pos);
         }
@@ -45,7 +57,8 @@ impl<const KEY: usize> HashChains<KEY> {
     fn hash(&self, bytes: &[u8]) -> usize {
         let mut h = 0u32;
         for word in bytes[..KEY].chunks_exact(4) {
-            h = (h ^ u32::from_le_bytes([word[0], word[1], word[2], word[3]])).wrapping_mul(0x9E37_79B1);
+            h = (h ^ u32::from_le_bytes([word[0], word[1], word[2], word[3]]))
+                .wrapping_mul(0x9E37_79B1);
         }
         (h >> self.shift) as usize
     }
@@ -54,16 +67,20 @@ impl<const KEY: usize> HashChains<KEY> {
     pub(crate) fn insert(&mut self, bytes: &[u8], pos: usize) {
         if pos + KEY <= bytes.len() {
             let h = self.hash(&bytes[pos..]);
-            self.prev[pos] = self.head[h];
+            self.prev[pos / self.step] = self.head[h];
             self.head[h] = pos as u32;
         }
     }
 
     /// Positions whose first bytes may equal `key[..KEY]`, newest first.
     fn chain<'a>(&'a self, key: &[u8]) -> impl Iterator<Item = usize> + 'a {
-        let first = if key.len() >= KEY { self.head[self.hash(key)] } else { NO_POSITION };
+        let first = if key.len() >= KEY {
+            self.head[self.hash(key)]
+        } else {
+            NO_POSITION
+        };
         std::iter::successors((first != NO_POSITION).then_some(first), move |&p| {
-            let next = self.prev[p as usize];
+            let next = self.prev[p as usize / self.step];
             (next != NO_POSITION).then_some(next)
         })
         .map(|p| p as usize)
@@ -78,7 +95,10 @@ pub(crate) struct SourceIndex {
 
 impl SourceIndex {
     pub(crate) fn build(segment: &[u8]) -> Self {
-        Self { short: HashChains::build(segment, 1), long: HashChains::build(segment, LONG_STEP) }
+        Self {
+            short: HashChains::build(segment, 1),
+            long: HashChains::build(segment, LONG_STEP),
+        }
     }
 }
 
@@ -157,7 +177,8 @@ impl SearchSpace<'_> {
                 // from `candidate` onwards: those are the bytes the decoder will read.
                 if could_match_best(best, self.window, candidate, key) {
                     let len = common_prefix_len(&self.window[candidate..], key);
-                    if len >= MIN_MATCH && consider(&mut best, self.segment.len() + candidate, len) {
+                    if len >= MIN_MATCH && consider(&mut best, self.segment.len() + candidate, len)
+                    {
                         return best;
                     }
                 }
@@ -171,7 +192,11 @@ impl SearchSpace<'_> {
 fn copy_gain(len: usize, address_cost: usize) -> isize {
     const OPCODE: usize = 1;
     const LARGEST_IMPLICIT_COPY_SIZE: usize = 18;
-    let size_cost = if len > LARGEST_IMPLICIT_COPY_SIZE { super::varint::varint_len(len as u64) } else { 0 };
+    let size_cost = if len > LARGEST_IMPLICIT_COPY_SIZE {
+        super::varint::varint_len(len as u64)
+    } else {
+        0
+    };
     len as isize - (OPCODE + address_cost + size_cost) as isize
 }
 
@@ -221,18 +246,41 @@ mod tests {
         let window = b"quick brown: quick brown";
         let segment_index = SourceIndex::build(segment);
         let mut window_chains = ShortChains::new(window.len());
-        let limits = SearchLimits { max_chain: 16, good_enough: 1000 };
-        let space = SearchSpace { segment, segment_index: &segment_index, window, window_chains: Some(&window_chains) };
-        let m = space.best_match(0, std::iter::empty(), limits, |_| 1).unwrap();
+        let limits = SearchLimits {
+            max_chain: 16,
+            good_enough: 1000,
+        };
+        let space = SearchSpace {
+            segment,
+            segment_index: &segment_index,
+            window,
+            window_chains: Some(&window_chains),
+        };
+        let m = space
+            .best_match(0, std::iter::empty(), limits, |_| 1)
+            .unwrap();
         assert_eq!((m.address, m.len), (4, 11));
         // Only positions before the search position are indexed.
         for p in 0..13 {
             window_chains.insert(window, p);
         }
-        let space = SearchSpace { segment, segment_index: &segment_index, window, window_chains: Some(&window_chains) };
+        let space = SearchSpace {
+            segment,
+            segment_index: &segment_index,
+            window,
+            window_chains: Some(&window_chains),
+        };
         // At 13 the source match is 11 bytes ("quick brown") and so is the self-copy; the
         // cheaper address wins.
-        let m = space.best_match(13, std::iter::empty(), limits, |a| if a >= segment.len() { 1 } else { 3 }).unwrap();
+        let m = space
+            .best_match(13, std::iter::empty(), limits, |a| {
+                if a >= segment.len() {
+                    1
+                } else {
+                    3
+                }
+            })
+            .unwrap();
         assert_eq!((m.address, m.len), (segment.len(), 11));
     }
 }

@@ -31,7 +31,11 @@ pub(crate) struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     pub(crate) fn new(bytes: &'a [u8], what: &'static str) -> Self {
-        Self { bytes, pos: 0, what }
+        Self {
+            bytes,
+            pos: 0,
+            what,
+        }
     }
 
     pub(crate) fn position(&self) -> usize {
@@ -116,12 +120,21 @@ mod tests {
 
     #[test]
     fn rejects_overlong_and_overflowing() {
-        assert!(matches!(Reader::new(&[0x80; 11], "t").varint(), Err(VcdiffError::BadInteger { .. })));
+        assert!(matches!(
+            Reader::new(&[0x80; 11], "t").varint(),
+            Err(VcdiffError::BadInteger { .. })
+        ));
         // 2^64 does not fit.
         let mut too_big = vec![0x82];
         too_big.extend([0x80; 8]);
         too_big.push(0x00);
-        assert!(matches!(Reader::new(&too_big, "t").varint(), Err(VcdiffError::BadInteger { .. })));
-        assert!(matches!(Reader::new(&[0x81], "t").varint(), Err(VcdiffError::Truncated { .. })));
+        assert!(matches!(
+            Reader::new(&too_big, "t").varint(),
+            Err(VcdiffError::BadInteger { .. })
+        ));
+        assert!(matches!(
+            Reader::new(&[0x81], "t").varint(),
+            Err(VcdiffError::Truncated { .. })
+        ));
     }
 }
