@@ -21,9 +21,12 @@ pub mod accept_encoding;
 pub mod cache_control;
 pub mod caching;
 pub mod conditional;
+pub mod delta;
+pub mod dictionary;
 mod fields;
 pub mod hop_by_hop;
 pub mod range;
+pub mod url_pattern;
 pub mod vary;
 
 pub use accept_encoding::AcceptEncoding;
