@@ -70,10 +70,19 @@ fn bombs_stop_at_the_limit_without_allocating_the_expansion() {
 
         let before = LIVE.load(Ordering::Relaxed);
         PEAK.store(before, Ordering::Relaxed);
-        assert_eq!(decompress(coding, &bomb, LIMIT), Err(DecodeError::TooLarge { limit: LIMIT }));
+        assert_eq!(
+            decompress(coding, &bomb, LIMIT),
+            Err(DecodeError::TooLarge { limit: LIMIT })
+        );
         let extra = PEAK.load(Ordering::Relaxed) - before;
-        assert!(extra < STATE_ALLOWANCE, "{coding:?}: peak of {extra} bytes above baseline");
-        eprintln!("{coding:?}: {} bytes of bomb, peak {extra} bytes above baseline", bomb.len());
+        assert!(
+            extra < STATE_ALLOWANCE,
+            "{coding:?}: peak of {extra} bytes above baseline"
+        );
+        eprintln!(
+            "{coding:?}: {} bytes of bomb, peak {extra} bytes above baseline",
+            bomb.len()
+        );
 
         // Streaming: the error comes while only the start of the input has been fed.
         let mut dec = Decoder::new(coding, LIMIT);
@@ -83,6 +92,10 @@ fn bombs_stop_at_the_limit_without_allocating_the_expansion() {
             .position(|chunk| dec.write(chunk).is_err())
             .map(|pieces| (pieces + 1) * piece)
             .unwrap_or_else(|| panic!("{coding:?}: the whole bomb was accepted"));
-        assert!(fed <= bomb.len() / 4, "{coding:?}: failed only after {fed} of {} bytes", bomb.len());
+        assert!(
+            fed <= bomb.len() / 4,
+            "{coding:?}: failed only after {fed} of {} bytes",
+            bomb.len()
+        );
     }
 }

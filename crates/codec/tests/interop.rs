@@ -36,7 +36,10 @@ fn reference_tools_decode_our_one_shot_output() {
     for coding in ContentCoding::ALL {
         for level in [*coding.levels().start(), 6, *coding.levels().end()] {
             let packed = compress(coding, level, &page);
-            assert!(reference_decode(coding, &packed) == page, "{coding:?} level {level}");
+            assert!(
+                reference_decode(coding, &packed) == page,
+                "{coding:?} level {level}"
+            );
         }
     }
 }
@@ -61,6 +64,9 @@ fn we_decode_the_reference_tools_output() {
     let page = corpus_html();
     for coding in ContentCoding::ALL {
         let packed = reference_encode(coding, &page);
-        assert!(decompress(coding, &packed, page.len()).unwrap() == page, "{coding:?}");
+        assert!(
+            decompress(coding, &packed, page.len()).unwrap() == page,
+            "{coding:?}"
+        );
     }
 }

@@ -18,7 +18,9 @@ fn every_proper_prefix_is_truncated() {
         for cut in 0..packed.len() {
             assert_eq!(
                 decompress(coding, &packed[..cut], usize::MAX),
-                Err(DecodeError::Truncated { coding: coding.token() }),
+                Err(DecodeError::Truncated {
+                    coding: coding.token()
+                }),
                 "{coding:?} cut at {cut} of {}",
                 packed.len()
             );
@@ -34,8 +36,16 @@ fn truncation_is_reported_at_finish_of_a_streaming_decoder() {
         let mut dec = Decoder::new(coding, usize::MAX);
         dec.write(&packed[..packed.len() - 1]).unwrap();
         let partial = dec.take_output();
-        assert!(data.starts_with(&partial), "{coding:?}: partial output is a prefix");
-        assert_eq!(dec.finish(), Err(DecodeError::Truncated { coding: coding.token() }));
+        assert!(
+            data.starts_with(&partial),
+            "{coding:?}: partial output is a prefix"
+        );
+        assert_eq!(
+            dec.finish(),
+            Err(DecodeError::Truncated {
+                coding: coding.token()
+            })
+        );
     }
 }
 
@@ -63,7 +73,10 @@ fn trailing_garbage_in_a_later_write_is_corrupt() {
         let mut dec = Decoder::new(coding, usize::MAX);
         dec.write(&packed).unwrap();
         let garbage = dec.write(b"\x00\x01garbage");
-        assert!(matches!(garbage, Err(DecodeError::Corrupt { .. })), "{coding:?}: {garbage:?}");
+        assert!(
+            matches!(garbage, Err(DecodeError::Corrupt { .. })),
+            "{coding:?}: {garbage:?}"
+        );
     }
 }
 
@@ -72,7 +85,10 @@ fn gzip_members_and_zstd_frames_concatenate() {
     for coding in [ContentCoding::Gzip, ContentCoding::Zstd] {
         let mut packed = compress(coding, 6, b"first part, ");
         packed.extend(compress(coding, 6, b"second part"));
-        assert_eq!(decompress(coding, &packed, 1024).unwrap(), b"first part, second part");
+        assert_eq!(
+            decompress(coding, &packed, 1024).unwrap(),
+            b"first part, second part"
+        );
     }
 }
 
@@ -81,7 +97,9 @@ fn empty_body_is_truncated() {
     for coding in CODINGS {
         assert_eq!(
             decompress(coding, b"", 1024),
-            Err(DecodeError::Truncated { coding: coding.token() })
+            Err(DecodeError::Truncated {
+                coding: coding.token()
+            })
         );
     }
 }
@@ -91,7 +109,10 @@ fn wrong_format_is_corrupt() {
     let page = corpus_html();
     for coding in CODINGS {
         let result = decompress(coding, &page, usize::MAX);
-        assert!(matches!(result, Err(DecodeError::Corrupt { .. })), "{coding:?}: {result:?}");
+        assert!(
+            matches!(result, Err(DecodeError::Corrupt { .. })),
+            "{coding:?}: {result:?}"
+        );
     }
 }
 
@@ -143,8 +164,13 @@ fn gzip_header_fields_are_skipped_and_checked() {
 fn errors_are_sticky() {
     for coding in CODINGS {
         let mut dec = Decoder::new(coding, usize::MAX);
-        let first = dec.write(b"this is not compressed data at all").unwrap_err();
-        assert_eq!(dec.write(&compress(coding, 6, b"valid")), Err(first.clone()));
+        let first = dec
+            .write(b"this is not compressed data at all")
+            .unwrap_err();
+        assert_eq!(
+            dec.write(&compress(coding, 6, b"valid")),
+            Err(first.clone())
+        );
         assert_eq!(dec.finish(), Err(first));
     }
 }

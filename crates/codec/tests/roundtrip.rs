@@ -2,8 +2,8 @@
 
 mod common;
 
-use wirefold_codec::{compress, decompress, ContentCoding, DecodeError, Decoder, Encoder};
 use common::{corpus_html, CODINGS};
+use wirefold_codec::{compress, decompress, ContentCoding, DecodeError, Decoder, Encoder};
 
 /// Encodes with the streaming encoder, writing `chunk` bytes at a time.
 fn encode_streaming(coding: ContentCoding, level: u32, data: &[u8], chunk: usize) -> Vec<u8> {
@@ -18,7 +18,11 @@ fn encode_streaming(coding: ContentCoding, level: u32, data: &[u8], chunk: usize
 }
 
 /// Decodes with the streaming decoder, writing `chunk` bytes at a time.
-fn decode_streaming(coding: ContentCoding, data: &[u8], chunk: usize) -> Result<Vec<u8>, DecodeError> {
+fn decode_streaming(
+    coding: ContentCoding,
+    data: &[u8],
+    chunk: usize,
+) -> Result<Vec<u8>, DecodeError> {
     let mut dec = Decoder::new(coding, usize::MAX);
     let mut out = Vec::new();
     for piece in data.chunks(chunk) {
@@ -35,8 +39,16 @@ fn one_shot_round_trip_at_every_edge_level() {
     for coding in CODINGS {
         for level in [*coding.levels().start(), 5, *coding.levels().end()] {
             let packed = compress(coding, level, &page);
-            assert!(packed.len() < page.len() / 2, "{coding:?} {level}: {} bytes", packed.len());
-            assert_eq!(decompress(coding, &packed, page.len()).unwrap(), page, "{coding:?} {level}");
+            assert!(
+                packed.len() < page.len() / 2,
+                "{coding:?} {level}: {} bytes",
+                packed.len()
+            );
+            assert_eq!(
+                decompress(coding, &packed, page.len()).unwrap(),
+                page,
+                "{coding:?} {level}"
+            );
         }
     }
 }
@@ -48,7 +60,11 @@ fn streaming_round_trip_with_small_and_odd_chunks() {
         let packed = encode_streaming(coding, 6, &page, 1000);
         for chunk in [1, 7, 4096, usize::MAX] {
             let chunk = chunk.min(packed.len());
-            assert_eq!(decode_streaming(coding, &packed, chunk).unwrap(), page, "{coding:?} by {chunk}");
+            assert_eq!(
+                decode_streaming(coding, &packed, chunk).unwrap(),
+                page,
+                "{coding:?} by {chunk}"
+            );
         }
     }
 }
@@ -58,9 +74,17 @@ fn empty_and_tiny_inputs_round_trip() {
     for coding in CODINGS {
         for data in [&b""[..], b"a", b"\0\0\0"] {
             let packed = compress(coding, 6, data);
-            assert_eq!(decompress(coding, &packed, 16).unwrap(), data, "{coding:?} {data:?}");
+            assert_eq!(
+                decompress(coding, &packed, 16).unwrap(),
+                data,
+                "{coding:?} {data:?}"
+            );
             let streamed = encode_streaming(coding, 6, data, 1);
-            assert_eq!(decompress(coding, &streamed, 16).unwrap(), data, "{coding:?} {data:?}");
+            assert_eq!(
+                decompress(coding, &streamed, 16).unwrap(),
+                data,
+                "{coding:?} {data:?}"
+            );
         }
     }
 }
@@ -73,7 +97,9 @@ fn limit_equal_to_the_size_passes_and_one_less_fails() {
         assert_eq!(decompress(coding, &packed, page.len()).unwrap(), page);
         assert_eq!(
             decompress(coding, &packed, page.len() - 1),
-            Err(DecodeError::TooLarge { limit: page.len() - 1 }),
+            Err(DecodeError::TooLarge {
+                limit: page.len() - 1
+            }),
             "{coding:?}"
         );
     }
@@ -94,7 +120,13 @@ fn decoder_counts_taken_output_against_the_limit() {
             }
         }
         let result = result.and_then(|()| dec.finish().map(drop));
-        assert_eq!(result, Err(DecodeError::TooLarge { limit: page.len() - 1 }), "{coding:?}");
+        assert_eq!(
+            result,
+            Err(DecodeError::TooLarge {
+                limit: page.len() - 1
+            }),
+            "{coding:?}"
+        );
     }
 }
 

@@ -17,7 +17,11 @@ pub enum ContentType {
 
 impl ContentType {
     pub fn of(path: &Path) -> Self {
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
         match ext.as_str() {
             "html" | "htm" | "xhtml" => Self::Html,
             "css" => Self::Css,
@@ -49,7 +53,10 @@ pub struct CorpusFile {
 
 impl CorpusFile {
     pub fn read(&self) -> Result<Vec<u8>, LabError> {
-        std::fs::read(&self.path).map_err(|source| LabError::Read { path: self.path.clone(), source })
+        std::fs::read(&self.path).map_err(|source| LabError::Read {
+            path: self.path.clone(),
+            source,
+        })
     }
 }
 
@@ -66,12 +73,18 @@ pub fn list_files(roots: &[PathBuf]) -> Result<Vec<CorpusFile>, LabError> {
     paths.sort();
     Ok(paths
         .into_iter()
-        .map(|path| CorpusFile { content_type: ContentType::of(&path), path })
+        .map(|path| CorpusFile {
+            content_type: ContentType::of(&path),
+            path,
+        })
         .collect())
 }
 
 fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), LabError> {
-    let read_error = |source| LabError::Read { path: path.to_path_buf(), source };
+    let read_error = |source| LabError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
     let metadata = std::fs::metadata(path).map_err(read_error)?;
     if !metadata.is_dir() {
         out.push(path.to_path_buf());

@@ -34,17 +34,34 @@ fn write_table<R: Row>(out: &mut dyn Write, title: &str, rows: &[R]) -> io::Resu
     let widths: Vec<usize> = R::COLUMNS
         .iter()
         .enumerate()
-        .map(|(i, name)| values.iter().map(|v| v[i].len()).chain([name.len()]).max().unwrap_or(0))
+        .map(|(i, name)| {
+            values
+                .iter()
+                .map(|v| v[i].len())
+                .chain([name.len()])
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let numeric: Vec<bool> = (0..R::COLUMNS.len())
-        .map(|i| values.iter().all(|v| v[i].is_empty() || v[i].parse::<f64>().is_ok()))
+        .map(|i| {
+            values
+                .iter()
+                .all(|v| v[i].is_empty() || v[i].parse::<f64>().is_ok())
+        })
         .collect();
     let line = |cells: &[String]| {
         let padded: Vec<String> = cells
             .iter()
             .zip(&widths)
             .zip(&numeric)
-            .map(|((cell, &w), &num)| if num { format!("{cell:>w$}") } else { format!("{cell:<w$}") })
+            .map(|((cell, &w), &num)| {
+                if num {
+                    format!("{cell:>w$}")
+                } else {
+                    format!("{cell:<w$}")
+                }
+            })
             .collect();
         padded.join("  ").trim_end().to_string()
     };

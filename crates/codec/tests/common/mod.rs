@@ -34,7 +34,10 @@ pub fn filter(program: &str, args: &[&str], input: &[u8]) -> Vec<u8> {
     // Writing from another thread: the child may fill stdout before reading all of stdin.
     let writer = std::thread::spawn(move || stdin.write_all(&input));
     let out = child.wait_with_output().expect("waiting for child");
-    writer.join().expect("stdin writer").expect("writing child stdin");
+    writer
+        .join()
+        .expect("stdin writer")
+        .expect("writing child stdin");
     assert!(
         out.status.success(),
         "{program} {args:?} failed: {}",

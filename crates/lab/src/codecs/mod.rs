@@ -43,7 +43,15 @@ pub struct CodecsArgs {
 }
 
 /// Chunk sizes of the sweep: 256 B to 1 MiB in steps of 4.
-const CHUNK_SIZES: [usize; 7] = [256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
+const CHUNK_SIZES: [usize; 7] = [
+    256,
+    1 << 10,
+    4 << 10,
+    16 << 10,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+];
 /// Response sizes of the prefix sweep, 64 B to 2 KiB in steps of about 1.5.
 const PREFIX_SIZES: [usize; 11] = [64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048];
 
@@ -88,7 +96,10 @@ impl Tally {
 
     /// `None` when compression saved nothing.
     fn cpu_s_per_gib_saved(&self) -> Option<f64> {
-        let saved = self.input_bytes.checked_sub(self.output_bytes).filter(|&s| s > 0)?;
+        let saved = self
+            .input_bytes
+            .checked_sub(self.output_bytes)
+            .filter(|&s| s > 0)?;
         Some(self.compress.as_secs_f64() / (saved as f64 / GIB))
     }
 }
@@ -109,13 +120,28 @@ fn measure_pieces(
     repeats: Repeats,
     file: &CorpusFile,
 ) -> Result<Measurement, LabError> {
-    let (packed, compress) =
-        median_cpu_time(repeats, || pieces.iter().map(|p| setting.compress(p)).collect::<Vec<_>>());
-    let (restored, decompress) = median_cpu_time(repeats, || {
-        packed.iter().zip(pieces).map(|(z, p)| setting.decompress(z, p.len())).collect::<Vec<_>>()
+    let (packed, compress) = median_cpu_time(repeats, || {
+        pieces
+            .iter()
+            .map(|p| setting.compress(p))
+            .collect::<Vec<_>>()
     });
-    if !restored.iter().zip(pieces).all(|(r, p)| r.as_deref() == Some(*p)) {
-        return Err(LabError::RoundTrip { setting: setting.to_string(), path: file.path.clone() });
+    let (restored, decompress) = median_cpu_time(repeats, || {
+        packed
+            .iter()
+            .zip(pieces)
+            .map(|(z, p)| setting.decompress(z, p.len()))
+            .collect::<Vec<_>>()
+    });
+    if !restored
+        .iter()
+        .zip(pieces)
+        .all(|(r, p)| r.as_deref() == Some(*p))
+    {
+        return Err(LabError::RoundTrip {
+            setting: setting.to_string(),
+            path: file.path.clone(),
+        });
     }
     Ok(Measurement {
         pieces: pieces.len() as u64,
@@ -136,9 +162,16 @@ fn progress_bar(total: u64) -> ProgressBar {
 }
 
 fn measure(args: &CodecsArgs, files: &[CorpusFile]) -> Result<CodecsReport, LabError> {
-    let repeats = Repeats { max_runs: args.runs, budget: Duration::from_millis(args.budget_ms) };
+    let repeats = Repeats {
+        max_runs: args.runs,
+        budget: Duration::from_millis(args.budget_ms),
+    };
     let steps_per_file = setting::TABLE.len()
-        + if args.chunk_sweep { setting::CHUNKED.len() * CHUNK_SIZES.len() } else { 0 }
+        + if args.chunk_sweep {
+            setting::CHUNKED.len() * CHUNK_SIZES.len()
+        } else {
+            0
+        }
         + usize::from(args.prefix_sweep);
     let bar = progress_bar((files.len() * steps_per_file) as u64);
 
@@ -166,7 +199,11 @@ fn measure(args: &CodecsArgs, files: &[CorpusFile]) -> Result<CodecsReport, LabE
         }
         if args.prefix_sweep {
             for (i, &setting) in http_settings().enumerate() {
-                for (j, &size) in PREFIX_SIZES.iter().enumerate().filter(|(_, &s)| s <= data.len()) {
+                for (j, &size) in PREFIX_SIZES
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &s)| s <= data.len())
+                {
                     let out = setting.compress(&data[..size]);
                     let tally = prefixes.entry((ty, i, j)).or_default();
                     tally.files += 1;
@@ -196,12 +233,18 @@ fn measure(args: &CodecsArgs, files: &[CorpusFile]) -> Result<CodecsReport, LabE
             .map(|(&(ty, i, j), t)| PrefixRow::new(ty, http[i], PREFIX_SIZES[j], t))
             .collect()
     });
-    Ok(CodecsReport { rows, chunk_sweep, prefix_sweep })
+    Ok(CodecsReport {
+        rows,
+        chunk_sweep,
+        prefix_sweep,
+    })
 }
 
 /// The settings of the main table that the server can send.
 fn http_settings() -> impl Iterator<Item = &'static Setting> {
-    setting::TABLE.iter().filter(|s| matches!(s, Setting::Http(..)))
+    setting::TABLE
+        .iter()
+        .filter(|s| matches!(s, Setting::Http(..)))
 }
 
 /// The JSON document `--format json` prints.
@@ -227,11 +270,21 @@ impl CodecsReport {
         report::write_rows(out, layout, "codecs (median CPU time per file)", &self.rows)?;
         if let Some(rows) = &self.chunk_sweep {
             writeln!(out)?;
-            report::write_rows(out, layout, "chunk sweep (each chunk compressed alone)", rows)?;
+            report::write_rows(
+                out,
+                layout,
+                "chunk sweep (each chunk compressed alone)",
+                rows,
+            )?;
         }
         if let Some(rows) = &self.prefix_sweep {
             writeln!(out)?;
-            report::write_rows(out, layout, "prefix sweep (first N bytes of each file)", rows)?;
+            report::write_rows(
+                out,
+                layout,
+                "prefix sweep (first N bytes of each file)",
+                rows,
+            )?;
         }
         Ok(())
     }
@@ -291,7 +344,8 @@ impl Row for CodecRow {
             ratio_text(self.output_bytes, self.input_bytes),
             format!("{:.1}", self.compress_mib_s),
             format!("{:.1}", self.decompress_mib_s),
-            self.cpu_s_per_gib_saved.map_or_else(String::new, |c| format!("{c:.2}")),
+            self.cpu_s_per_gib_saved
+                .map_or_else(String::new, |c| format!("{c:.2}")),
         ]
     }
 }

@@ -36,7 +36,11 @@ pub const TABLE: [Setting; 13] = [
 ];
 
 /// The chunk-size sweep: block codecs at a fast level.
-pub const CHUNKED: [Setting; 3] = [Lz4, Http(ContentCoding::Zstd, 1), Http(ContentCoding::Gzip, 1)];
+pub const CHUNKED: [Setting; 3] = [
+    Lz4,
+    Http(ContentCoding::Zstd, 1),
+    Http(ContentCoding::Gzip, 1),
+];
 
 impl Setting {
     /// The `Content-Encoding` token, or the tool's name for the references.
@@ -73,7 +77,9 @@ impl Setting {
             Http(coding, _) => codec::decompress(coding, packed, size).ok()?,
             Lz4 => {
                 let mut out = Vec::with_capacity(size);
-                lz4_flex::frame::FrameDecoder::new(packed).read_to_end(&mut out).ok()?;
+                lz4_flex::frame::FrameDecoder::new(packed)
+                    .read_to_end(&mut out)
+                    .ok()?;
                 out
             }
             Xz(_) => liblzma::decode_all(packed).ok()?,
@@ -122,7 +128,11 @@ mod tests {
             .arg(file)
             .output()
             .unwrap_or_else(|e| panic!("running {program}: {e}"));
-        assert!(out.status.success(), "{program} {args:?} {}: {out:?}", file.display());
+        assert!(
+            out.status.success(),
+            "{program} {args:?} {}: {out:?}",
+            file.display()
+        );
         out.stdout.len()
     }
 
@@ -153,20 +163,35 @@ mod tests {
     #[test]
     fn gzip_6_is_near_the_gzip_cli() {
         // -n: no name or time stamp in the header, as ours.
-        assert_sizes_match(Http(ContentCoding::Gzip, 6), "gzip", &["-6", "-n", "-c"], 0.10);
+        assert_sizes_match(
+            Http(ContentCoding::Gzip, 6),
+            "gzip",
+            &["-6", "-n", "-c"],
+            0.10,
+        );
     }
 
     #[test]
     fn zstd_3_matches_the_zstd_cli() {
         // --no-check: like ours, no frame checksum; both record the content size.
         // The library (zstd 1.5.7) is newer than the CLI (1.5.4): allow 0.5%.
-        assert_sizes_match(Http(ContentCoding::Zstd, 3), "zstd", &["-3", "-q", "--no-check", "-c"], 0.005);
+        assert_sizes_match(
+            Http(ContentCoding::Zstd, 3),
+            "zstd",
+            &["-3", "-q", "--no-check", "-c"],
+            0.005,
+        );
     }
 
     #[test]
     fn brotli_5_matches_the_brotli_cli() {
         // The pure-Rust port and the C 1.0.9 CLI split blocks slightly differently: allow 2%.
-        assert_sizes_match(Http(ContentCoding::Br, 5), "brotli", &["-q", "5", "-c"], 0.02);
+        assert_sizes_match(
+            Http(ContentCoding::Br, 5),
+            "brotli",
+            &["-q", "5", "-c"],
+            0.02,
+        );
     }
     #[test]
     fn every_setting_round_trips() {
@@ -174,8 +199,16 @@ mod tests {
         for setting in TABLE {
             let packed = setting.compress(&data);
             assert!(packed.len() < data.len(), "{setting}");
-            assert_eq!(setting.decompress(&packed, data.len()).as_deref(), Some(&data[..]), "{setting}");
-            assert_eq!(setting.decompress(&packed, data.len() - 1), None, "{setting}");
+            assert_eq!(
+                setting.decompress(&packed, data.len()).as_deref(),
+                Some(&data[..]),
+                "{setting}"
+            );
+            assert_eq!(
+                setting.decompress(&packed, data.len() - 1),
+                None,
+                "{setting}"
+            );
         }
     }
 }

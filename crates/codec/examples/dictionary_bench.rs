@@ -1,0 +1,207 @@
+//! Measures dictionary compression on the shared corpus (release build):
+//!
+//! `cargo run --release --example dictionary_bench -- pairs SERIES_DIR...`
+//!   every consecutive version pair of each series (NNN.ext files; the previous
+//!   version is the dictionary): bytes and encode time of `brotli -q 11` without a
+//!   dictionary, dcb with the Rust and the C encoder at q5/9/11, dcz at 3/9/19.
+//!   Every body is decoded back and checked.
+//! `cargo run --release --example dictionary_bench -- train SIBLINGS_DIR...`
+//!   first-visit savings of a trained dictionary: trained on the even-numbered
+//!   pages of a directory, measured on the odd-numbered ones.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use wirefold_codec::dictionary::{self, DcbEncoder, DictionaryCoding};
+
+#[derive(Clone, Copy)]
+enum Method {
+    Br11,
+    Dcb(DcbEncoder, u32),
+    Dcz(u32),
+}
+
+impl Method {
+    fn name(self) -> String {
+        match self {
+            Method::Br11 => "brotli -q 11 (no dictionary)".into(),
+            Method::Dcb(DcbEncoder::Rust, q) => format!("dcb Rust q{q}"),
+            Method::Dcb(DcbEncoder::C, q) => format!("dcb C q{q}"),
+            Method::Dcz(l) => format!("dcz {l}"),
+        }
+    }
+
+    /// The encoded body and the seconds spent encoding it.
+    fn encode(self, dictionary: &[u8], data: &[u8]) -> (Vec<u8>, f64) {
+        let start = Instant::now();
+        let body = match self {
+            Method::Br11 => brotli_cli(&["-q", "11", "-c"], data),
+            Method::Dcb(encoder, q) => dictionary::encode_dcb_with(encoder, q, dictionary, data),
+            Method::Dcz(l) => dictionary::encode(DictionaryCoding::Dcz, l, dictionary, data),
+        };
+        (body, start.elapsed().as_secs_f64())
+    }
+
+    fn check(self, dictionary: &[u8], data: &[u8], body: &[u8]) {
+        let coding = match self {
+            Method::Br11 => return,
+            Method::Dcb(..) => DictionaryCoding::Dcb,
+            Method::Dcz(_) => DictionaryCoding::Dcz,
+        };
+        let decoded = dictionary::decode(coding, dictionary, body, data.len())
+            .unwrap_or_else(|e| panic!("{}: {e}", self.name()));
+        assert!(decoded == data, "{}: round trip differs", self.name());
+    }
+}
+
+fn brotli_cli(args: &[&str], data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = Command::new("brotli")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting brotli");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = data.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().expect("brotli");
+    writer.join().expect("writer").expect("brotli stdin");
+    assert!(out.status.success());
+    out.stdout
+}
+
+fn sorted_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x != "tsv"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+fn pairs(series: &[String]) {
+    let methods: Vec<Method> = std::iter::once(Method::Br11)
+        .chain([5, 9, 11].into_iter().flat_map(|q| {
+            [Method::Dcb(DcbEncoder::Rust, q), Method::Dcb(DcbEncoder::C, q)]
+        }))
+        .chain([3, 9, 19].map(Method::Dcz))
+        .collect();
+    // Per method: bytes and seconds of every pair.
+    let mut bytes: Vec<Vec<f64>> = vec![Vec::new(); methods.len()];
+    let mut seconds: Vec<f64> = vec![0.0; methods.len()];
+    let mut identity = Vec::new();
+    for dir in series {
+        let files = sorted_files(Path::new(dir));
+        for pair in files.windows(2) {
+            let dictionary = std::fs::read(&pair[0]).expect("read");
+            let data = std::fs::read(&pair[1]).expect("read");
+            identity.push(data.len() as f64);
+            let mut line = format!("{}\t{}\t{}", pair[1].display(), dictionary.len(), data.len());
+            for (i, method) in methods.iter().enumerate() {
+                let (body, secs) = method.encode(&dictionary, &data);
+                method.check(&dictionary, &data, &body);
+                bytes[i].push(body.len() as f64);
+                seconds[i] += secs;
+                line += &format!("\t{}", body.len());
+            }
+            eprintln!("{line}");
+        }
+    }
+    let br11 = &bytes[0];
+    println!(
+        "{} pairs, {} identity bytes in total, median {}\n",
+        identity.len(),
+        identity.iter().sum::<f64>(),
+        median(identity.clone())
+    );
+    println!("| method | total bytes | median bytes | smaller than br-11: total | at the median pair | encode s (total) |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (i, method) in methods.iter().enumerate() {
+        let total: f64 = bytes[i].iter().sum();
+        let saving_total = 100.0 * (1.0 - total / br11.iter().sum::<f64>());
+        let per_pair: Vec<f64> = bytes[i].iter().zip(br11).map(|(b, r)| 1.0 - b / r).collect();
+        println!(
+            "| {} | {total} | {} | {saving_total:.1}% | {:.1}% | {:.2} |",
+            method.name(),
+            median(bytes[i].clone()),
+            100.0 * median(per_pair),
+            seconds[i]
+        );
+    }
+}
+
+/// The alternative to `dictionary::train`: whole samples, newest last, cut to the
+/// last `max_size` bytes (the newest content is nearest the data).
+fn concatenated(samples: &[&[u8]], max_size: usize) -> Vec<u8> {
+    let all = samples.concat();
+    all[all.len().saturating_sub(max_size)..].to_vec()
+}
+
+fn train(dirs: &[String]) {
+    println!("| siblings | dictionary | size | dcb C q11 total | dcz 19 total | br-11 total | dcb: smaller than br-11 total / median page | dcz: total / median |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    for dir in dirs {
+        let files = sorted_files(Path::new(dir));
+        let pages: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).expect("read")).collect();
+        let training: Vec<&[u8]> = pages.iter().step_by(2).map(Vec::as_slice).collect();
+        let tests: Vec<&[u8]> = pages.iter().skip(1).step_by(2).map(Vec::as_slice).collect();
+        let br11: Vec<f64> = tests.iter().map(|t| brotli_cli(&["-q", "11", "-c"], t).len() as f64).collect();
+        for max_size in [32 * 1024, 128 * 1024] {
+            let candidates = [
+                ("zstd trainer content", dictionary::train(&training, max_size).expect("train")),
+                ("concatenated samples", concatenated(&training, max_size)),
+            ];
+            for (name, dict) in candidates {
+                let sizes = |coding, level| -> Vec<f64> {
+                    tests
+                        .iter()
+                        .map(|t| {
+                            let body = dictionary::encode(coding, level, &dict, t);
+                            assert_eq!(dictionary::decode(coding, &dict, &body, t.len()).as_deref(), Ok(*t));
+                            body.len() as f64
+                        })
+                        .collect()
+                };
+                let (dcb, dcz) = (sizes(DictionaryCoding::Dcb, 11), sizes(DictionaryCoding::Dcz, 19));
+                let saving = |v: &[f64]| {
+                    let total = 100.0 * (1.0 - v.iter().sum::<f64>() / br11.iter().sum::<f64>());
+                    let per: Vec<f64> = v.iter().zip(&br11).map(|(b, r)| 1.0 - b / r).collect();
+                    format!("{total:.1}% / {:.1}%", 100.0 * median(per))
+                };
+                println!(
+                    "| {} ({} pages tested) | {name} | {} | {} | {} | {} | {} | {} |",
+                    Path::new(dir).file_name().unwrap().to_string_lossy(),
+                    tests.len(),
+                    dict.len(),
+                    dcb.iter().sum::<f64>(),
+                    dcz.iter().sum::<f64>(),
+                    br11.iter().sum::<f64>(),
+                    saving(&dcb),
+                    saving(&dcz)
+                );
+            }
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("pairs") => pairs(&args[1..]),
+        Some("train") => train(&args[1..]),
+        _ => panic!("usage: dictionary_bench pairs SERIES_DIR... | train SIBLINGS_DIR..."),
+    }
+}
