@@ -4,6 +4,8 @@
 //! Later stages add dictionary framing (dcb, dcz), VCDIFF and the cost model here.
 
 mod coding;
+pub mod cost;
+pub mod dictionary;
 pub mod vcdiff;
 
 pub use coding::{compress, decompress, ContentCoding, DecodeError, Decoder, Encoder};

@@ -115,9 +115,19 @@ pub fn secondary_key(response_headers: &HeaderMap, request: &HeaderMap) -> Optio
     Vary::from_headers(response_headers).secondary_key(request, &IGNORED_VARY_FIELDS)
 }
 
-/// The store record key of a request target.
-pub fn record_key(host: &str, path_and_query: &str) -> String {
-    format!("http:{host}{path_and_query}")
+/// The store record key of a resource (site, path and query).
+pub fn record_key(resource: &str) -> String {
+    format!("http:{resource}")
+}
+
+/// The resource a record key names.
+pub fn resource_of(key: &str) -> &str {
+    key.strip_prefix("http:").unwrap_or(key)
+}
+
+/// The site part of a resource key: what precedes its path.
+pub fn site_of(resource: &str) -> &str {
+    resource.find('/').map_or(resource, |i| &resource[..i])
 }
 
 fn encode_head(headers: &HeaderMap) -> String {

@@ -29,6 +29,7 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     pub cache: CacheConfig,
     pub compression: CompressionConfig,
+    pub delta: DeltaConfig,
 }
 
 impl Default for Config {
@@ -45,6 +46,7 @@ impl Default for Config {
             upstream: UpstreamConfig::default(),
             cache: CacheConfig::default(),
             compression: CompressionConfig::default(),
+            delta: DeltaConfig::default(),
         }
     }
 }
@@ -212,11 +214,11 @@ impl Default for CompressionConfig {
         // Chosen from `wirefold lab codecs` on the shared corpus: see docs/compression.md.
         CompressionConfig {
             enabled: true,
-            min_size: 512,
+            min_size: 1024,
             profile: vec![CompressionProfile {
                 types: COMPRESSIBLE_TYPES.iter().map(|t| t.to_string()).collect(),
                 cached: "br:11, zstd:19, gzip:9".parse().expect("valid default"),
-                on_the_fly: "zstd:3, br:4, gzip:6".parse().expect("valid default"),
+                on_the_fly: "br:5, zstd:9, gzip:6".parse().expect("valid default"),
             }],
         }
     }
@@ -257,6 +259,73 @@ fn media_type_matches(pattern: &str, essence: &str) -> bool {
     match pattern.strip_suffix("/*") {
         Some(major) => essence.split('/').next() == Some(major) && essence.contains('/'),
         None => pattern.eq_ignore_ascii_case(essence),
+    }
+}
+
+/// Delta encoding: version histories, RFC 9842 dictionaries, RFC 3229 deltas.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeltaConfig {
+    pub enabled: bool,
+    /// Distinct instances kept per resource, newest first.
+    pub history: usize,
+    /// Bytes of instances kept per resource; the oldest go first.
+    pub history_bytes: u64,
+    /// Query parameters that tell cluster members apart. Empty: every query of one
+    /// path is one cluster (their instances are dictionaries for each other).
+    pub cluster_params: Vec<String>,
+    /// Announce reusable text responses with `Use-As-Dictionary` and answer `dcb`/`dcz`.
+    pub dictionaries: bool,
+    /// Dictionary codings in server preference order.
+    pub dictionary_codings: String,
+    /// Publish a derived dictionary for pages a browser may not keep as one
+    /// (instantly stale), announced with `Link: rel="compression-dictionary"`.
+    pub derived_dictionaries: bool,
+    /// Answer RFC 3229 `A-IM: vcdiff` requests with `226 IM Used`.
+    pub vcdiff: bool,
+    /// `match` patterns that override the inferred ones: the first rule whose
+    /// `prefix` starts the path applies.
+    pub pattern: Vec<PatternRule>,
+    /// The client bandwidth the cost model assumes, in bits per second.
+    pub assumed_bandwidth_bps: u64,
+    /// In `--root` mode, how often the tree is scanned for changed files, whose
+    /// deltas are then computed before anyone asks (0 turns scanning off).
+    pub scan_interval_ms: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatternRule {
+    pub prefix: String,
+    #[serde(rename = "match")]
+    pub pattern: String,
+}
+
+impl Default for DeltaConfig {
+    fn default() -> Self {
+        DeltaConfig {
+            enabled: true,
+            history: 8,
+            history_bytes: 32 << 20,
+            cluster_params: Vec::new(),
+            dictionaries: true,
+            dictionary_codings: "dcz, dcb".into(),
+            derived_dictionaries: true,
+            vcdiff: true,
+            pattern: Vec::new(),
+            assumed_bandwidth_bps: 10_000_000,
+            scan_interval_ms: 2_000,
+        }
+    }
+}
+
+impl DeltaConfig {
+    /// The dictionary codings in preference order (validated by `Config::check`).
+    pub fn dictionary_preference(&self) -> Vec<codec::dictionary::DictionaryCoding> {
+        self.dictionary_codings
+            .split(',')
+            .filter_map(|t| codec::dictionary::DictionaryCoding::from_token(t.trim()))
+            .collect()
     }
 }
 
@@ -317,6 +386,19 @@ impl Config {
         let host = self.upstream.host.as_str();
         if host != "origin" && host != "client" && http::HeaderValue::from_str(host).is_err() {
             return invalid("upstream.host", format!("`{host}` is not `origin`, `client` or a valid host"));
+        }
+        for token in self.delta.dictionary_codings.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            if codec::dictionary::DictionaryCoding::from_token(token).is_none() {
+                return invalid("delta.dictionary_codings", format!("unknown coding `{token}` (valid: dcz, dcb)"));
+            }
+        }
+        if self.delta.history == 0 {
+            return invalid("delta.history", "must be at least 1".into());
+        }
+        for rule in &self.delta.pattern {
+            if !rule.prefix.starts_with('/') || !rule.pattern.starts_with('/') {
+                return invalid("delta.pattern", format!("prefix `{}` and match `{}` must be absolute paths", rule.prefix, rule.pattern));
+            }
         }
         for p in &self.compression.profile {
             for t in &p.types {

@@ -7,6 +7,7 @@ mod background;
 pub mod body;
 pub mod cache;
 pub mod config;
+pub mod delta;
 pub mod demo;
 pub mod files;
 mod first_bytes;

@@ -13,6 +13,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use codec::dictionary::DictionaryCoding;
 use codec::ContentCoding;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
@@ -22,6 +23,7 @@ use wirefold_http::cache_control::CacheControl;
 
 use super::{Instance, InstanceBody, Pipeline, Provenance, RequestContext, StreamCoding};
 use crate::body::{self, Body};
+use crate::delta::{self, DeltaChoice};
 use crate::config::{CodingList, CompressionProfile};
 
 /// The representation `respond` sends.
@@ -55,6 +57,11 @@ pub enum SentCoding {
     Encoded(ContentCoding),
     /// The origin's coding, forwarded untouched.
     Origin(HeaderValue),
+    /// Compressed against the dictionary the client named (RFC 9842).
+    Dictionary(DictionaryCoding),
+    /// An RFC 3229 delta (`226 IM Used`, `IM: vcdiff`) against the instance with
+    /// this validator.
+    Vcdiff { base_etag: String },
 }
 
 impl SentCoding {
@@ -64,6 +71,8 @@ impl SentCoding {
             SentCoding::Identity => "identity",
             SentCoding::Encoded(c) => c.token(),
             SentCoding::Origin(_) => "passthrough",
+            SentCoding::Dictionary(c) => c.token(),
+            SentCoding::Vcdiff { .. } => "vcdiff",
         }
     }
 }
@@ -78,7 +87,7 @@ pub struct BackgroundJobs {
 /// Runs on every instance that has a body; never fails (an encoding problem falls
 /// back to identity, a corrupt origin stream ends the body with an error).
 pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> Representation {
-    let Instance { status, headers, body, provenance, reusable, last_modified } = instance;
+    let Instance { status, mut headers, body, provenance, reusable, last_modified } = instance;
     let compression = &p.config.compression;
     let no_transform = CacheControl::from_headers(&headers).no_transform;
     let profile = headers
@@ -116,16 +125,31 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
                     let list = if reusable { &prof.cached } else { &prof.on_the_fly };
                     pick(list).map(|choice| (prof, choice))
                 });
-            match choice {
-                None => rep(RepresentationBody::Whole(bytes), SentCoding::Identity, negotiable, Some(len)),
-                Some((prof, (coding, level))) => {
-                    let encoded = if reusable {
-                        cached_encoding(p, prof, hash, &bytes, coding, level).await
-                    } else {
-                        compress_off_reactor(coding, level, bytes).await
-                    };
-                    rep(RepresentationBody::Whole(encoded), SentCoding::Encoded(coding), true, Some(len))
+            let (plain, sent) = match choice {
+                None => (bytes.clone(), SentCoding::Identity),
+                Some((prof, (coding, level))) if reusable => {
+                    (cached_compression(p, prof, hash, &bytes, coding, level).await, SentCoding::Encoded(coding))
                 }
+                Some((_, (coding, level))) => (compress_once(coding, level, bytes.clone()).await, SentCoding::Encoded(coding)),
+            };
+            let deltas_apply = reusable && negotiable && status == StatusCode::OK && !ctx.profile.wants_range && p.config.delta.enabled;
+            let delta = match deltas_apply {
+                true => delta::choose(p, ctx, &headers, hash, &bytes, plain.len()).await,
+                false => None,
+            };
+            if deltas_apply {
+                delta::announce(p, ctx, &mut headers, hash).await;
+            }
+            match delta {
+                Some(DeltaChoice::Dictionary { coding, body }) => {
+                    rep(RepresentationBody::Whole(body), SentCoding::Dictionary(coding), true, Some(len))
+                }
+                Some(DeltaChoice::Vcdiff { body, base_etag }) => {
+                    let mut r = rep(RepresentationBody::Whole(body), SentCoding::Vcdiff { base_etag }, true, Some(len));
+                    r.status = StatusCode::IM_USED;
+                    r
+                }
+                None => rep(RepresentationBody::Whole(plain), sent, negotiable, Some(len)),
             }
         }
         InstanceBody::Stream { body, coding, length } => match coding {
@@ -169,50 +193,53 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
     representation
 }
 
-/// Bodies below this size are compressed on the reactor thread: handing them to the
+/// Work on inputs below this size runs on the reactor thread: handing it to the
 /// blocking pool costs more than the work.
-const INLINE_COMPRESS_MAX: usize = 16 * 1024;
+const INLINE_WORK_MAX: usize = 16 * 1024;
 
-async fn compress_off_reactor(coding: ContentCoding, level: u32, bytes: Bytes) -> Bytes {
-    if bytes.len() <= INLINE_COMPRESS_MAX {
-        return Bytes::from(codec::compress(coding, level, &bytes));
+/// Makes a derived body (an encoding or a delta) at a level.
+pub(crate) type Produce = Arc<dyn Fn(u32) -> Vec<u8> + Send + Sync>;
+/// The store's name for a derived body at a level (`br-11`, `dcz:<dict>-19`, …).
+pub(crate) type VariantName = Arc<dyn Fn(u32) -> String + Send + Sync>;
+
+async fn produce_off_reactor(produce: &Produce, level: u32, input_len: usize) -> Bytes {
+    if input_len <= INLINE_WORK_MAX {
+        return Bytes::from(produce(level));
     }
-    tokio::task::spawn_blocking(move || Bytes::from(codec::compress(coding, level, &bytes)))
+    let produce = produce.clone();
+    tokio::task::spawn_blocking(move || Bytes::from(produce(level)))
         .await
-        .expect("compression does not panic")
+        .expect("codecs do not panic")
 }
 
-fn variant_name(coding: ContentCoding, level: u32) -> String {
-    format!("{}-{}", coding.token(), level)
-}
-
-/// The stored encoding at `level`; on a miss, the stored on-the-fly encoding or a
-/// fresh one (kept), while the `level` encoding is made in the background.
-async fn cached_encoding(
+/// A body derived from the content `hash` and kept in the store under its variant
+/// name: the `best` level when stored; otherwise the `quick` level (stored, or made
+/// now and kept) while `best` is made in the background, so no client waits for a
+/// slow level and repeats cost no CPU. Without a `quick` level, `best` is made now.
+pub(crate) async fn cached_variant(
     p: &Pipeline,
-    profile: &CompressionProfile,
     hash: Hash,
-    bytes: &Bytes,
-    coding: ContentCoding,
-    level: u32,
+    input_len: usize,
+    name: VariantName,
+    quick: Option<u32>,
+    best: u32,
+    produce: Produce,
 ) -> Bytes {
     let Some(store) = p.store.clone() else {
-        return compress_off_reactor(coding, level, bytes.clone()).await;
+        return produce_off_reactor(&produce, quick.unwrap_or(best), input_len).await;
     };
-    let quick_level = profile.on_the_fly.0.iter().find(|(c, _)| *c == coding).map(|(_, l)| *l).filter(|l| *l < level);
-    let wanted = variant_name(coding, level);
+    let wanted = name(best);
     if let Some(hit) = store.get_encoding_in_memory(&hash, &wanted) {
         p.metrics.encoding_cache_result("hit");
         return hit;
     }
-    let quick = quick_level.map(|l| variant_name(coding, l));
-    let lookup_store = store.clone();
+    let quick = quick.filter(|q| *q != best).map(|q| (q, name(q)));
     let (wanted_hit, quick_hit) = tokio::task::spawn_blocking({
-        let (wanted, quick) = (wanted.clone(), quick.clone());
+        let (store, wanted, quick_name) = (store.clone(), wanted.clone(), quick.as_ref().map(|(_, n)| n.clone()));
         move || {
-            let wanted_hit = lookup_store.get_encoding(&hash, &wanted).ok().flatten();
-            let quick_hit = match (&wanted_hit, quick) {
-                (None, Some(q)) => lookup_store.get_encoding(&hash, &q).ok().flatten(),
+            let wanted_hit = store.get_encoding(&hash, &wanted).ok().flatten();
+            let quick_hit = match (&wanted_hit, quick_name) {
+                (None, Some(q)) => store.get_encoding(&hash, &q).ok().flatten(),
                 _ => None,
             };
             (wanted_hit, quick_hit)
@@ -224,44 +251,36 @@ async fn cached_encoding(
         p.metrics.encoding_cache_result("hit");
         return hit;
     }
-    let Some(quick_level) = quick_level else {
+    let Some((quick_level, quick_name)) = quick else {
         p.metrics.encoding_cache_result("miss");
-        let encoded = compress_off_reactor(coding, level, bytes.clone()).await;
-        keep_encoding(p, store, hash, wanted, encoded.clone());
-        return encoded;
+        let made = produce_off_reactor(&produce, best, input_len).await;
+        keep_variant(p, store, hash, wanted, made.clone());
+        return made;
     };
-    start_background_encode(p, store.clone(), hash, bytes.clone(), coding, level, wanted);
+    start_background_variant(p, store.clone(), hash, wanted, best, produce.clone());
     if let Some(hit) = quick_hit {
         p.metrics.encoding_cache_result("quick_hit");
         return hit;
     }
     p.metrics.encoding_cache_result("miss");
-    let encoded = compress_off_reactor(coding, quick_level, bytes.clone()).await;
-    keep_encoding(p, store, hash, quick.expect("quick level implies a name"), encoded.clone());
-    encoded
+    let made = produce_off_reactor(&produce, quick_level, input_len).await;
+    keep_variant(p, store, hash, quick_name, made.clone());
+    made
 }
 
-fn keep_encoding(p: &Pipeline, store: store::Store, hash: Hash, variant: String, encoded: Bytes) {
+fn keep_variant(p: &Pipeline, store: store::Store, hash: Hash, variant: String, made: Bytes) {
     let errors = p.metrics.store_write_errors.clone();
     p.background.spawn_blocking(move || {
-        if let Err(e) = store.put_encoding(&hash, &variant, &encoded) {
+        if let Err(e) = store.put_encoding(&hash, &variant, &made) {
             errors.inc();
-            if !matches!(e, store::StoreError::WritesSuspended) {
-                tracing::warn!(error = %e, variant, "encoding not cached");
+            if !matches!(e, store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)) {
+                tracing::warn!(error = %e, variant, "derived body not kept");
             }
         }
     });
 }
 
-fn start_background_encode(
-    p: &Pipeline,
-    store: store::Store,
-    hash: Hash,
-    bytes: Bytes,
-    coding: ContentCoding,
-    level: u32,
-    variant: String,
-) {
+fn start_background_variant(p: &Pipeline, store: store::Store, hash: Hash, variant: String, level: u32, produce: Produce) {
     let job = (hash, variant.clone());
     if !p.encode_jobs.running.lock().expect("jobs poisoned").insert(job.clone()) {
         return;
@@ -269,15 +288,32 @@ fn start_background_encode(
     let errors = p.metrics.store_write_errors.clone();
     let running = Arc::clone(&p.encode_jobs.running);
     p.background.spawn_blocking(move || {
-        let encoded = codec::compress(coding, level, &bytes);
-        if let Err(e) = store.put_encoding(&hash, &variant, &encoded) {
+        let made = produce(level);
+        if let Err(e) = store.put_encoding(&hash, &variant, &made) {
             errors.inc();
-            if !matches!(e, store::StoreError::WritesSuspended) {
-                tracing::warn!(error = %e, variant, "background encoding not cached");
+            if !matches!(e, store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)) {
+                tracing::warn!(error = %e, variant, "background encoding not kept");
             }
         }
         running.lock().expect("jobs poisoned").remove(&job);
     });
+}
+
+/// Plain compression of reusable content at `level`, answering at the profile's
+/// `on_the_fly` level meanwhile when that is lower.
+async fn cached_compression(p: &Pipeline, profile: &CompressionProfile, hash: Hash, bytes: &Bytes, coding: ContentCoding, level: u32) -> Bytes {
+    let quick = profile.on_the_fly.0.iter().find(|(c, _)| *c == coding).map(|(_, l)| *l).filter(|l| *l < level);
+    let content = bytes.clone();
+    let produce: Produce = Arc::new(move |l| codec::compress(coding, l, &content));
+    let name: VariantName = Arc::new(move |l| format!("{}-{}", coding.token(), l));
+    cached_variant(p, hash, bytes.len(), name, quick, level, produce).await
+}
+
+/// Compression of content used once.
+async fn compress_once(coding: ContentCoding, level: u32, bytes: Bytes) -> Bytes {
+    let len = bytes.len();
+    let produce: Produce = Arc::new(move |l| codec::compress(coding, l, &bytes));
+    produce_off_reactor(&produce, level, len).await
 }
 
 /// A streaming transformation: optionally decode the origin's coding (bounded), then

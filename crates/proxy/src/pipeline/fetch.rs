@@ -16,10 +16,12 @@ use store::Hash;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::caching::{is_storable, may_serve_stale_on_error, reuse, Freshness, Reuse};
 use wirefold_http::conditional::EntityTag;
+use wirefold_http::dictionary::{use_as_dictionary, USE_AS_DICTIONARY};
 
 use super::remember::{self, StorePlan};
 use super::{Instance, InstanceBody, Pipeline, Provenance, RequestContext, Source, StreamCoding};
 use crate::body::{self, Body};
+use crate::delta::dictionaries::{self, DERIVED_PREFIX};
 use crate::cache::{self, CacheEntry, LeaderGuard, Role, StoredResponse};
 use crate::files::{FileContent, FileSource};
 use crate::origin::{clean_response_head, ConnInfo, Origin, OriginError};
@@ -59,6 +61,9 @@ pub async fn fetch<'a>(
     ctx: &RequestContext,
     req: Request<Body>,
 ) -> Result<Fetched<'a>, Response<Body>> {
+    if let Some(hex) = ctx.profile.uri.path().strip_prefix(DERIVED_PREFIX) {
+        return derived_dictionary(p, ctx, hex).await.map(Fetched::plain);
+    }
     match &p.source {
         Source::Files(files) => fetch_file(p, files, ctx).await.map(Fetched::plain_file),
         Source::Origin(origin) => fetch_origin(p, origin, ctx, req).await,
@@ -69,6 +74,27 @@ impl Fetched<'_> {
     fn plain_file((instance, store_plan): (Instance, Option<StorePlan>)) -> Self {
         Fetched { instance, store_plan, leader: None }
     }
+}
+
+/// A derived dictionary, served by wirefold itself: long-lived, content addressed,
+/// announced for the pages it was derived from.
+async fn derived_dictionary(p: &Pipeline, ctx: &RequestContext, hex: &str) -> Result<Instance, Response<Body>> {
+    let not_found = || error_response(StatusCode::NOT_FOUND, "no such dictionary");
+    let (Ok(hash), Some(store)) = (hex.parse::<Hash>(), p.store.clone()) else { return Err(not_found()) };
+    if !ctx.profile.is_get_or_head() {
+        return Err(not_found());
+    }
+    let site = ctx.site.clone();
+    let found = tokio::task::spawn_blocking(move || dictionaries::derived(&store, &hash, &site)).await;
+    let Ok(Ok(Some((bytes, pattern)))) = found else { return Err(not_found()) };
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=31536000, immutable"));
+    headers.insert(header::ETAG, HeaderValue::from_str(&EntityTag::strong(content_etag(&hash)).to_string()).expect("etag is a valid header"));
+    if let Some(value) = use_as_dictionary(&pattern, &["document"], None) {
+        headers.insert(USE_AS_DICTIONARY, value);
+    }
+    Ok(Instance { status: StatusCode::OK, headers, body: InstanceBody::Whole { bytes, hash }, provenance: Provenance::File, reusable: true, last_modified: None })
 }
 
 async fn fetch_file(
@@ -100,7 +126,9 @@ async fn fetch_file(
     );
     let (body, etag, store_plan) = match content {
         FileContent::Whole { bytes, hash, from_store } => {
-            let plan = (!from_store).then(|| StorePlan::Body { bytes: bytes.clone() });
+            let text = p.config.compression.profile_for(&found.content_type).is_some();
+            let resource = text.then(|| ctx.resource.clone());
+            let plan = (!from_store).then(|| StorePlan::Body { bytes: bytes.clone(), resource });
             (InstanceBody::Whole { bytes, hash }, EntityTag::strong(content_etag(&hash)), plan)
         }
         FileContent::Large(file) => {
@@ -136,8 +164,7 @@ async fn fetch_origin<'a>(
 ) -> Result<Fetched<'a>, Response<Body>> {
     let profile = &ctx.profile;
     let is_upgrade = wirefold_http::hop_by_hop::is_upgrade_request(&profile.headers).is_some();
-    let host = origin.upstream_host(&profile.headers);
-    let key = cache::record_key(host.to_str().unwrap_or(""), profile.path_and_query());
+    let key = cache::record_key(&ctx.resource);
     let uses_cache = p.store.is_some()
         && profile.is_get_or_head()
         && !profile.has_authorization

@@ -60,6 +60,11 @@ pub struct Pipeline {
 /// Per-request state, built by `classify` and read by every later stage.
 pub struct RequestContext {
     pub profile: classify::ClientProfile,
+    /// Whose content this is: the upstream host, or `root` for the file source.
+    /// Dictionaries are only used within one site.
+    pub site: String,
+    /// The resource's key: site, path and query. Histories are kept per resource.
+    pub resource: String,
     pub conn: ConnInfo,
     pub started: Instant,
 }
@@ -139,7 +144,13 @@ impl Pipeline {
     }
 
     async fn run_stages(self: &Arc<Self>, req: Request<Body>, conn: ConnInfo, started: Instant) -> Response<Body> {
-        let ctx = RequestContext { profile: classify::classify(&req), conn, started };
+        let profile = classify::classify(&req);
+        let site = match &self.source {
+            Source::Origin(origin) => origin.upstream_host(&profile.headers).to_str().unwrap_or_default().to_string(),
+            Source::Files(_) => "root".to_string(),
+        };
+        let resource = format!("{site}{}", profile.path_and_query());
+        let ctx = RequestContext { profile, site, resource, conn, started };
         let fetched = match fetch::fetch(self, &ctx, req).await {
             Ok(fetched) => fetched,
             Err(response) => return response,

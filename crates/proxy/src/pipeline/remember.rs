@@ -8,32 +8,58 @@ use bytes::Bytes;
 
 use super::fetch::Fetched;
 use super::{Instance, Pipeline};
-use crate::cache::{CacheEntry, StoredResponse};
+use crate::cache::{resource_of, site_of, CacheEntry, StoredResponse};
+use crate::config::DeltaConfig;
+use crate::delta::{dictionaries, history};
 
 /// What to write.
 pub enum StorePlan {
     /// A cache entry for `key`; `body` is `None` when only the head changed (a 304).
     CacheEntry { key: String, response: StoredResponse, body: Option<Bytes> },
-    /// Content to keep by its hash (file versions, future delta bases).
-    Body { bytes: Bytes },
+    /// A file version's content, kept by its hash; a version (delta base) of
+    /// `resource` when that is given (text files).
+    Body { bytes: Bytes, resource: Option<String> },
 }
 
 pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
     let Fetched { instance, store_plan, leader } = fetched;
     if let (Some(plan), Some(store)) = (store_plan, p.store.clone()) {
+        let delta = p.config.delta.clone();
+        let compression = p.config.compression.clone();
+        let text = move |headers: &http::HeaderMap| {
+            headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|ct| compression.profile_for(ct).is_some())
+        };
         let written = tokio::task::spawn_blocking(move || -> Result<(), store::StoreError> {
             match plan {
-                StorePlan::Body { bytes } => store.put_blob(&bytes).map(|_| ()),
+                StorePlan::Body { bytes, resource: None } => store.put_blob(&bytes).map(|_| ()),
+                StorePlan::Body { bytes, resource: Some(resource) } => {
+                    let hash = store.put_blob(&bytes)?;
+                    let etag = Some(format!("\"{}\"", super::fetch::content_etag(&hash)));
+                    let version = history::Version { hash: hash.to_hex(), etag, time: now_unix(), size: bytes.len() as u64 };
+                    remember_version(&store, &delta, &resource, version)
+                }
                 StorePlan::CacheEntry { key, response, body } => {
-                    if let Some(bytes) = body {
-                        store.put_blob(&bytes)?;
+                    if let Some(bytes) = &body {
+                        store.put_blob(bytes)?;
                     }
                     let mut entry = store
                         .get_record(&key)?
                         .and_then(|r| CacheEntry::decode(&r))
                         .unwrap_or_default();
+                    let headers = response.headers();
+                    let new_version = body.as_ref().filter(|_| text(&headers)).and_then(|bytes| {
+                        let etag = headers.get(http::header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_string);
+                        Some(history::Version { hash: response.body_hash()?.to_hex(), etag, time: now_unix(), size: bytes.len() as u64 })
+                    });
                     entry.upsert(response);
-                    store.put_record(&key, &entry.encode(), &entry.bodies())
+                    store.put_record(&key, &entry.encode(), &entry.bodies())?;
+                    match new_version {
+                        Some(version) => remember_version(&store, &delta, resource_of(&key), version),
+                        None => Ok(()),
+                    }
                 }
             }
         })
@@ -64,4 +90,22 @@ pub async fn invalidate(p: &Pipeline, key: &str) {
     if let Ok(Err(e)) = result {
         tracing::warn!(error = %e, "cache invalidation failed");
     }
+}
+
+/// Appends a new instance to its resource's history and registers it as a possible
+/// dictionary for its site.
+fn remember_version(store: &store::Store, delta: &DeltaConfig, resource: &str, version: history::Version) -> Result<(), store::StoreError> {
+    if !delta.enabled {
+        return Ok(());
+    }
+    let hash = version.hash();
+    history::record(store, resource, version, delta.history, delta.history_bytes)?;
+    match hash {
+        Some(hash) if delta.dictionaries => dictionaries::register(store, &hash, site_of(resource)),
+        _ => Ok(()),
+    }
+}
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

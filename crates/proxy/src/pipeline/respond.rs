@@ -9,6 +9,7 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Response, StatusCode};
 use wirefold_http::conditional::{evaluate, EntityTag, Precondition};
 use wirefold_http::range::{content_range, range_for, unsatisfied_range, RangeRequest};
+use wirefold_http::delta::{DELTA_BASE, IM};
 use wirefold_http::vary::add_field;
 
 use super::encode::{Representation, RepresentationBody, SentCoding};
@@ -34,6 +35,9 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
     if negotiated {
         add_field(&mut headers, "accept-encoding");
     }
+    if let SentCoding::Dictionary(_) = coding {
+        add_field(&mut headers, "available-dictionary");
+    }
     add_cache_status(&mut headers, provenance);
 
     if status == StatusCode::OK {
@@ -56,6 +60,17 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
         }
         SentCoding::Origin(value) => {
             headers.insert(header::CONTENT_ENCODING, value.clone());
+        }
+        SentCoding::Dictionary(c) => {
+            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(c.token()));
+        }
+        SentCoding::Vcdiff { base_etag } => {
+            headers.insert(IM, HeaderValue::from_static("vcdiff"));
+            if let Ok(base) = HeaderValue::from_str(base_etag) {
+                headers.insert(DELTA_BASE, base);
+            }
+            // Legacy caches must not store a delta; delta-aware ones may (RFC 3229 §10.8).
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store, im"));
         }
     }
     let rangeable = status == StatusCode::OK && coding == SentCoding::Identity && request.method == Method::GET;
@@ -116,8 +131,13 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
 /// confuses representations and the client's revalidation maps back to it.
 fn representation_etag(headers: &mut HeaderMap, coding: &SentCoding) -> Option<EntityTag> {
     let tag = headers.get(header::ETAG).and_then(|v| v.to_str().ok()).and_then(EntityTag::parse)?;
-    let SentCoding::Encoded(c) = coding else { return Some(tag) };
-    let tag = EntityTag { weak: true, opaque: format!("{}-{}", tag.opaque, c.token()) };
+    let token = match coding {
+        SentCoding::Encoded(c) => c.token(),
+        SentCoding::Dictionary(c) => c.token(),
+        // An origin's own coding keeps its validator; a 226 names the new instance.
+        SentCoding::Identity | SentCoding::Origin(_) | SentCoding::Vcdiff { .. } => return Some(tag),
+    };
+    let tag = EntityTag { weak: true, opaque: format!("{}-{}", tag.opaque, token) };
     headers.insert(header::ETAG, HeaderValue::from_str(&tag.to_string()).expect("etag is a valid header"));
     Some(tag)
 }

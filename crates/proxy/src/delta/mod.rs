@@ -1,0 +1,221 @@
+//! Delta encoding: send only what changed since an instance the client holds.
+//!
+//! - RFC 3229: a client lists the validators of instances it holds (`If-None-Match`)
+//!   and accepts `A-IM: vcdiff`; wirefold answers `226 IM Used` with a VCDIFF delta
+//!   against a version from the resource's [`history`].
+//! - RFC 9842: a client names the dictionary it holds (`Available-Dictionary`) and
+//!   accepts `dcb`/`dcz`; wirefold compresses against it if that content is this
+//!   site's ([`dictionaries`]). Reusable text responses announce themselves as
+//!   dictionaries with `Use-As-Dictionary`; pages a browser will not keep get a
+//!   derived dictionary announced with `Link: rel="compression-dictionary"`.
+//!
+//! A delta is sent only when it is smaller than the plain encoding; the cost model
+//! decides whether one is worth making now or only in the background.
+
+pub mod dictionaries;
+pub mod history;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use codec::cost::{Link, Work};
+use codec::dictionary::DictionaryCoding;
+use http::header::{self, HeaderMap, HeaderValue};
+use store::Hash;
+use wirefold_http::cache_control::CacheControl;
+use wirefold_http::conditional::{EntityTag, IfNoneMatch};
+use wirefold_http::delta::accepts_im;
+use wirefold_http::dictionary::{available_dictionary, dictionary_allowed, use_as_dictionary};
+
+use crate::pipeline::encode::{cached_variant, Produce};
+use crate::pipeline::{Pipeline, RequestContext};
+
+/// A delta the client can apply.
+pub enum DeltaChoice {
+    /// RFC 3229: answered as `226 IM Used`, `IM: vcdiff`, `Delta-Base: base_etag`.
+    Vcdiff { body: Bytes, base_etag: String },
+    /// RFC 9842: `Content-Encoding: dcb|dcz` against the client's dictionary.
+    Dictionary { coding: DictionaryCoding, body: Bytes },
+}
+
+impl DeltaChoice {
+    pub fn len(&self) -> usize {
+        match self {
+            DeltaChoice::Vcdiff { body, .. } | DeltaChoice::Dictionary { body, .. } => body.len(),
+        }
+    }
+}
+
+/// The smallest delta the client can use that beats `plain_len`, if any.
+/// `headers` are the instance's response fields.
+pub async fn choose(
+    p: &Pipeline,
+    ctx: &RequestContext,
+    headers: &HeaderMap,
+    hash: Hash,
+    content: &Bytes,
+    plain_len: usize,
+) -> Option<DeltaChoice> {
+    let config = &p.config.delta;
+    let store = p.store.clone()?;
+    let request = &ctx.profile.headers;
+    let link = Link::from_bits_per_second(config.assumed_bandwidth_bps);
+    let mut best: Option<DeltaChoice> = None;
+
+    if config.vcdiff && accepts_im(request, "vcdiff") {
+        if let Some(IfNoneMatch::Tags(held)) = IfNoneMatch::from_headers(request) {
+            let current = EntityTag::from_headers(headers);
+            // A client that holds the current instance gets a 304 from `respond`.
+            if !current.is_some_and(|c| held.iter().any(|h| h.weak_eq(&c))) {
+                best = vcdiff(p, &store, &ctx.resource, hash, content, &held, plain_len, link).await;
+            }
+        }
+    }
+
+    let offered = config.dictionary_preference().into_iter().find(|c| ctx.profile.accept_encoding.accepts_token(c.token()));
+    if let (true, Some(coding), Some(dictionary_hash)) = (config.dictionaries, offered, available_dictionary(request)) {
+        if dictionary_allowed(request, headers) {
+            let limit = best.as_ref().map_or(plain_len, DeltaChoice::len);
+            let found = dictionary(p, &store, &ctx.site, hash, content, Hash(dictionary_hash), coding, limit, link).await;
+            if found.is_some() {
+                best = found;
+            }
+        }
+    }
+    best
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn vcdiff(
+    p: &Pipeline,
+    store: &store::Store,
+    resource: &str,
+    hash: Hash,
+    content: &Bytes,
+    held: &[EntityTag],
+    plain_len: usize,
+    link: Link,
+) -> Option<DeltaChoice> {
+    let (store_ref, resource) = (store.clone(), resource.to_string());
+    let held_tags = held.to_vec();
+    let base = tokio::task::spawn_blocking(move || -> Option<(Hash, String, Bytes)> {
+        let history = history::load(&store_ref, &resource).ok()?;
+        let version = history.base_for(&held_tags, &hash)?;
+        let base_hash = version.hash()?;
+        let bytes = store_ref.get_blob(&base_hash).ok()??;
+        Some((base_hash, version.etag.clone()?, bytes))
+    })
+    .await
+    .ok()??;
+    let (base_hash, base_etag, base) = base;
+    let input = (base.len() + content.len()) as u64;
+    if !link.worth_computing(Work::Vcdiff, input, plain_len as u64) && store.get_encoding_in_memory(&hash, &vcdiff_variant(&base_hash)).is_none() {
+        return None;
+    }
+    let target = content.clone();
+    let produce: Produce = Arc::new(move |_| codec::vcdiff::encode(&base, &target));
+    let name = vcdiff_variant(&base_hash);
+    let body = cached_variant(p, hash, input as usize, Arc::new(move |_| name.clone()), None, 0, produce).await;
+    (body.len() < plain_len).then_some(DeltaChoice::Vcdiff { body, base_etag })
+}
+
+fn vcdiff_variant(base: &Hash) -> String {
+    format!("vcdiff:{}", base.to_hex())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn dictionary(
+    p: &Pipeline,
+    store: &store::Store,
+    site: &str,
+    hash: Hash,
+    content: &Bytes,
+    dictionary_hash: Hash,
+    coding: DictionaryCoding,
+    limit: usize,
+    link: Link,
+) -> Option<DeltaChoice> {
+    let (store_ref, site) = (store.clone(), site.to_string());
+    let dictionary = tokio::task::spawn_blocking(move || dictionaries::dictionary_for(&store_ref, &dictionary_hash, &site))
+        .await
+        .ok()?
+        .ok()??;
+    let (quick, best) = dictionary_levels(coding);
+    let input = (dictionary.len() + content.len()) as u64;
+    let quick_work = Work::Dictionary { coding, level: quick };
+    let name_of = {
+        let prefix = format!("{}:{}", coding.token(), dictionary_hash.to_hex());
+        Arc::new(move |level: u32| format!("{prefix}-{level}"))
+    };
+    let already = store.get_encoding_in_memory(&hash, &name_of(best)).is_some() || store.get_encoding_in_memory(&hash, &name_of(quick)).is_some();
+    if !already && !link.worth_computing(quick_work, input, limit as u64) {
+        return None;
+    }
+    let target = content.clone();
+    let produce: Produce = Arc::new(move |level| codec::dictionary::encode(coding, level, &dictionary, &target));
+    let body = cached_variant(p, hash, input as usize, name_of, Some(quick), best, produce).await;
+    (body.len() < limit).then_some(DeltaChoice::Dictionary { coding, body })
+}
+
+/// (answer now, make in the background and keep) levels per dictionary coding.
+fn dictionary_levels(coding: DictionaryCoding) -> (u32, u32) {
+    match coding {
+        DictionaryCoding::Dcz => (3, 19),
+        DictionaryCoding::Dcb => (5, 11),
+    }
+}
+
+/// Adds `Use-As-Dictionary` to a reusable text response a browser may keep, or, for a
+/// page it will not keep (instantly stale), a `Link` to a derived dictionary.
+pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMap, hash: Hash) {
+    let config = &p.config.delta;
+    let Some(store) = p.store.clone() else { return };
+    if !config.enabled || !config.dictionaries || headers.contains_key(wirefold_http::dictionary::USE_AS_DICTIONARY) {
+        return;
+    }
+    let uri = &ctx.profile.uri;
+    let pattern = dictionaries::pattern_for(config, uri.path(), uri.query());
+    let cc = CacheControl::from_headers(headers);
+    if browser_keeps(&cc, headers) {
+        let dest: &[&str] = if is_html(headers) { &["document"] } else { &[] };
+        if let Some(value) = use_as_dictionary(&pattern, dest, None) {
+            headers.insert(wirefold_http::dictionary::USE_AS_DICTIONARY, value);
+        }
+        return;
+    }
+    if !config.derived_dictionaries || !is_html(headers) {
+        return;
+    }
+    let site = ctx.site.clone();
+    let derived = tokio::task::spawn_blocking(move || dictionaries::current_derived(&store, &site, &pattern, &hash)).await;
+    if let Ok(Ok(url)) = derived {
+        if let Ok(value) = HeaderValue::from_str(&format!("<{url}>; rel=\"compression-dictionary\"")) {
+            headers.append(header::LINK, value);
+        }
+    }
+}
+
+/// Chromium keeps a dictionary only while the response is fresh or may be served
+/// stale (field notes): explicit positive freshness, or stale-while-revalidate.
+fn browser_keeps(cc: &CacheControl, headers: &HeaderMap) -> bool {
+    if cc.no_store || cc.private {
+        return false;
+    }
+    if cc.stale_while_revalidate.is_some_and(|s| s > 0) {
+        return true;
+    }
+    if cc.no_cache {
+        return false;
+    }
+    match cc.max_age {
+        Some(age) => age > 0,
+        None => headers.contains_key(header::EXPIRES),
+    }
+}
+
+fn is_html(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("text/html"))
+}

@@ -1,0 +1,182 @@
+//! Delta encoding end to end: RFC 9842 dictionaries (dcz/dcb) and RFC 3229 deltas
+//! (226 IM Used with VCDIFF), decoded by the reference tools.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use base64::Engine;
+use sha2::Digest;
+use support::*;
+
+const SCRIPT_V1: &str = "assets/w3c__aria/common_script_aria-js/028.js";
+const SCRIPT_V2: &str = "assets/w3c__aria/common_script_aria-js/029.js";
+const PAGE_V1: &str = "html/w3c__manifest/index-html--recent/028.html";
+const PAGE_V2: &str = "html/w3c__manifest/index-html--recent/029.html";
+
+fn sha256(data: &[u8]) -> [u8; 32] {
+    sha2::Sha256::digest(data).into()
+}
+
+fn available(data: &[u8]) -> String {
+    format!("Available-Dictionary: :{}:", base64::engine::general_purpose::STANDARD.encode(sha256(data)))
+}
+
+fn with_tool(tool: &str, args: &[&str], files: &[(&str, &[u8])]) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, data) in files {
+        std::fs::write(dir.path().join(name), data).unwrap();
+    }
+    let out = std::process::Command::new(tool).args(args).current_dir(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{tool} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+/// An origin whose resources can be replaced while it runs.
+async fn mutable_origin(files: Arc<Mutex<Vec<(String, &'static str, String, Vec<u8>)>>>) -> Origin {
+    origin(move |req| {
+        let files = files.lock().unwrap();
+        let Some((_, ct, cc, body)) = files.iter().find(|(p, ..)| p == req.uri().path()) else {
+            return response(404, &[], "");
+        };
+        let etag = format!("\"{}\"", hex::encode(&sha256(body)[..8]));
+        if req.headers().get("if-none-match").and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
+            return response(304, &[("etag", &etag), ("cache-control", cc)], "");
+        }
+        response(200, &[("content-type", ct), ("cache-control", cc), ("etag", &etag)], body.clone())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versioned_script_is_compressed_against_its_previous_version() {
+    let (v1, v2) = (corpus_file(SCRIPT_V1), corpus_file(SCRIPT_V2));
+    let files = Arc::new(Mutex::new(vec![
+        ("/js/app.v1.js".to_string(), "application/javascript", "max-age=3600".to_string(), v1.clone()),
+        ("/js/app.v2.js".to_string(), "application/javascript", "max-age=3600".to_string(), v2.clone()),
+    ]));
+    let origin = mutable_origin(files).await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+
+    let first = curl(&proxy.url("/js/app.v1.js"), &["--compressed"]).await;
+    assert_eq!(first.body, v1);
+    assert_eq!(first.header("use-as-dictionary"), Some("match=\"/js/app.*.js\""));
+
+    for (token, expected_magic) in [("dcz", &[0x5e, 0x2a, 0x4d, 0x18][..]), ("dcb", &[0xff, 0x44, 0x43, 0x42][..])] {
+        let r = curl(&proxy.url("/js/app.v2.js"), &["-H", &format!("Accept-Encoding: gzip, br, zstd, {token}"), "-H", &available(&v1)]).await;
+        assert_eq!(r.header("content-encoding"), Some(token), "{:?}", r.headers);
+        let vary = r.header("vary").unwrap().to_ascii_lowercase();
+        assert!(vary.contains("accept-encoding") && vary.contains("available-dictionary"), "{vary}");
+        assert_eq!(&r.body[..4], expected_magic);
+        assert_eq!(&r.body[4 + (token == "dcz") as usize * 4..][..32], &sha256(&v1));
+        let br = curl(&proxy.url("/js/app.v2.js"), &["-H", "Accept-Encoding: br"]).await;
+        assert!(r.body.len() * 5 < br.body.len(), "{token} {} vs br {}", r.body.len(), br.body.len());
+        let decoded = match token {
+            // The reference tool decodes the whole body: the header is a skippable frame.
+            "dcz" => with_tool("zstd", &["-d", "-c", "-D", "dict", "body"], &[("dict", &v1), ("body", &r.body)]),
+            _ => codec::dictionary::decode(codec::dictionary::DictionaryCoding::Dcb, &v1, &r.body, 1 << 24).unwrap(),
+        };
+        assert_eq!(decoded, v2, "{token} decodes to the new version");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_or_foreign_dictionaries_fall_back_to_plain_compression() {
+    let v1 = corpus_file(SCRIPT_V1);
+    let files = Arc::new(Mutex::new(vec![
+        ("/a.js".to_string(), "application/javascript", "max-age=3600".to_string(), v1.clone()),
+        ("/secret.js".to_string(), "application/javascript", "private, max-age=3600".to_string(), corpus_file(SCRIPT_V2)),
+    ]));
+    let origin = mutable_origin(files).await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    curl(&proxy.url("/secret.js"), &[]).await;
+    let ae = "Accept-Encoding: br, dcz, dcb";
+    // A hash nobody stored.
+    let r = curl(&proxy.url("/a.js"), &["-H", ae, "-H", &available(b"never seen")]).await;
+    assert_eq!(r.header("content-encoding"), Some("br"));
+    // A private response is never stored, so never a dictionary for anyone.
+    let r = curl(&proxy.url("/a.js"), &["-H", ae, "-H", &available(&corpus_file(SCRIPT_V2))]).await;
+    assert_eq!(r.header("content-encoding"), Some("br"));
+    // A malformed header is ignored.
+    let r = curl(&proxy.url("/a.js"), &["-H", ae, "-H", "Available-Dictionary: :not-base64!:"]).await;
+    assert_eq!(r.header("content-encoding"), Some("br"));
+    // A cross-site no-cors fetch may not use a dictionary (RFC 9842 readability).
+    curl(&proxy.url("/a.js"), &[]).await;
+    let r = curl(&proxy.url("/a.js"), &["-H", ae, "-H", &available(&v1), "-H", "Sec-Fetch-Site: cross-site", "-H", "Sec-Fetch-Mode: no-cors"]).await;
+    assert_eq!(r.header("content-encoding"), Some("br"));
+    let r = curl(&proxy.url("/a.js"), &["-H", ae, "-H", &available(&v1), "-H", "Sec-Fetch-Site: same-origin", "-H", "Sec-Fetch-Mode: cors"]).await;
+    assert_eq!(r.header("content-encoding"), Some("dcz"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc3229_clients_get_226_with_a_vcdiff_delta() {
+    let (v1, v2) = (corpus_file(PAGE_V1), corpus_file(PAGE_V2));
+    let files = Arc::new(Mutex::new(vec![("/spec".to_string(), "text/html", "no-cache".to_string(), v1.clone())]));
+    let origin = mutable_origin(files.clone()).await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let first = curl(&proxy.url("/spec"), &[]).await;
+    let etag_v1 = first.header("etag").unwrap().to_string();
+    files.lock().unwrap()[0].3 = v2.clone();
+
+    let r = curl(&proxy.url("/spec"), &["-H", "A-IM: vcdiff", "-H", &format!("If-None-Match: {etag_v1}")]).await;
+    assert_eq!(r.status, 226, "{:?}", r.headers);
+    assert_eq!(r.header("im"), Some("vcdiff"));
+    assert_eq!(r.header("delta-base"), Some(etag_v1.as_str()));
+    assert_eq!(r.header("cache-control"), Some("no-store, im"));
+    let etag_v2 = r.header("etag").unwrap().to_string();
+    assert_ne!(etag_v2, etag_v1);
+    assert!(r.body.len() * 20 < v2.len(), "delta {} vs page {}", r.body.len(), v2.len());
+    let rebuilt = with_tool("xdelta3", &["-d", "-c", "-s", "base", "delta"], &[("base", &v1), ("delta", &r.body)]);
+    assert_eq!(rebuilt, v2, "xdelta3 applies our delta");
+
+    // Holding the current instance: 304, not a delta.
+    let r = curl(&proxy.url("/spec"), &["-H", "A-IM: vcdiff", "-H", &format!("If-None-Match: {etag_v1}, {etag_v2}")]).await;
+    assert_eq!(r.status, 304);
+    // A base we never had, or no A-IM: an ordinary 200.
+    let r = curl(&proxy.url("/spec"), &["-H", "A-IM: vcdiff", "-H", "If-None-Match: \"nope\"", "--compressed"]).await;
+    assert_eq!((r.status, r.body.as_slice()), (200, v2.as_slice()));
+    let r = curl(&proxy.url("/spec"), &["-H", &format!("If-None-Match: {etag_v1}"), "--compressed"]).await;
+    assert_eq!((r.status, r.body.as_slice()), (200, v2.as_slice()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_a_browser_will_not_keep_get_a_derived_dictionary() {
+    let (v1, v2) = (corpus_file(PAGE_V1), corpus_file(PAGE_V2));
+    let files = Arc::new(Mutex::new(vec![("/news".to_string(), "text/html", "no-cache".to_string(), v1.clone())]));
+    let origin = mutable_origin(files.clone()).await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let first = curl(&proxy.url("/news"), &["--compressed"]).await;
+    assert_eq!(first.header("use-as-dictionary"), None, "instantly stale: Chromium would not keep it");
+    let link = first.header("link").expect("a derived dictionary is announced").to_string();
+    assert!(link.ends_with("rel=\"compression-dictionary\""), "{link}");
+    let path = link.trim_start_matches('<').split('>').next().unwrap().to_string();
+    let dict = curl(&proxy.url(&path), &["--compressed"]).await;
+    assert_eq!(dict.status, 200);
+    assert_eq!(dict.body, v1);
+    assert_eq!(dict.header("use-as-dictionary"), Some("match=\"/news\", match-dest=(\"document\")"));
+    assert!(dict.header("cache-control").unwrap().contains("max-age=31536000"));
+
+    files.lock().unwrap()[0].3 = v2.clone();
+    let r = curl(&proxy.url("/news"), &["-H", "Accept-Encoding: br, dcz", "-H", &available(&v1), "-H", "Sec-Fetch-Mode: navigate"]).await;
+    assert_eq!(r.header("content-encoding"), Some("dcz"));
+    assert_eq!(with_tool("zstd", &["-d", "-c", "-D", "dict", "body"], &[("dict", &v1), ("body", &r.body)]), v2);
+    // The dictionary stays the same while the page changes: fetched once, not per change.
+    assert_eq!(r.header("link"), Some(link.as_str()));
+    // Unknown dictionaries are 404, never an error page with content.
+    assert_eq!(curl(&proxy.url("/.wirefold/dict/00"), &[]).await.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_mode_keeps_versions_of_changed_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2) = (corpus_file(PAGE_V1), corpus_file(PAGE_V2));
+    std::fs::write(dir.path().join("spec.html"), &v1).unwrap();
+    let server = start_root(dir.path(), |_| {}).await;
+    let first = curl(&server.url("/spec.html"), &[]).await;
+    let etag_v1 = first.header("etag").unwrap().to_string();
+    std::fs::write(dir.path().join("spec.html"), &v2).unwrap();
+    let r = curl(&server.url("/spec.html"), &["-H", "A-IM: vcdiff", "-H", &format!("If-None-Match: {etag_v1}")]).await;
+    assert_eq!(r.status, 226);
+    let rebuilt = with_tool("xdelta3", &["-d", "-c", "-s", "base", "delta"], &[("base", &v1), ("delta", &r.body)]);
+    assert_eq!(rebuilt, v2);
+}
