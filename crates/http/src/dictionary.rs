@@ -5,6 +5,8 @@
 use base64::Engine;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::fields;
+
 pub const AVAILABLE_DICTIONARY: HeaderName = HeaderName::from_static("available-dictionary");
 pub const DICTIONARY_ID: HeaderName = HeaderName::from_static("dictionary-id");
 pub const USE_AS_DICTIONARY: HeaderName = HeaderName::from_static("use-as-dictionary");
@@ -42,6 +44,22 @@ pub fn use_as_dictionary(pattern: &str, destinations: &[&str], id: Option<&str>)
         value.push_str(&format!(", id={}", sf_string(id)?));
     }
     HeaderValue::from_str(&value).ok()
+}
+
+/// The `match` pattern of a response's `Use-As-Dictionary` (for clients); `None`
+/// when absent, without a string `match`, or of a `type` other than `raw`, which
+/// a client must ignore (RFC 9842 §2.1.4).
+pub fn use_as_dictionary_match(headers: &HeaderMap) -> Option<String> {
+    let value = fields::combined(headers, USE_AS_DICTIONARY)?;
+    let mut pattern = None;
+    for member in fields::split_list(&value) {
+        match fields::split_assignment(member) {
+            ("match", Some(v)) if v.starts_with('"') => pattern = Some(fields::unquote(v).into_owned()),
+            ("type", Some(t)) if t != "raw" => return None,
+            _ => {}
+        }
+    }
+    pattern
 }
 
 fn sf_string(s: &str) -> Option<String> {
@@ -105,6 +123,16 @@ mod tests {
         let v = use_as_dictionary("/p", &["document"], Some("d\"1")).unwrap();
         assert_eq!(v, "match=\"/p\", match-dest=(\"document\"), id=\"d\\\"1\"");
         assert!(use_as_dictionary("/é", &[], None).is_none());
+    }
+
+    #[test]
+    fn clients_read_the_match_pattern() {
+        let read = |v: &[u8]| use_as_dictionary_match(&map(&[("use-as-dictionary", v)]));
+        assert_eq!(read(b"match=\"/p\", match-dest=(\"document\")").as_deref(), Some("/p"));
+        assert_eq!(read(b"id=\"x, y\", match=\"/a\\\"b*\"").as_deref(), Some("/a\"b*"));
+        assert_eq!(read(b"match=\"/p\", type=other"), None);
+        assert_eq!(read(b"match=token"), None);
+        assert_eq!(read(b"id=\"x\""), None);
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //!   (`If-Match`, `If-None-Match`, `If-Modified-Since`, …).
 //! - [`range`]: single byte ranges and `If-Range`.
 //! - [`hop_by_hop`]: connection-specific fields a proxy must drop.
+//! - [`delta`], [`dictionary`], [`digest`]: RFC 3229 and RFC 9842 fields, and the
+//!   digest that lets a client verify a reconstructed instance.
 //!
 //! Every parser accepts any header bytes (including non-UTF-8) and never
 //! panics; where input is ambiguous it takes the reading that cannot serve
@@ -23,6 +25,7 @@ pub mod caching;
 pub mod conditional;
 pub mod delta;
 pub mod dictionary;
+pub mod digest;
 mod fields;
 pub mod hop_by_hop;
 pub mod range;

@@ -23,6 +23,12 @@ pub fn infer(path: &str) -> String {
     out.join("/")
 }
 
+/// Whether a path names one version among others (a version or content hash in a
+/// file or directory name), so that the URL never changes content.
+pub fn is_versioned(path: &str) -> bool {
+    infer(path).replace("\\*", "").contains('*')
+}
+
 /// Whether a request path matches a pattern made of literal text and `*`.
 pub fn matches(pattern: &str, path: &str) -> bool {
     let tokens = tokenize(pattern);
@@ -190,6 +196,7 @@ mod tests {
         ];
         for (path, pattern) in cases {
             assert_eq!(infer(path), pattern, "{path}");
+            assert_eq!(is_versioned(path), pattern.contains('*'), "{path}");
             assert!(matches(&infer(path), path), "{path} matches its own pattern");
         }
     }
@@ -203,6 +210,7 @@ mod tests {
         }
         assert_eq!(infer("/3f9a2c1b.js"), "/3f9a2c1b.js");
         assert_eq!(infer("/a(b).js"), "/a\\(b\\).js");
+        assert!(!is_versioned("/a*b.js"));
     }
 
     #[test]

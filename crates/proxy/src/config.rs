@@ -30,6 +30,7 @@ pub struct Config {
     pub cache: CacheConfig,
     pub compression: CompressionConfig,
     pub delta: DeltaConfig,
+    pub files: FilesConfig,
 }
 
 impl Default for Config {
@@ -47,6 +48,27 @@ impl Default for Config {
             cache: CacheConfig::default(),
             compression: CompressionConfig::default(),
             delta: DeltaConfig::default(),
+            files: FilesConfig::default(),
+        }
+    }
+}
+
+/// How the file source (`--root`) labels what it serves.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FilesConfig {
+    /// `Cache-Control` for files whose name carries a version or content hash
+    /// (`app.3f9a2c1b.js`, `jquery-3.7.1.js`): such a URL never changes content.
+    pub versioned_cache_control: String,
+    /// `Cache-Control` for every other file: revalidate (cheap, with the strong ETag).
+    pub cache_control: String,
+}
+
+impl Default for FilesConfig {
+    fn default() -> Self {
+        FilesConfig {
+            versioned_cache_control: "public, max-age=31536000, immutable".into(),
+            cache_control: "no-cache".into(),
         }
     }
 }
@@ -373,6 +395,11 @@ impl Config {
         }
         if self.tls.self_signed && self.tls.cert.is_some() {
             return invalid("tls.self_signed", "choose a self-signed certificate or `tls.cert`, not both".into());
+        }
+        for (key, value) in [("files.cache_control", &self.files.cache_control), ("files.versioned_cache_control", &self.files.versioned_cache_control)] {
+            if http::HeaderValue::from_str(value).is_err() {
+                return invalid(key, format!("`{value}` is not a valid header value"));
+            }
         }
         if self.limits.max_header_bytes < 8192 {
             return invalid("limits.max_header_bytes", "must be at least 8192".into());

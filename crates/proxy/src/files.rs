@@ -70,6 +70,20 @@ impl FileSource {
         Some(FoundFile { len: meta.len(), modified: meta.modified().ok()?, path: canonical, content_type })
     }
 
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Records the content hash of a file version read elsewhere (the scanner).
+    pub fn remember_hash(&self, path: &Path, len: u64, modified: SystemTime, hash: Hash) {
+        self.known.lock().expect("file hash map poisoned").insert(path.to_path_buf(), (len, modified, hash));
+    }
+
+    /// The last known content hash of a file, whatever its version.
+    pub fn hash_of(&self, path: &Path) -> Option<Hash> {
+        self.known.lock().expect("file hash map poisoned").get(path).map(|(_, _, h)| *h)
+    }
+
     /// The content hash if this exact file version was read before.
     pub fn known_hash(&self, file: &FoundFile) -> Option<Hash> {
         let known = self.known.lock().expect("file hash map poisoned");
@@ -110,7 +124,7 @@ impl FileSource {
     }
 }
 
-fn content_type_for(path: &Path) -> String {
+pub fn content_type_for(path: &Path) -> String {
     let mime = mime_guess::from_path(path).first_or_octet_stream();
     let essence = mime.essence_str();
     // Text needs a charset, or browsers guess; the web's text is UTF-8.

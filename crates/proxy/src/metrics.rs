@@ -45,6 +45,8 @@ pub struct Metrics {
     pub store_bytes: Gauge,
     pub store_blobs: Gauge,
     pub store_write_errors: Counter,
+    /// Completed passes of the root scanner (encodings and deltas made ahead).
+    pub root_scans: Counter,
     /// Totals kept beside the families so the demo can print a summary cheaply.
     totals: Totals,
 }
@@ -102,8 +104,11 @@ impl Metrics {
         registry.register("store_blobs", "Bodies in the store", store_blobs.clone());
         let store_write_errors = Counter::default();
         registry.register("store_write_errors", "Store writes that failed (served anyway)", store_write_errors.clone());
+        let root_scans = Counter::default();
+        registry.register("root_scans", "Completed passes of the root scanner", root_scans.clone());
         Metrics {
             registry,
+            root_scans,
             requests,
             bytes_original,
             bytes_sent,

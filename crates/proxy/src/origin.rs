@@ -76,31 +76,8 @@ impl Origin {
         let authority = uri.authority().cloned().ok_or("origin needs a host")?;
         let base_path = uri.path().trim_end_matches('/').to_string();
 
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        if let Some(path) = &cfg.ca_file {
-            let pem = std::fs::read(path).map_err(|e| format!("upstream.ca_file {}: {e}", path.display()))?;
-            for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-                let cert = cert.map_err(|e| format!("upstream.ca_file {}: {e}", path.display()))?;
-                roots.add(cert).map_err(|e| format!("upstream.ca_file {}: {e}", path.display()))?;
-            }
-        }
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
-        http.set_nodelay(true);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
+        let connector = connector(cfg.ca_file.as_deref(), Duration::from_millis(cfg.connect_timeout_ms))
+            .map_err(|e| format!("upstream.ca_file {e}"))?;
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
@@ -193,6 +170,36 @@ impl Origin {
         let idle = self.body_idle_timeout;
         Ok((response.map(|b| body::boxed(IdleTimeout::new(b, idle))), elapsed))
     }
+}
+
+/// An http-or-https connector (HTTP/1.1, and HTTP/2 by ALPN) trusting the webpki
+/// roots plus the PEM certificates in `ca_file`. Errors name the file.
+pub fn connector(ca_file: Option<&std::path::Path>, connect_timeout: Duration) -> Result<HttpsConnector<HttpConnector>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+            let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+            roots.add(cert).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http))
 }
 
 fn classify_client_error(e: hyper_util::client::legacy::Error) -> OriginError {

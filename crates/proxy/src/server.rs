@@ -112,6 +112,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let background = pipeline.background.clone();
     let grace = Duration::from_millis(config.limits.shutdown_grace_ms);
     let (stop, stopped) = watch::channel(false);
+    crate::scan::start(pipeline.clone(), stopped.clone());
     let main = tokio::spawn(accept_loop(listener, tls.clone(), pipeline.clone(), stopped.clone()));
     let admin = tokio::spawn(admin_loop(admin_listener, pipeline, stopped));
     Ok(Running { addr, admin_addr, tls: tls.is_some(), metrics, stop, tasks: vec![main, admin], background, grace })

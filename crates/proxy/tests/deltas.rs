@@ -180,3 +180,54 @@ async fn root_mode_keeps_versions_of_changed_files() {
     let rebuilt = with_tool("xdelta3", &["-d", "-c", "-s", "base", "delta"], &[("base", &v1), ("delta", &r.body)]);
     assert_eq!(rebuilt, v2);
 }
+
+/// Waits until two scanner passes have completed after this call: the second
+/// started after any change made before the call, and finished its work.
+async fn settle(server: &Proxy) {
+    let scans = || async { metric(&String::from_utf8(curl(&server.admin_url("/metrics"), &[]).await.body).unwrap(), "wirefold_root_scans_total") };
+    let start = scans().await;
+    for _ in 0..1200 {
+        if scans().await >= start + 2.0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the scanner never finished");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_mode_precomputes_encodings_and_deltas_before_the_first_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2) = (corpus_file(SCRIPT_V1), corpus_file(SCRIPT_V2));
+    std::fs::create_dir(dir.path().join("js")).unwrap();
+    std::fs::write(dir.path().join("js/app.js"), &v1).unwrap();
+    std::fs::write(dir.path().join("js/lib.1a2b3c4d.js"), &v1).unwrap();
+    let server = start_root(dir.path(), |c| c.delta.scan_interval_ms = 100).await;
+    settle(&server).await;
+    let first = curl(&server.url("/js/app.js"), &["-H", "Accept-Encoding: br"]).await;
+    let etag_v1 = first.header("etag").unwrap().to_string();
+    assert_eq!(first.header("cache-control"), Some("no-cache"));
+    let versioned = curl(&server.url("/js/lib.1a2b3c4d.js"), &["-H", "Accept-Encoding: br"]).await;
+    assert_eq!(versioned.header("cache-control"), Some("public, max-age=31536000, immutable"));
+    assert_eq!(versioned.header("use-as-dictionary"), Some("match=\"/js/lib.*.js\""));
+
+    // A deploy: a new version of the plain file and a new versioned file.
+    std::fs::write(dir.path().join("js/app.js"), &v2).unwrap();
+    std::fs::write(dir.path().join("js/lib.9f8e7d6c.js"), &v2).unwrap();
+    settle(&server).await;
+    let metrics = || async { String::from_utf8(curl(&server.admin_url("/metrics"), &[]).await.body).unwrap() };
+    let misses_before = metric(&metrics().await, "wirefold_encoding_cache_lookups_total{result=\"miss\"}");
+
+    let r = curl(&server.url("/js/app.js"), &["-H", "A-IM: vcdiff", "-H", &format!("If-None-Match: {etag_v1}")]).await;
+    assert_eq!(r.status, 226, "{etag_v1} {:?}", r.headers);
+    assert_eq!(with_tool("xdelta3", &["-d", "-c", "-s", "base", "delta"], &[("base", &v1), ("delta", &r.body)]), v2);
+    let r = curl(&server.url("/js/lib.9f8e7d6c.js"), &["-H", "Accept-Encoding: br, dcz", "-H", &available(&v1)]).await;
+    assert_eq!(r.header("content-encoding"), Some("dcz"));
+    assert_eq!(with_tool("zstd", &["-d", "-c", "-D", "dict", "body"], &[("dict", &v1), ("body", &r.body)]), v2);
+    let r = curl(&server.url("/js/app.js"), &["-H", "Accept-Encoding: br"]).await;
+    assert_eq!(decode_with_cli("brotli", &r.body), v2);
+
+    let misses_after = metric(&metrics().await, "wirefold_encoding_cache_lookups_total{result=\"miss\"}");
+    let text = metrics().await;
+    assert_eq!(misses_after, misses_before, "every body served after the deploy was made before it was asked for: {}", text.lines().filter(|l| l.contains("lookups") || l.contains("body_bytes_sent")).collect::<Vec<_>>().join("\n"));
+}

@@ -63,7 +63,8 @@ pub async fn choose(
     let mut best: Option<DeltaChoice> = None;
 
     if config.vcdiff && accepts_im(request, "vcdiff") {
-        if let Some(IfNoneMatch::Tags(held)) = IfNoneMatch::from_headers(request) {
+        if let Some(IfNoneMatch::Tags(listed)) = IfNoneMatch::from_headers(request) {
+            let held = with_codings_removed(listed);
             let current = EntityTag::from_headers(headers);
             // A client that holds the current instance gets a 304 from `respond`.
             if !current.is_some_and(|c| held.iter().any(|h| h.weak_eq(&c))) {
@@ -119,7 +120,35 @@ async fn vcdiff(
     (body.len() < plain_len).then_some(DeltaChoice::Vcdiff { body, base_etag })
 }
 
-fn vcdiff_variant(base: &Hash) -> String {
+/// The validators a client listed, plus each with wirefold's coding suffix removed:
+/// a client that decoded our `W/"abc-br"` holds the instance `"abc"`.
+fn with_codings_removed(listed: Vec<EntityTag>) -> Vec<EntityTag> {
+    let suffixes: Vec<String> = codec::ContentCoding::ALL
+        .iter()
+        .map(|c| c.token())
+        .chain(DictionaryCoding::ALL.iter().map(|c| c.token()))
+        .map(|t| format!("-{t}"))
+        .collect();
+    let mut held = listed.clone();
+    for tag in listed {
+        if let Some(opaque) = suffixes.iter().find_map(|s| tag.opaque.strip_suffix(s.as_str())) {
+            held.push(EntityTag { weak: tag.weak, opaque: opaque.to_string() });
+        }
+    }
+    held
+}
+
+/// The store's names for derived bodies of a content hash, one scheme for every
+/// producer (requests, background jobs, the root scanner).
+pub fn compression_variant(coding: codec::ContentCoding, level: u32) -> String {
+    format!("{}-{}", coding.token(), level)
+}
+
+pub fn dictionary_variant(coding: DictionaryCoding, dictionary: &Hash, level: u32) -> String {
+    format!("{}:{}-{}", coding.token(), dictionary.to_hex(), level)
+}
+
+pub fn vcdiff_variant(base: &Hash) -> String {
     format!("vcdiff:{}", base.to_hex())
 }
 
@@ -143,10 +172,7 @@ async fn dictionary(
     let (quick, best) = dictionary_levels(coding);
     let input = (dictionary.len() + content.len()) as u64;
     let quick_work = Work::Dictionary { coding, level: quick };
-    let name_of = {
-        let prefix = format!("{}:{}", coding.token(), dictionary_hash.to_hex());
-        Arc::new(move |level: u32| format!("{prefix}-{level}"))
-    };
+    let name_of: crate::pipeline::encode::VariantName = Arc::new(move |level| dictionary_variant(coding, &dictionary_hash, level));
     let already = store.get_encoding_in_memory(&hash, &name_of(best)).is_some() || store.get_encoding_in_memory(&hash, &name_of(quick)).is_some();
     if !already && !link.worth_computing(quick_work, input, limit as u64) {
         return None;
@@ -158,7 +184,7 @@ async fn dictionary(
 }
 
 /// (answer now, make in the background and keep) levels per dictionary coding.
-fn dictionary_levels(coding: DictionaryCoding) -> (u32, u32) {
+pub fn dictionary_levels(coding: DictionaryCoding) -> (u32, u32) {
     match coding {
         DictionaryCoding::Dcz => (3, 19),
         DictionaryCoding::Dcb => (5, 11),

@@ -38,6 +38,9 @@ pub struct Representation {
     pub negotiated: bool,
     /// Bytes before encoding, when known (for metrics).
     pub original_len: Option<u64>,
+    /// SHA-256 of the decoded instance, when the body was whole: sent as
+    /// `Wirefold-Digest` so a client can verify what it reconstructs.
+    pub instance_hash: Option<Hash>,
     pub provenance: Provenance,
     pub last_modified: Option<std::time::SystemTime>,
 }
@@ -110,6 +113,7 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
         coding,
         negotiated,
         original_len,
+        instance_hash: None,
         provenance,
         last_modified,
     };
@@ -140,7 +144,7 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
             if deltas_apply {
                 delta::announce(p, ctx, &mut headers, hash).await;
             }
-            match delta {
+            let mut whole = match delta {
                 Some(DeltaChoice::Dictionary { coding, body }) => {
                     rep(RepresentationBody::Whole(body), SentCoding::Dictionary(coding), true, Some(len))
                 }
@@ -150,7 +154,9 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
                     r
                 }
                 None => rep(RepresentationBody::Whole(plain), sent, negotiable, Some(len)),
-            }
+            };
+            whole.instance_hash = Some(hash);
+            whole
         }
         InstanceBody::Stream { body, coding, length } => match coding {
             StreamCoding::Unknown(value) => {
@@ -305,7 +311,7 @@ async fn cached_compression(p: &Pipeline, profile: &CompressionProfile, hash: Ha
     let quick = profile.on_the_fly.0.iter().find(|(c, _)| *c == coding).map(|(_, l)| *l).filter(|l| *l < level);
     let content = bytes.clone();
     let produce: Produce = Arc::new(move |l| codec::compress(coding, l, &content));
-    let name: VariantName = Arc::new(move |l| format!("{}-{}", coding.token(), l));
+    let name: VariantName = Arc::new(move |l| delta::compression_variant(coding, l));
     cached_variant(p, hash, bytes.len(), name, quick, level, produce).await
 }
 

@@ -124,6 +124,13 @@ async fn fetch_file(
         header::LAST_MODIFIED,
         HeaderValue::from_str(&httpdate::fmt_http_date(found.modified)).expect("http date is a valid header"),
     );
+    let path = profile.uri.path();
+    let versioned = wirefold_http::url_pattern::is_versioned(path);
+    let files_config = &p.config.files;
+    let cache_control = if versioned { &files_config.versioned_cache_control } else { &files_config.cache_control };
+    if let Ok(value) = HeaderValue::from_str(cache_control) {
+        headers.insert(header::CACHE_CONTROL, value);
+    }
     let (body, etag, store_plan) = match content {
         FileContent::Whole { bytes, hash, from_store } => {
             let text = p.config.compression.profile_for(&found.content_type).is_some();

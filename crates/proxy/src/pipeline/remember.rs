@@ -94,7 +94,7 @@ pub async fn invalidate(p: &Pipeline, key: &str) {
 
 /// Appends a new instance to its resource's history and registers it as a possible
 /// dictionary for its site.
-fn remember_version(store: &store::Store, delta: &DeltaConfig, resource: &str, version: history::Version) -> Result<(), store::StoreError> {
+pub(crate) fn remember_version(store: &store::Store, delta: &DeltaConfig, resource: &str, version: history::Version) -> Result<(), store::StoreError> {
     if !delta.enabled {
         return Ok(());
     }
@@ -106,6 +106,6 @@ fn remember_version(store: &store::Store, delta: &DeltaConfig, resource: &str, v
     }
 }
 
-fn now_unix() -> u64 {
+pub(crate) fn now_unix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Response, StatusCode};
-use wirefold_http::conditional::{evaluate, EntityTag, Precondition};
+use codec::dictionary::DictionaryCoding;
+use codec::ContentCoding;
+use wirefold_http::conditional::{evaluate, EntityTag, IfNoneMatch, Precondition};
+use wirefold_http::digest::{digest_value, WIREFOLD_DIGEST};
 use wirefold_http::range::{content_range, range_for, unsatisfied_range, RangeRequest};
 use wirefold_http::delta::{DELTA_BASE, IM};
 use wirefold_http::vary::add_field;
@@ -17,8 +20,9 @@ use super::{Pipeline, Provenance, RequestContext};
 use crate::body::{self, Body};
 use crate::metrics::Metrics;
 
-/// Fields a 304 carries over from the full response (RFC 9110 §15.4.5).
-const NOT_MODIFIED_FIELDS: [HeaderName; 7] = [
+/// Fields a 304 carries over from the full response (RFC 9110 §15.4.5), and the
+/// instance digest, which names the instance the client is to keep using.
+const NOT_MODIFIED_FIELDS: [HeaderName; 8] = [
     header::CACHE_CONTROL,
     header::CONTENT_LOCATION,
     header::DATE,
@@ -26,11 +30,16 @@ const NOT_MODIFIED_FIELDS: [HeaderName; 7] = [
     header::EXPIRES,
     header::VARY,
     header::LAST_MODIFIED,
+    WIREFOLD_DIGEST,
 ];
 
 pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) -> Response<Body> {
-    let Representation { status, mut headers, body, coding, negotiated, original_len, provenance, last_modified } = rep;
+    let Representation { status, mut headers, body, coding, negotiated, original_len, instance_hash, provenance, last_modified } = rep;
     let request = &ctx.profile;
+    if let Some(hash) = instance_hash {
+        headers.insert(WIREFOLD_DIGEST, digest_value(&hash.0));
+    }
+    let instance_etag = EntityTag::from_headers(&headers);
     let etag = representation_etag(&mut headers, &coding);
     if negotiated {
         add_field(&mut headers, "accept-encoding");
@@ -41,9 +50,12 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
     add_cache_status(&mut headers, provenance);
 
     if status == StatusCode::OK {
-        match evaluate(&request.method, &request.headers, etag.as_ref(), last_modified) {
+        // A client holding this instance in another coding, or whole from a 226, needs
+        // nothing new: the 304 names the validator it holds.
+        let held = instance_etag.as_ref().and_then(|instance| held_copy(&request.headers, instance));
+        match evaluate(&request.method, &request.headers, held.as_ref().or(etag.as_ref()), last_modified) {
             Precondition::Proceed => {}
-            Precondition::NotModified => return not_modified(&headers),
+            Precondition::NotModified => return not_modified(&headers, held),
             Precondition::Failed => return error_response(StatusCode::PRECONDITION_FAILED, "precondition failed"),
         }
     }
@@ -142,6 +154,20 @@ fn representation_etag(headers: &mut HeaderMap, coding: &SentCoding) -> Option<E
     Some(tag)
 }
 
+/// The validator in the request's `If-None-Match` that names `instance`: as is, or
+/// as [`representation_etag`] suffixed it for a coding.
+fn held_copy(request: &HeaderMap, instance: &EntityTag) -> Option<EntityTag> {
+    let Some(IfNoneMatch::Tags(tags)) = IfNoneMatch::from_headers(request) else { return None };
+    tags.into_iter().find(|tag| match tag.opaque.strip_prefix(instance.opaque.as_str()) {
+        Some("") => true,
+        Some(rest) => {
+            let token = rest.strip_prefix('-').unwrap_or_default();
+            tag.weak && (ContentCoding::from_token(token).is_some() || DictionaryCoding::from_token(token).is_some())
+        }
+        None => false,
+    })
+}
+
 fn range(
     rangeable: bool,
     request: &HeaderMap,
@@ -173,13 +199,16 @@ fn range_not_satisfiable(len: u64) -> Response<Body> {
     r
 }
 
-fn not_modified(full: &HeaderMap) -> Response<Body> {
+fn not_modified(full: &HeaderMap, held: Option<EntityTag>) -> Response<Body> {
     let mut response = Response::new(body::empty());
     *response.status_mut() = StatusCode::NOT_MODIFIED;
     for name in NOT_MODIFIED_FIELDS {
         for value in full.get_all(&name) {
             response.headers_mut().append(name.clone(), value.clone());
         }
+    }
+    if let Some(tag) = held.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
+        response.headers_mut().insert(header::ETAG, tag);
     }
     response
 }

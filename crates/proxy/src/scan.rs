@@ -1,0 +1,183 @@
+//! Root mode: notices changed files and makes what their first request would need —
+//! the encodings at the `cached` levels and the deltas against earlier versions (the
+//! file's own history, and older files of the same versioned name) — before anyone
+//! asks, so the first request after a deploy pays no encoding time.
+//!
+//! A polling scan (every `delta.scan_interval_ms`) rather than file-system events:
+//! portable, bounded, and a deploy is rarely faster than the interval.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use codec::dictionary::DictionaryCoding;
+use store::{Hash, Store};
+use tokio::sync::watch;
+
+use crate::delta::{self, dictionaries, history};
+use crate::files::FileSource;
+use crate::pipeline::{Pipeline, Source};
+
+/// Files visited per scan at most: a bound on the work a huge tree can cause.
+const MAX_FILES: usize = 100_000;
+/// Earlier versions (own history, then versioned siblings) deltas are made against.
+const BASES: usize = 2;
+
+/// Starts the scanner when the pipeline serves files, has a store, and scanning is on.
+pub fn start(pipeline: Arc<Pipeline>, mut stop: watch::Receiver<bool>) {
+    let interval = pipeline.config.delta.scan_interval_ms;
+    if interval == 0 || !pipeline.config.delta.enabled || pipeline.store.is_none() || !matches!(pipeline.source, Source::Files(_)) {
+        return;
+    }
+    let background = pipeline.background.clone();
+    background.spawn(async move {
+        let mut seen: HashMap<PathBuf, (u64, SystemTime)> = HashMap::new();
+        loop {
+            let p = pipeline.clone();
+            let mut snapshot = std::mem::take(&mut seen);
+            let scanned = tokio::task::spawn_blocking(move || {
+                scan(&p, &mut snapshot);
+                snapshot
+            })
+            .await;
+            match scanned {
+                Ok(s) => {
+                    seen = s;
+                    pipeline.metrics.root_scans.inc();
+                }
+                Err(e) => tracing::error!(error = %e, "root scan failed"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(interval)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    });
+}
+
+/// One pass: every text file whose size or modification time changed is processed.
+fn scan(p: &Pipeline, seen: &mut HashMap<PathBuf, (u64, SystemTime)>) {
+    let (Source::Files(files), Some(store)) = (&p.source, &p.store) else { return };
+    let mut found = Vec::new();
+    walk(files.root(), &mut found);
+    // Versioned names grouped by pattern, newest last, for sibling dictionaries.
+    let mut groups: HashMap<String, Vec<(SystemTime, PathBuf)>> = HashMap::new();
+    for (path, _, modified) in &found {
+        let request_path = request_path(files.root(), path);
+        if wirefold_http::url_pattern::is_versioned(&request_path) {
+            let pattern = dictionaries::pattern_for(&p.config.delta, &request_path, None);
+            groups.entry(pattern).or_default().push((*modified, path.clone()));
+        }
+    }
+    groups.values_mut().for_each(|g| g.sort());
+    for (path, len, modified) in found {
+        if seen.get(&path) == Some(&(len, modified)) || len > p.config.limits.max_buffered_body as u64 {
+            continue;
+        }
+        let request_path = request_path(files.root(), &path);
+        let content_type = crate::files::content_type_for(&path);
+        let Some(profile) = p.config.compression.profile_for(&content_type) else {
+            seen.insert(path, (len, modified));
+            continue;
+        };
+        let siblings: Vec<PathBuf> = groups
+            .get(&dictionaries::pattern_for(&p.config.delta, &request_path, None))
+            .map(|g| g.iter().filter(|(m, other)| *m <= modified && *other != path).rev().take(BASES).map(|(_, o)| o.clone()).collect())
+            .unwrap_or_default();
+        match prepare(p, files, store, &path, &request_path, len, modified, &profile.cached.0, &siblings) {
+            Ok(()) => {
+                seen.insert(path, (len, modified));
+            }
+            Err(e) => tracing::warn!(path = %path.display(), error = %e, "precompute failed"),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn prepare(
+    p: &Pipeline,
+    files: &FileSource,
+    store: &Store,
+    path: &Path,
+    request_path: &str,
+    len: u64,
+    modified: SystemTime,
+    cached: &[(codec::ContentCoding, u32)],
+    siblings: &[PathBuf],
+) -> Result<(), String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    if bytes.len() as u64 != len {
+        return Ok(()); // changing under us: the next scan sees it settled
+    }
+    let hash = store.put_blob(&bytes).map_err(|e| e.to_string())?;
+    files.remember_hash(path, len, modified, hash);
+    let resource = format!("root{request_path}");
+    let etag = format!("\"{}\"", crate::pipeline::fetch::content_etag(&hash));
+    let version = history::Version { hash: hash.to_hex(), etag: Some(etag), time: crate::pipeline::remember::now_unix(), size: len };
+    crate::pipeline::remember::remember_version(store, &p.config.delta, &resource, version).map_err(|e| e.to_string())?;
+
+    let make = |variant: String, produce: &dyn Fn() -> Vec<u8>| -> Result<(), String> {
+        if store.get_encoding(&hash, &variant).map_err(|e| e.to_string())?.is_none() {
+            store.put_encoding(&hash, &variant, &produce()).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    for &(coding, level) in cached {
+        make(delta::compression_variant(coding, level), &|| codec::compress(coding, level, &bytes))?;
+    }
+    let config = &p.config.delta;
+    let own_bases = history::load(store, &resource)
+        .map_err(|e| e.to_string())?
+        .versions
+        .iter()
+        .skip(1)
+        .filter_map(history::Version::hash)
+        .take(BASES)
+        .collect::<Vec<Hash>>();
+    let sibling_bases = siblings.iter().filter_map(|s| files.hash_of(s));
+    for (i, base) in own_bases.iter().copied().chain(sibling_bases).enumerate() {
+        let Some(base_bytes) = store.get_blob(&base).map_err(|e| e.to_string())? else { continue };
+        if config.vcdiff && i < own_bases.len() {
+            make(delta::vcdiff_variant(&base), &|| codec::vcdiff::encode(&base_bytes, &bytes))?;
+        }
+        if config.dictionaries {
+            for coding in [DictionaryCoding::Dcz, DictionaryCoding::Dcb] {
+                let (_, level) = delta::dictionary_levels(coding);
+                make(delta::dictionary_variant(coding, &base, level), &|| codec::dictionary::encode(coding, level, &base_bytes, &bytes))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Regular files under `dir` (symlinks are not followed: the file source refuses
+/// what leads out of the root anyway), with size and modification time.
+fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64, SystemTime)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        if out.len() >= MAX_FILES {
+            return;
+        }
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_dir() {
+            walk(&entry.path(), out);
+        } else if meta.is_file() {
+            if let Ok(modified) = meta.modified() {
+                out.push((entry.path(), meta.len(), modified));
+            }
+        }
+    }
+}
+
+/// The URL path of a file, percent-encoded the way browsers write it.
+fn request_path(root: &Path, path: &Path) -> String {
+    const PATH: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b' ').add(b'"').add(b'#').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}').add(b'%');
+    let relative = path.strip_prefix(root).unwrap_or(path);
+    let mut out = String::new();
+    for part in relative.components() {
+        out.push('/');
+        out.push_str(&percent_encoding::utf8_percent_encode(&part.as_os_str().to_string_lossy(), PATH).to_string());
+    }
+    out
+}

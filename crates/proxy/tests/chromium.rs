@@ -1,0 +1,549 @@
+//! Headless Chromium end to end: compression dictionaries (RFC 9842) as a real
+//! browser uses them through wirefold.
+//!
+//! Chromium talks to a small recording TCP relay in front of wirefold, so the tests
+//! see Chromium's own requests (`Available-Dictionary`, `Accept-Encoding`) and
+//! wirefold's responses (`Content-Encoding: dcz|dcb`) byte for byte, and check with
+//! `--dump-dom` that the page ran what the new version computes.
+//!
+//! Needs `chromium` (Debian package; scripts/test.sh installs it). Without it the
+//! tests fail, unless `WIREFOLD_SKIP_BROWSER=1` is set.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use sha2::Digest;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const SCRIPT_V1: &str = "assets/w3c__aria/common_script_aria-js/028.js";
+const SCRIPT_V2: &str = "assets/w3c__aria/common_script_aria-js/029.js";
+const PAGE_V1: &str = "html/w3c__manifest/index-html--recent/028.html";
+const PAGE_V2: &str = "html/w3c__manifest/index-html--recent/029.html";
+
+/// One Chromium at a time: it is slow to start on small machines.
+static BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How long one Chromium run may take before it is killed and the test fails.
+const RUN_LIMIT: Duration = Duration::from_secs(45);
+
+// ---------------------------------------------------------------------------
+// Chromium
+
+/// The Chromium executable, or `None` (test skipped) when WIREFOLD_SKIP_BROWSER=1.
+/// Panics when Chromium is missing: a browser test must not pass silently.
+fn chromium() -> Option<PathBuf> {
+    if std::env::var("WIREFOLD_SKIP_BROWSER").is_ok_and(|v| v == "1") {
+        eprintln!("skipped: WIREFOLD_SKIP_BROWSER=1");
+        return None;
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).map(|dir| dir.join("chromium")).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let found = on_path.into_iter().chain([PathBuf::from("/usr/bin/chromium")]).find(|p| p.is_file());
+    match found {
+        Some(path) => Some(path),
+        None => panic!(
+            "headless Chromium is required by this test but `chromium` is not installed \
+             (not on PATH, no /usr/bin/chromium). Install it (`apt-get install chromium`, \
+             or run scripts/test.sh, which does), or set WIREFOLD_SKIP_BROWSER=1 to skip."
+        ),
+    }
+}
+
+fn chromium_command(exe: &Path, profile: &Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    // Its own process group, so its helpers can be stopped with it and nothing else.
+    .process_group(0)
+    .kill_on_drop(true);
+    cmd
+}
+
+/// Sends `signal` to the process group we created for one Chromium run.
+fn signal_group(group: u32, signal: &str) {
+    let _ = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), "--", &format!("-{group}")])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+/// Loads `url` in headless Chromium with the profile in `profile` and returns the
+/// DOM after the load (plus `budget_ms` of virtual time).
+async fn dump_dom(exe: &Path, profile: &Path, url: &str, budget_ms: u32) -> String {
+    let mut cmd = chromium_command(exe, profile);
+    cmd.arg(format!("--virtual-time-budget={budget_ms}")).arg("--dump-dom").arg(url);
+    let started = std::time::Instant::now();
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("{} starts: {e}", exe.display()));
+    let group = child.id().expect("chromium has a pid");
+    let outcome = tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await;
+    // Helpers left behind (zygote, utility processes) are in the group we created.
+    signal_group(group, "KILL");
+    let out = match outcome {
+        Ok(out) => out.expect("chromium runs"),
+        Err(_) => panic!("chromium did not finish loading {url} within {RUN_LIMIT:?}"),
+    };
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("chromium loaded {url} in {:.1} s ({} bytes of DOM)", started.elapsed().as_secs_f64(), dom.len());
+    assert!(
+        out.status.success() && dom.contains("<html"),
+        "chromium failed on {url}: {}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dom
+}
+
+/// Opens `url` in headless Chromium and keeps it open in real time (no virtual
+/// time: idle-time work such as fetching a linked dictionary happens) until `done`
+/// holds, then `linger` more, then shuts it down cleanly (SIGTERM) so its profile
+/// is written. Returns how long `done` took, or `None` if it never held.
+async fn browse_until(exe: &Path, profile: &Path, url: &str, done: impl Fn() -> bool, linger: Duration) -> Option<Duration> {
+    let mut cmd = chromium_command(exe, profile);
+    cmd.arg(url);
+    let started = std::time::Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{} starts: {e}", exe.display()));
+    let group = child.id().expect("chromium has a pid");
+    let mut took = None;
+    while started.elapsed() < Duration::from_secs(30) {
+        if done() {
+            took = Some(started.elapsed());
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("chromium exited early on {url}: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(linger).await;
+    // A clean shutdown first (the browser process only), so its stores are flushed.
+    let _ = std::process::Command::new("kill").args(["-TERM", &group.to_string()]).status();
+    let exited = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
+    signal_group(group, "KILL");
+    eprintln!(
+        "chromium kept {url} open {:.1} s (condition after {:?}); clean exit: {}",
+        started.elapsed().as_secs_f64(),
+        took,
+        matches!(exited, Ok(Ok(s)) if s.success() || s.code().is_some())
+    );
+    took
+}
+
+// ---------------------------------------------------------------------------
+// A recording relay between Chromium and wirefold
+
+#[derive(Default)]
+struct Connection {
+    /// Bytes from the browser.
+    up: Mutex<Vec<u8>>,
+    /// Bytes from wirefold.
+    down: Mutex<Vec<u8>>,
+}
+
+/// Relays TCP connections to `target`, keeping every byte in both directions.
+struct Recorder {
+    addr: SocketAddr,
+    connections: Arc<Mutex<Vec<Arc<Connection>>>>,
+}
+
+/// One HTTP/1.1 request and its final response as they crossed the relay.
+#[derive(Debug)]
+struct Exchange {
+    method: String,
+    target: String,
+    request: Vec<(String, String)>,
+    status: u16,
+    response: Vec<(String, String)>,
+    body_len: usize,
+}
+
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+}
+
+impl Exchange {
+    fn request(&self, name: &str) -> Option<&str> {
+        field(&self.request, name)
+    }
+    fn response(&self, name: &str) -> Option<&str> {
+        field(&self.response, name)
+    }
+}
+
+async fn recorder(target: SocketAddr) -> Recorder {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections: Arc<Mutex<Vec<Arc<Connection>>>> = Arc::default();
+    let list = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = TcpStream::connect(target).await else { continue };
+            let connection = Arc::new(Connection::default());
+            list.lock().unwrap().push(connection.clone());
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            let up = connection.clone();
+            tokio::spawn(async move { pump(client_read, server_write, &up.up).await });
+            tokio::spawn(async move { pump(server_read, client_write, &connection.down).await });
+        }
+    });
+    Recorder { addr, connections }
+}
+
+/// Copies `from` to `to`, recording each chunk before it is passed on.
+async fn pump(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, record: &Mutex<Vec<u8>>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        record.lock().unwrap().extend_from_slice(&buf[..n]);
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+impl Recorder {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Every exchange so far, connection by connection, in order.
+    fn exchanges(&self) -> Vec<Exchange> {
+        let connections = self.connections.lock().unwrap().clone();
+        let mut all = Vec::new();
+        for c in connections {
+            let up = c.up.lock().unwrap().clone();
+            let down = c.down.lock().unwrap().clone();
+            let requests = parse_requests(&up);
+            let responses = parse_responses(&down);
+            for ((method, target, request), (status, response, body_len)) in requests.into_iter().zip(responses) {
+                all.push(Exchange { method, target, request, status, response, body_len });
+            }
+        }
+        all
+    }
+
+    /// Exchanges for `path` (exact request target).
+    fn exchanges_for(&self, path: &str) -> Vec<Exchange> {
+        self.exchanges().into_iter().filter(|e| e.target == path).collect()
+    }
+}
+
+type Head = (String, Vec<(String, String)>);
+
+/// Splits a head at `at` into its first line and fields; returns the head's length.
+fn parse_head(data: &[u8]) -> Option<(Head, usize)> {
+    let end = data.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let text = String::from_utf8_lossy(&data[..end - 4]).into_owned();
+    let mut lines = text.split("\r\n");
+    let first = lines.next().unwrap_or_default().to_string();
+    let fields = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    Some(((first, fields), end))
+}
+
+fn parse_requests(mut data: &[u8]) -> Vec<(String, String, Vec<(String, String)>)> {
+    let mut out = Vec::new();
+    while let Some(((line, fields), len)) = parse_head(data) {
+        let mut parts = line.split_whitespace();
+        let method = parts.next().unwrap_or_default().to_string();
+        let target = parts.next().unwrap_or_default().to_string();
+        let body: usize = field(&fields, "content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+        data = &data[(len + body).min(data.len())..];
+        out.push((method, target, fields));
+    }
+    out
+}
+
+/// Final responses (interim 1xx skipped) with their body lengths as framed on the wire.
+fn parse_responses(mut data: &[u8]) -> Vec<(u16, Vec<(String, String)>, usize)> {
+    let mut out = Vec::new();
+    while let Some(((line, fields), len)) = parse_head(data) {
+        let status: u16 = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        data = &data[len..];
+        if (100..200).contains(&status) {
+            continue;
+        }
+        let body_len = if status == 204 || status == 304 {
+            0
+        } else if field(&fields, "transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
+            let mut total = 0;
+            loop {
+                let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else { return out };
+                let size_text = String::from_utf8_lossy(&data[..eol]).into_owned();
+                let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+                data = &data[eol + 2..];
+                if size == 0 {
+                    // Trailers, then the empty line.
+                    let Some(end) = data.windows(2).position(|w| w == b"\r\n") else { return out };
+                    let end = if end == 0 {
+                        2
+                    } else {
+                        data.windows(4).position(|w| w == b"\r\n\r\n").map_or(data.len(), |p| p + 4)
+                    };
+                    data = &data[end.min(data.len())..];
+                    break;
+                }
+                if data.len() < size + 2 {
+                    out.push((status, fields, total + data.len()));
+                    return out;
+                }
+                total += size;
+                data = &data[size + 2..];
+            }
+            total
+        } else if let Some(n) = field(&fields, "content-length").and_then(|v| v.parse::<usize>().ok()) {
+            let n = n.min(data.len());
+            data = &data[n..];
+            n
+        } else {
+            let n = data.len();
+            data = &data[n..];
+            n
+        };
+        out.push((status, fields, body_len));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Content
+
+fn sha256_b64(data: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(data))
+}
+
+/// A real script from the corpus, version `v`, plus a few lines that compute a
+/// value from this version's own constant and write it into the DOM.
+fn script(v: u32) -> Vec<u8> {
+    let mut body = corpus_file(if v == 1 { SCRIPT_V1 } else { SCRIPT_V2 });
+    body.extend_from_slice(
+        format!(
+            "\n;(function () {{\n  var WIREFOLD_APP_VERSION = {v};\n  var sum = 0;\n  \
+             for (var i = 1; i <= 100; i++) sum += i * WIREFOLD_APP_VERSION;\n  \
+             document.body.dataset.result = \"app-v\" + WIREFOLD_APP_VERSION + \":\" + sum;\n}})();\n"
+        )
+        .as_bytes(),
+    );
+    body
+}
+
+/// What `script(v)` writes into `data-result`.
+fn script_result(v: u32) -> String {
+    format!("app-v{v}:{}", 5050 * v)
+}
+
+fn script_page(v: u32) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>wirefold app</title></head>\n\
+         <body><h1>App</h1><p>Loads its versioned script.</p>\n<script src=\"/js/app.v{v}.js\"></script>\n</body></html>\n"
+    )
+}
+
+/// A page of realistic size: a corpus spec page shown as text (so it loads nothing
+/// from the network), with a version marker.
+fn document_page(v: u32) -> Vec<u8> {
+    let source = String::from_utf8_lossy(&corpus_file(if v == 1 { PAGE_V1 } else { PAGE_V2 })).into_owned();
+    let escaped = source.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>wirefold page</title></head>\n\
+         <body><h1 id=\"version\">page-v{v}</h1>\n<pre>{escaped}</pre>\n</body></html>\n"
+    )
+    .into_bytes()
+}
+
+async fn metrics_text(proxy: &Proxy) -> String {
+    String::from_utf8(curl(&proxy.admin_url("/metrics"), &[]).await.body).unwrap()
+}
+
+fn describe(exchanges: &[Exchange]) -> String {
+    exchanges
+        .iter()
+        .map(|e| format!("{} {} -> {} ce={:?} len={}", e.method, e.target, e.status, e.response("content-encoding"), e.body_len))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+
+/// The issue's scenario: a page loads `/js/app.v1.js`, which Chromium keeps as a
+/// dictionary; the page moves to `/js/app.v2.js`, and the next load gets it
+/// compressed against v1 with `coding` and runs it.
+async fn versioned_script_scenario(coding: &'static str) {
+    let Some(exe) = chromium() else { return };
+    let _one_at_a_time = BROWSER.lock().await;
+
+    let page_version = Arc::new(Mutex::new(1u32));
+    let (v1, v2) = (script(1), script(2));
+    let state = page_version.clone();
+    let (s1, s2) = (v1.clone(), v2.clone());
+    let origin = origin(move |req| {
+        let js = [("content-type", "application/javascript"), ("cache-control", "max-age=3600")];
+        match req.uri().path() {
+            "/" => {
+                let v = *state.lock().unwrap();
+                response(200, &[("content-type", "text/html; charset=utf-8"), ("cache-control", "no-cache")], script_page(v))
+            }
+            "/js/app.v1.js" => response(200, &js, s1.clone()),
+            "/js/app.v2.js" => response(200, &js, s2.clone()),
+            _ => response(404, &[("content-type", "text/plain")], "not found"),
+        }
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |c| c.delta.dictionary_codings = coding.to_string()).await;
+    let relay = recorder(proxy.running.addr).await;
+    let profile = tempfile::tempdir().unwrap();
+
+    // Load 1: v1 arrives announced as a dictionary for every version of the script.
+    let dom = dump_dom(&exe, profile.path(), &relay.url("/"), 5000).await;
+    assert!(dom.contains(&format!("data-result=\"{}\"", script_result(1))), "load 1 ran v1:\n{dom}");
+    let first = relay.exchanges_for("/js/app.v1.js");
+    let first = first.first().unwrap_or_else(|| panic!("Chromium fetched v1:\n{}", describe(&relay.exchanges())));
+    assert_eq!(first.status, 200);
+    assert_eq!(first.response("use-as-dictionary"), Some("match=\"/js/app.*.js\""), "{first:#?}");
+
+    // The origin moves the page to v2.
+    *page_version.lock().unwrap() = 2;
+
+    // Load 2, same profile: Chromium offers v1 as a dictionary and decodes the delta.
+    let dom = dump_dom(&exe, profile.path(), &relay.url("/"), 5000).await;
+    let exchanges = relay.exchanges_for("/js/app.v2.js");
+    let second = exchanges.first().unwrap_or_else(|| panic!("Chromium fetched v2:\n{}", describe(&relay.exchanges())));
+    eprintln!("[{coding}] Chromium's request for /js/app.v2.js:");
+    for (k, v) in &second.request {
+        eprintln!("    {k}: {v}");
+    }
+    eprintln!(
+        "[{coding}] wirefold's answer: {} content-encoding={:?} vary={:?}, {} body bytes for a {}-byte script",
+        second.status,
+        second.response("content-encoding"),
+        second.response("vary"),
+        second.body_len,
+        v2.len()
+    );
+    let accept = second.request("accept-encoding").unwrap_or_default();
+    assert!(accept.split(',').any(|t| t.trim() == coding), "Chromium offers {coding}: {accept:?}");
+    assert_eq!(
+        second.request("available-dictionary"),
+        Some(format!(":{}:", sha256_b64(&v1)).as_str()),
+        "Chromium names v1 as its dictionary: {:#?}",
+        second.request
+    );
+    assert_eq!(second.status, 200);
+    assert_eq!(second.response("content-encoding"), Some(coding), "{second:#?}");
+    assert!(second.body_len * 5 < v2.len(), "the delta pays: {} bytes for {}", second.body_len, v2.len());
+    assert!(
+        dom.contains(&format!("data-result=\"{}\"", script_result(2))),
+        "load 2 ran the new script (decoded from {coding}):\n{dom}"
+    );
+    let metrics = metrics_text(&proxy).await;
+    assert!(metric(&metrics, &format!("wirefold_body_bytes_sent_total{{mechanism=\"{coding}\"")) > 0.0, "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_runs_a_new_script_sent_as_dcz_against_the_old() {
+    versioned_script_scenario("dcz").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_runs_a_new_script_sent_as_dcb_against_the_old() {
+    versioned_script_scenario("dcb").await;
+}
+
+/// A `no-cache` page Chromium will not keep: wirefold links a derived dictionary,
+/// Chromium fetches it after load, and the next navigation gets the changed page
+/// as dcz against it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_uses_the_derived_dictionary_of_a_no_cache_page() {
+    let Some(exe) = chromium() else { return };
+    let _one_at_a_time = BROWSER.lock().await;
+
+    let page_version = Arc::new(Mutex::new(1u32));
+    let state = page_version.clone();
+    let origin = origin(move |req| match req.uri().path() {
+        "/page" => {
+            let v = *state.lock().unwrap();
+            response(200, &[("content-type", "text/html; charset=utf-8"), ("cache-control", "no-cache")], document_page(v))
+        }
+        _ => response(404, &[("content-type", "text/plain")], "not found"),
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let relay = recorder(proxy.running.addr).await;
+    let profile = tempfile::tempdir().unwrap();
+    let (v1, v2) = (document_page(1), document_page(2));
+
+    // Load 1: the page links its derived dictionary; Chromium fetches it after load,
+    // at idle time, so the page stays open in real time until the fetch is done.
+    let fetched_dictionary = || {
+        relay.exchanges().iter().any(|e| {
+            e.target.starts_with("/.wirefold/dict/") && e.body_len > 0 && Some(e.body_len) == e.response("content-length").and_then(|v| v.parse().ok())
+                || e.target.starts_with("/.wirefold/dict/") && e.response("transfer-encoding").is_some() && e.body_len > 0
+        })
+    };
+    let took = browse_until(&exe, profile.path(), &relay.url("/page"), fetched_dictionary, Duration::from_secs(2)).await;
+    eprintln!("load 1 exchanges:\n{}", describe(&relay.exchanges()));
+    let page = relay.exchanges_for("/page");
+    let first = page.first().expect("Chromium loaded the page");
+    let link = first.response("link").expect("the page links a dictionary").to_string();
+    let dict_path = link.trim_start_matches('<').split('>').next().unwrap().to_string();
+    eprintln!("load 1: Link: {link}");
+    assert!(first.response("use-as-dictionary").is_none(), "{first:#?}");
+    assert!(took.is_some(), "Chromium did not fetch the linked dictionary {dict_path} within 30 s of real time");
+    let dict = relay.exchanges_for(&dict_path);
+    let dict = dict.first().unwrap();
+    assert_eq!(dict.status, 200);
+    assert_eq!(dict.response("use-as-dictionary"), Some("match=\"/page\", match-dest=(\"document\")"), "{dict:#?}");
+    eprintln!("Chromium's dictionary fetch: {:#?}", dict.request);
+
+    *page_version.lock().unwrap() = 2;
+
+    // Load 2: Chromium names the derived dictionary and renders the dcz page.
+    let dom = dump_dom(&exe, profile.path(), &relay.url("/page"), 2000).await;
+    let pages = relay.exchanges_for("/page");
+    let second = pages.last().unwrap();
+    eprintln!("load 2: Chromium's request for /page:");
+    for (k, v) in &second.request {
+        eprintln!("    {k}: {v}");
+    }
+    eprintln!(
+        "load 2: wirefold's answer: {} content-encoding={:?}, {} body bytes for a {}-byte page",
+        second.status,
+        second.response("content-encoding"),
+        second.body_len,
+        v2.len()
+    );
+    assert_eq!(second.request("available-dictionary"), Some(format!(":{}:", sha256_b64(&v1)).as_str()), "{:#?}", second.request);
+    assert!(second.request("accept-encoding").unwrap_or_default().split(',').any(|t| t.trim() == "dcz"));
+    assert_eq!(second.response("content-encoding"), Some("dcz"), "{second:#?}");
+    assert!(second.body_len * 5 < v2.len(), "the delta pays: {} bytes for {}", second.body_len, v2.len());
+    assert!(dom.contains("id=\"version\">page-v2<"), "load 2 shows v2");
+    let metrics = metrics_text(&proxy).await;
+    assert!(metric(&metrics, "wirefold_body_bytes_sent_total{mechanism=\"dcz\"") > 0.0, "{metrics}");
+}
