@@ -85,7 +85,7 @@ async fn vary_keeps_variants_apart() {
         response(
             200,
             &[("content-type", "text/plain"), ("cache-control", "max-age=60"), ("vary", "Accept-Language")],
-            format!("language {lang} {}", "x".repeat(1000)),
+            format!("language {lang} {}", "x".repeat(4000)),
         )
     })
     .await;
