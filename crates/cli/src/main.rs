@@ -26,6 +26,49 @@ enum Command {
     /// Analyses over corpora and traces.
     #[command(subcommand)]
     Lab(lab::LabCommand),
+    /// Shared compression dictionaries.
+    #[command(subcommand)]
+    Dict(DictCommand),
+}
+
+#[derive(Subcommand)]
+enum DictCommand {
+    /// Train a dictionary over the stored pages matching a path pattern and publish
+    /// it on a running server (pages it serves then announce it for first visits).
+    Train {
+        /// Path pattern of the pages, e.g. `/blog/*`.
+        #[arg(long)]
+        pattern: String,
+        /// The site (upstream host) whose pages to use [default: the one served].
+        #[arg(long)]
+        site: Option<String>,
+        /// Largest dictionary size in bytes.
+        #[arg(long, default_value_t = 65536)]
+        max_size: usize,
+        /// The running server's admin listener.
+        #[arg(long, default_value = "127.0.0.1:9180")]
+        admin: SocketAddr,
+    },
+}
+
+impl DictCommand {
+    async fn run(self) -> Result<(), String> {
+        match self {
+            DictCommand::Train { pattern, site, max_size, admin } => {
+                let encode = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+                let mut query = format!("/dictionaries/train?pattern={}&max_size={max_size}", encode(&pattern));
+                if let Some(site) = site {
+                    query.push_str(&format!("&site={}", encode(&site)));
+                }
+                let (status, body) = proxy::server::call_admin(admin, http::Method::POST, &query).await?;
+                if !status.is_success() {
+                    return Err(body.trim().to_string());
+                }
+                print!("{body}");
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Every flag has a config-file key of the same name (`--data-dir` is `data_dir`);
@@ -127,6 +170,7 @@ fn main() -> ExitCode {
             runtime.block_on(proxy::demo::run(listen))
         }
         Command::Lab(cmd) => lab::run(cmd).map_err(|e| e.to_string()),
+        Command::Dict(cmd) => runtime.block_on(cmd.run()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -245,6 +245,59 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
                 pipeline.metrics.encode(),
             )
         }
-        _ => text(StatusCode::NOT_FOUND, "text/plain", "not found: try /metrics or /healthz\n".into()),
+        "/dictionaries/train" if req.method() == http::Method::POST => {
+            match train_dictionary(pipeline, req.uri().query().unwrap_or("")).await {
+                Ok(report) => text(StatusCode::OK, "application/json", report),
+                Err(message) => text(StatusCode::BAD_REQUEST, "text/plain", format!("{message}\n")),
+            }
+        }
+        _ => text(StatusCode::NOT_FOUND, "text/plain", "not found: try /metrics, /healthz or POST /dictionaries/train\n".into()),
     }
+}
+
+/// `POST /dictionaries/train?pattern=P[&site=S][&max_size=N]`: trains and publishes a
+/// shared dictionary (see `delta::training`). The site defaults to the one served.
+async fn train_dictionary(pipeline: &Pipeline, query: &str) -> Result<String, String> {
+    let param = |name: &str| {
+        query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| {
+            percent_encoding::percent_decode_str(&v.replace('+', " ")).decode_utf8_lossy().into_owned()
+        })
+    };
+    let pattern = param("pattern").filter(|p| p.starts_with('/')).ok_or("`pattern` (an absolute path pattern such as /blog/*) is required")?;
+    let max_size = match param("max_size") {
+        Some(v) => v.parse::<usize>().map_err(|_| format!("`max_size` {v} is not a number"))?,
+        None => 64 * 1024,
+    };
+    if !(1024..=16 << 20).contains(&max_size) {
+        return Err("`max_size` must be between 1024 and 16 MiB".into());
+    }
+    let site = match (param("site"), &pipeline.source) {
+        (Some(site), _) => site,
+        (None, Source::Origin(origin)) => origin.upstream_host(&http::HeaderMap::new()).to_str().unwrap_or_default().to_string(),
+        (None, Source::Files(_)) => "root".to_string(),
+    };
+    let store = pipeline.store.clone().ok_or("the cache (and so the store) is disabled")?;
+    let trained = tokio::task::spawn_blocking(move || crate::delta::training::train(&store, &site, &pattern, max_size))
+        .await
+        .map_err(|e| e.to_string())??;
+    Ok(serde_json::to_string_pretty(&trained).expect("reports serialize") + "\n")
+}
+
+/// A request to a running server's admin listener (for CLI commands that act on a
+/// live server: its store belongs to that process). Returns status and body text.
+pub async fn call_admin(admin: SocketAddr, method: http::Method, path_and_query: &str) -> Result<(StatusCode, String), String> {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(admin).await.map_err(|e| format!("admin listener {admin}: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    let request = Request::builder()
+        .method(method)
+        .uri(path_and_query)
+        .header(http::header::HOST, admin.to_string())
+        .body(body::empty())
+        .map_err(|e| e.to_string())?;
+    let response = sender.send_request(request).await.map_err(|e| format!("admin listener {admin}: {e}"))?;
+    let status = response.status();
+    let bytes = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }

@@ -518,6 +518,10 @@ async fn chromium_uses_the_derived_dictionary_of_a_no_cache_page() {
     assert!(took.is_some(), "Chromium did not fetch the linked dictionary {dict_path} within 30 s of real time");
     let dict = relay.exchanges_for(&dict_path);
     let dict = dict.first().unwrap();
+    if std::env::var("DEBUG_PROFILE").is_ok() {
+        let out = std::process::Command::new("sh").arg("-c").arg(format!("cd '{}' && find . -path '*Shared*' -exec ls -ld {{}} + ; for f in $(find . -path '*Shared Dictionary*' -name db); do sqlite3 \"$f\" '.tables' 'select * from dictionaries' ; done", profile.path().display())).output().unwrap();
+        eprintln!("PROFILE:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
     assert_eq!(dict.status, 200);
     assert_eq!(dict.response("use-as-dictionary"), Some("match=\"/page\", match-dest=(\"document\")"), "{dict:#?}");
     eprintln!("Chromium's dictionary fetch: {:#?}", dict.request);

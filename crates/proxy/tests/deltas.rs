@@ -231,3 +231,50 @@ async fn root_mode_precomputes_encodings_and_deltas_before_the_first_request() {
     let text = metrics().await;
     assert_eq!(misses_after, misses_before, "every body served after the deploy was made before it was asked for: {}", text.lines().filter(|l| l.contains("lookups") || l.contains("body_bytes_sent")).collect::<Vec<_>>().join("\n"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trained_dictionary_serves_first_visits_to_unseen_pages() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/siblings/whatwg__whatwg.org");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".html"))
+        .collect();
+    names.sort();
+    let pages: Arc<Vec<(String, Vec<u8>)>> = Arc::new(names.iter().map(|n| (format!("/list/{n}"), std::fs::read(dir.join(n)).unwrap())).collect());
+    let served = pages.clone();
+    let origin = origin(move |req| match served.iter().find(|(p, _)| p == req.uri().path()) {
+        Some((_, body)) => response(200, &[("content-type", "text/html"), ("cache-control", "max-age=600")], body.clone()),
+        None => response(404, &[], ""),
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let (seen, unseen) = pages.split_at(pages.len() * 4 / 5);
+    for (path, _) in seen {
+        curl(&proxy.url(path), &[]).await;
+    }
+    let (status, report) = proxy::server::call_admin(proxy.running.admin_addr, http::Method::POST, "/dictionaries/train?pattern=%2Flist%2F*&max_size=32768").await.unwrap();
+    assert_eq!(status, 200, "{report}");
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(report["samples"], seen.len());
+    let url = report["url"].as_str().unwrap().to_string();
+    let dictionary = curl(&proxy.url(&url), &["--compressed"]).await;
+    assert_eq!(dictionary.header("use-as-dictionary"), Some("match=\"/list/*\", match-dest=(\"document\")"));
+
+    let (mut plain_total, mut dict_total) = (0, 0);
+    for (path, body) in unseen {
+        let first = curl(&proxy.url(path), &["-H", "Accept-Encoding: br"]).await;
+        assert!(first.header("link").unwrap_or_default().contains(&url), "unseen pages announce the trained dictionary");
+        let with_dict = curl(&proxy.url(path), &["-H", "Accept-Encoding: br, dcz", "-H", &available(&dictionary.body), "-H", "Sec-Fetch-Mode: navigate"]).await;
+        assert_eq!(with_dict.header("content-encoding"), Some("dcz"), "{path}");
+        assert_eq!(with_tool("zstd", &["-d", "-c", "-D", "dict", "body"], &[("dict", &dictionary.body), ("body", &with_dict.body)]), *body);
+        plain_total += first.body.len();
+        dict_total += with_dict.body.len();
+    }
+    println!("first visits to {} unseen pages: br {plain_total} bytes, dcz with the trained dictionary {dict_total} bytes", unseen.len());
+    assert!(dict_total < plain_total, "the trained dictionary pays on first visits");
+    // Bad requests to the admin endpoint are explained.
+    let (status, body) = proxy::server::call_admin(proxy.running.admin_addr, http::Method::POST, "/dictionaries/train?pattern=%2Fnothing%2F*").await.unwrap();
+    assert_eq!(status, 400);
+    assert!(body.contains("no stored pages"), "{body}");
+}

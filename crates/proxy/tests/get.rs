@@ -20,6 +20,13 @@ const SCRIPT_V2: &str = "assets/w3c__aria/common_script_aria-js/029.js";
 const PAGE_V1: &str = "html/w3c__manifest/index-html--recent/028.html";
 const PAGE_V2: &str = "html/w3c__manifest/index-html--recent/029.html";
 
+/// A server that assumes a slow client link, so a delta is worth computing on demand
+/// (at the default, the first request after a change gets br while the root scanner
+/// computes the delta in the background).
+fn slow_link(config: &mut wirefold_proxy::Config) {
+    config.delta.assumed_bandwidth_bps = 1_000_000;
+}
+
 async fn get(url: &str, cache: &std::path::Path, fetch_dictionaries: bool) -> Report {
     let mut options = GetOptions::new(url, cache);
     options.fetch_dictionaries = fetch_dictionaries;
@@ -37,7 +44,7 @@ async fn a_changed_page_arrives_as_a_vcdiff_delta_then_304() {
     let (v1, v2) = (corpus_file(PAGE_V1), corpus_file(PAGE_V2));
     let root = tempfile::tempdir().unwrap();
     std::fs::write(root.path().join("spec.html"), &v1).unwrap();
-    let server = start_root(root.path(), |_| {}).await;
+    let server = start_root(root.path(), slow_link).await;
     let cache = tempfile::tempdir().unwrap();
     let url = server.url("/spec.html");
 
@@ -48,7 +55,7 @@ async fn a_changed_page_arrives_as_a_vcdiff_delta_then_304() {
 
     std::fs::write(root.path().join("spec.html"), &v2).unwrap();
     let second = get(&url, cache.path(), false).await;
-    assert_eq!(second.status, 226, "{second:?}");
+    assert_eq!(second.status, 226, "{}", second.summary());
     assert!(second.delivery.starts_with("vcdiff against W/\"") && second.delivery.ends_with("-br\""), "{}", second.delivery);
     assert!(second.verified);
     assert_eq!(second.body, v2, "delivered bytes are the new version exactly");
@@ -75,7 +82,7 @@ async fn a_page_links_a_dictionary_that_is_fetched_and_used() {
     let first = get(&url, cache.path(), true).await;
     assert_eq!(first.body, v1);
     let fetch = first.dictionary_fetches.first().expect("the linked dictionary is fetched");
-    assert!(fetch.stored && fetch.status == 200, "{fetch:?}");
+    assert!(fetch.stored && fetch.status == 200, "{}", first.summary());
     assert!(fetch.wire.body_bytes > 0, "dictionary bytes are counted, apart from the page's");
 
     std::fs::write(root.path().join("news.html"), &v2).unwrap();
@@ -165,7 +172,7 @@ async fn tampered_deltas_are_caught_and_refetched_plain() {
     let (script_v1, script_v2) = (corpus_file(SCRIPT_V1), corpus_file(SCRIPT_V2));
     let root = tempfile::tempdir().unwrap();
     std::fs::write(root.path().join("spec.html"), &page_v1).unwrap();
-    let server = start_root(root.path(), |_| {}).await;
+    let server = start_root(root.path(), slow_link).await;
     let relay = tampering_relay(server.running.addr).await;
     let cache = tempfile::tempdir().unwrap();
     let url = format!("http://{relay}/spec.html");
@@ -184,7 +191,7 @@ async fn tampered_deltas_are_caught_and_refetched_plain() {
     let relay = tampering_relay(proxy.running.addr).await;
     get(&format!("http://{relay}/js/app.v1.js"), cache.path(), true).await;
     let report = get(&format!("http://{relay}/js/app.v2.js"), cache.path(), true).await;
-    assert!(report.refetched_after.as_deref().is_some_and(|r| r.contains("dcz")), "{report:?}");
+    assert!(report.refetched_after.as_deref().is_some_and(|r| r.contains("dcz")), "{}", report.summary());
     assert_eq!(report.body, script_v2);
     assert_ne!(script_v1, script_v2);
 }

@@ -180,6 +180,22 @@ impl Index {
         })
     }
 
+    /// Records whose keys start with `prefix`, in key order, at most `limit`.
+    pub(crate) fn records_with_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.read(|txn| {
+            let records = txn.open_table(RECORDS)?;
+            let mut found = Vec::new();
+            for row in records.range(prefix..)? {
+                let (key, value) = row?;
+                if !key.value().starts_with(prefix) || found.len() == limit {
+                    break;
+                }
+                found.push((key.value().to_string(), value.value().1.to_vec()));
+            }
+            Ok(found)
+        })
+    }
+
     /// Removes a record; true when it existed.
     pub(crate) fn remove_record(&self, key: &str) -> Result<bool, StoreError> {
         self.write(|tables| tables.remove_record(key))

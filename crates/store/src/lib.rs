@@ -274,6 +274,11 @@ impl Store {
         self.inner.index.get_record(key)
     }
 
+    /// Records whose keys start with `prefix`, in key order, at most `limit` of them.
+    pub fn records_with_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.inner.index.records_with_prefix(prefix, limit)
+    }
+
     /// Removes the record under `key`, if any. The blobs it referenced stay until evicted.
     pub fn remove_record(&self, key: &str) -> Result<(), StoreError> {
         let _changes = lock(&self.inner.changes);

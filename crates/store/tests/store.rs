@@ -439,3 +439,16 @@ fn hot_blobs_and_encodings_are_found_in_memory_and_forgotten_with_their_source()
     assert!(store.get_encoding_in_memory(&source, "br-11").is_none());
     assert!(store.get_encoding(&source, "br-11").unwrap().is_none());
 }
+
+#[test]
+fn records_are_listed_by_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    for key in ["hist:a/1", "hist:a/2", "hist:b/1", "http:a/1"] {
+        store.put_record(key, key.as_bytes(), &[]).unwrap();
+    }
+    let keys: Vec<String> = store.records_with_prefix("hist:a/", 10).unwrap().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["hist:a/1", "hist:a/2"]);
+    assert_eq!(store.records_with_prefix("hist:", 2).unwrap().len(), 2);
+    assert!(store.records_with_prefix("none:", 10).unwrap().is_empty());
+}

@@ -14,6 +14,7 @@
 
 pub mod dictionaries;
 pub mod history;
+pub mod training;
 
 use std::sync::Arc;
 
@@ -202,19 +203,31 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
     let uri = &ctx.profile.uri;
     let pattern = dictionaries::pattern_for(config, uri.path(), uri.query());
     let cc = CacheControl::from_headers(headers);
-    if browser_keeps(&cc, headers) {
+    let keeps = browser_keeps(&cc, headers);
+    if keeps {
         let dest: &[&str] = if is_html(headers) { &["document"] } else { &[] };
         if let Some(value) = use_as_dictionary(&pattern, dest, None) {
             headers.insert(wirefold_http::dictionary::USE_AS_DICTIONARY, value);
         }
+    }
+    if !is_html(headers) {
         return;
     }
-    if !config.derived_dictionaries || !is_html(headers) {
-        return;
-    }
-    let site = ctx.site.clone();
-    let derived = tokio::task::spawn_blocking(move || dictionaries::current_derived(&store, &site, &pattern, &hash)).await;
-    if let Ok(Ok(url)) = derived {
+    // Pages get links to the dictionaries that serve them: a trained one (first
+    // visits to any page it covers) and, for pages a browser will not keep, one
+    // derived from the page itself (later visits to this page).
+    let (site, path, derive) = (ctx.site.clone(), uri.path().to_string(), !keeps && config.derived_dictionaries);
+    let links = tokio::task::spawn_blocking(move || {
+        let mut links = Vec::new();
+        links.extend(training::trained_for(&store, &site, &path));
+        if derive {
+            links.extend(dictionaries::current_derived(&store, &site, &pattern, &hash).ok());
+        }
+        links
+    })
+    .await
+    .unwrap_or_default();
+    for url in links {
         if let Ok(value) = HeaderValue::from_str(&format!("<{url}>; rel=\"compression-dictionary\"")) {
             headers.append(header::LINK, value);
         }

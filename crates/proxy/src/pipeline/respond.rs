@@ -78,7 +78,9 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
         }
         SentCoding::Vcdiff { base_etag } => {
             headers.insert(IM, HeaderValue::from_static("vcdiff"));
-            if let Ok(base) = HeaderValue::from_str(base_etag) {
+            // The base as the client listed it: it may hold it under a coding's validator.
+            let listed = EntityTag::parse(base_etag).and_then(|base| held_copy(&request.headers, &base));
+            if let Ok(base) = HeaderValue::from_str(&listed.map_or_else(|| base_etag.clone(), |tag| tag.to_string())) {
                 headers.insert(DELTA_BASE, base);
             }
             // Legacy caches must not store a delta; delta-aware ones may (RFC 3229 §10.8).
