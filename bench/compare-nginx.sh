@@ -24,10 +24,18 @@
 #   4b  proxy, uncacheable, compressed              AE: "gzip"      -> gzip level 6 on both
 #   4c  proxy, uncacheable, compressed              AE: Chromium's  -> wirefold zstd:3, nginx br 4
 #
-# Both servers get 2 cores' worth of workers (nginx worker_processes 2; wirefold's tokio
-# runtime uses one worker per core). wrk, the origin and both servers share the machine,
-# and every server is measured in turn (interleaved, REPEATS times), so the ratios are
-# comparable within one run; absolute numbers are not portable.
+# Both servers get 2 cores' worth of workers (nginx worker_processes 2 with reuseport so
+# both workers get connections; wirefold's tokio runtime uses one worker per core). wrk,
+# the origin and both servers share the machine, and every server is measured in turn
+# (interleaved, REPEATS times), so the ratios are comparable within one run; absolute
+# numbers are not portable. Every body is decoded and compared with the file ("ok").
+#
+# Columns: body B (curl size_download, mean over the target's files), wire B (wrk bytes
+# read / requests, headers included), req/s, p50/p99 (wrk --latency), cpu us (CPU time,
+# user+system, the server under test spent per request, read from /proc: unlike req/s it
+# stays meaningful when other work shares the cores; on a busy machine a server with many
+# runnable threads, like wirefold's blocking pool, wins CPU share and req/s from one with
+# two workers, so compare cpu us too), errs (wrk socket errors + non-2xx).
 #
 # Output: a human table (medians), the ratios wirefold/nginx, and a last line of JSON.
 set -euo pipefail
@@ -37,6 +45,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 [[ $# -gt 0 ]] && { echo "compare-nginx.sh takes no arguments (see -h); got: $*" >&2; exit 2; }
 
 START_TS=$(date +%s)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 CORPUS=${CORPUS:-$REPO/../shared/corpus}
@@ -69,6 +78,7 @@ command -v wrk >/dev/null || need_pkgs+=(wrk)
 command -v brotli >/dev/null || need_pkgs+=(brotli)
 command -v curl >/dev/null || need_pkgs+=(curl)
 command -v gzip >/dev/null || need_pkgs+=(gzip)
+command -v zstd >/dev/null || need_pkgs+=(zstd)
 APT_UPDATED=0
 apt_install() {
     [[ $(id -u) -eq 0 ]] || die "missing packages ($*) and not root: install them with apt-get"
@@ -85,6 +95,7 @@ if [[ ${#need_pkgs[@]} -gt 0 ]]; then apt_install "${need_pkgs[@]}"; fi
 # ---------------------------------------------------------------- wirefold binary
 if [[ -n "${WIREFOLD:-}" ]]; then
     [[ -x "$WIREFOLD" ]] || die "WIREFOLD=$WIREFOLD is not an executable"
+    WIREFOLD=$(cd "$(dirname "$WIREFOLD")" && pwd)/$(basename "$WIREFOLD")
 else
     command -v cargo >/dev/null || die "cargo not found: install Rust or set WIREFOLD=path/to/wirefold"
     log "cargo build --release -p wirefold"
@@ -97,6 +108,7 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/compare-nginx.XXXXXX")
 PIDS=()
 cleanup() {
     local rc=$?
+    trap '' PIPE INT TERM HUP
     for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     for pid in "${PIDS[@]}"; do
         for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -107,7 +119,8 @@ cleanup() {
     exit "$rc"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP
+trap 'exit 141' PIPE
 
 USED_PORTS=" "
 free_port() {
@@ -137,9 +150,9 @@ wait_http() { # NAME PID URL
 # ---------------------------------------------------------------- the files
 [[ -d "$CORPUS/html" && -d "$CORPUS/assets" ]] || die "corpus not found at $CORPUS (set CORPUS=DIR)"
 HTML_SRC=$(find "$CORPUS/html" -type f -name '*.html' -printf '%s %p\n' \
-    | awk '{d=$1-100000; if (d<0) d=-d; print d, $2}' | sort -k1,1n -k2 | head -1 | cut -d' ' -f2-)
-CSS_SRC=$(find "$CORPUS"/assets/whatwg__whatwg.org/resources-whatwg-org_standard-css/ -type f -name '*.css' | sort | tail -1)
-JS_SRC=$(find "$CORPUS"/assets/w3c__aria/common_script_aria-js/ -type f -name '*.js' | sort | tail -1)
+    | awk '{d=$1-100000; if (d<0) d=-d; print d, $2}' | sort -k1,1n -k2 | awk 'NR==1{print $2}')
+CSS_SRC=$(find "$CORPUS"/assets/whatwg__whatwg.org/resources-whatwg-org_standard-css/ -type f -name '*.css' | sort | awk 'END{print}')
+JS_SRC=$(find "$CORPUS"/assets/w3c__aria/common_script_aria-js/ -type f -name '*.js' | sort | awk 'END{print}')
 [[ -f "$HTML_SRC" && -f "$CSS_SRC" && -f "$JS_SRC" ]] || die "could not pick HTML/CSS/JS from $CORPUS"
 
 is_jpeg() { [[ -f "$1" ]] && [[ $(head -c 3 "$1" | od -An -tx1 | tr -d ' \n') == ffd8ff ]]; }
@@ -250,6 +263,9 @@ EOF
 } > "$TMP/origin.conf"
 
 # The peer: four servers in one nginx with 2 workers. Access logging off (its best case).
+# tcp_nopush stays off: with Debian's default `tcp_nopush on`, proxy_cache hits (sent with
+# sendfile after the header) stall on the 40 ms delayed ACK over loopback (~1.1k req/s
+# instead of ~20k for the 100 KB page); static files are unaffected either way.
 {
     nginx_main peer 2 "$BROTLI_MODULES"
     cat <<EOF
@@ -258,7 +274,7 @@ http {
     default_type application/octet-stream;
     access_log off;
     sendfile on;
-    tcp_nopush on;
+    tcp_nopush off;
     keepalive_requests 1000000;
     open_file_cache max=1000 inactive=60s;
     open_file_cache_valid 60s;
@@ -267,7 +283,7 @@ http {
 
     # static, precompressed: page.html.gz (gzip -9) and page.html.br (brotli -q 11)
     server {
-        listen 127.0.0.1:$P_NGX_STATIC;
+        listen 127.0.0.1:$P_NGX_STATIC reuseport;
         root $PRE;
         gzip_static on;
         brotli_static on;
@@ -276,7 +292,7 @@ http {
 
     # static, compressed on the fly
     server {
-        listen 127.0.0.1:$P_NGX_OTF;
+        listen 127.0.0.1:$P_NGX_OTF reuseport;
         root $FILES;
         gzip on; gzip_comp_level $NGX_GZIP_LEVEL; gzip_min_length $MIN_SIZE; gzip_vary on;
         gzip_types $COMP_TYPES;
@@ -286,7 +302,7 @@ http {
 
     # reverse proxy with proxy_cache, compressing on the fly
     server {
-        listen 127.0.0.1:$P_NGX_PROXY;
+        listen 127.0.0.1:$P_NGX_PROXY reuseport;
         gzip on; gzip_comp_level $NGX_GZIP_LEVEL; gzip_min_length $MIN_SIZE; gzip_vary on;
         gzip_proxied any; gzip_types $COMP_TYPES;
         brotli on; brotli_comp_level $NGX_BR_LEVEL; brotli_min_length $MIN_SIZE;
@@ -334,10 +350,26 @@ start_wirefold() { # NAME PORT ADMIN MODE-ARGS...
 
 start_nginx origin;   wait_http origin "$LAST_PID" "http://127.0.0.1:$P_ORIGIN/cache/page.html"
 start_nginx peer;     wait_http nginx "$LAST_PID" "http://127.0.0.1:$P_NGX_STATIC/page.html"
+PEER_PID=$LAST_PID
 start_wirefold wf-root "$P_WF_ROOT" "$P_WF_ROOT_ADMIN" --root "$FILES"
 wait_http "wirefold --root" "$LAST_PID" "http://127.0.0.1:$P_WF_ROOT/page.html"
+WF_ROOT_PID=$LAST_PID
 start_wirefold wf-proxy "$P_WF_PROXY" "$P_WF_PROXY_ADMIN" --origin "http://127.0.0.1:$P_ORIGIN"
 wait_http "wirefold --origin" "$LAST_PID" "http://127.0.0.1:$P_WF_PROXY/nostore/page.html"
+WF_PROXY_PID=$LAST_PID
+# nginx's worker (and cache helper) processes: children of the peer's master.
+children_of() {
+    local f line rest fields
+    for f in /proc/[0-9]*/stat; do
+        { read -r line <"$f"; } 2>/dev/null || continue
+        rest=${line##*) }
+        read -r -a fields <<<"$rest"
+        [[ "${fields[1]}" == "$1" ]] && { f=${f#/proc/}; echo "${f%/stat}"; }
+    done
+    return 0
+}
+PEER_PIDS="$PEER_PID $(children_of "$PEER_PID" | tr '\n' ' ')"
+CLK_TCK=$(getconf CLK_TCK)
 log "nginx $(nginx -v 2>&1 | sed 's/.*\///'), wirefold $("$WIREFOLD" --version | awk '{print $2}'), wrk -t$THREADS -c$CONNS -d${DURATION}s x$REPEATS"
 
 # ---------------------------------------------------------------- servers and rows
@@ -366,6 +398,7 @@ declare -A ROW=(
 )
 for r in $ROWS; do [[ -n "${ROW[$r]:-}" ]] || die "unknown row $r"; done
 
+ae_label() { case "$1" in "") echo none ;; "$AE_CHROMIUM") echo chromium ;; *) echo "${1// /}" ;; esac; }
 srv_port()   { cut -d'|' -f1 <<<"${SERVER[$1]}"; }
 srv_prefix() { cut -d'|' -f2 <<<"${SERVER[$1]}"; }
 srv_label()  { cut -d'|' -f3 <<<"${SERVER[$1]}"; }
@@ -417,17 +450,16 @@ describe() {
         hdr=$(curl_ae "$ae" "$url" -D - -o "$TMP/body" -w '%{size_download}\n')
         body=$(tail -1 <<<"$hdr")
         total=$((total + body)); n=$((n + 1))
-        ce=$(grep -i '^content-encoding:' <<<"$hdr" | head -1 | awk '{print $2}' | tr -d '\r' || true)
+        ce=$(awk 'tolower($1)=="content-encoding:"{print $2; exit}' <<<"$hdr" | tr -d '\r')
         codings+="${codings:+/}${ce:-id}"
-        cs=$(grep -i -E '^(cache-status|x-cache-status):' <<<"$hdr" | head -1 | cut -d' ' -f2- | tr -d '\r' || true)
+        cs=$(awk 'tolower($1)=="cache-status:" || tolower($1)=="x-cache-status:" {sub(/^[^:]*: */,""); print; exit}' <<<"$hdr" | tr -d '\r')
         cstat+="${cstat:+ / }${cs:--}"
         # decode what was sent and compare with the file byte for byte
         case "${ce:-id}" in
             id) cp "$TMP/body" "$TMP/decoded" ;;
             gzip) gzip -dc <"$TMP/body" >"$TMP/decoded" || true ;;
             br) brotli -dc <"$TMP/body" >"$TMP/decoded" || true ;;
-            zstd) if command -v zstd >/dev/null; then zstd -dcq <"$TMP/body" >"$TMP/decoded" || true
-                  else curl_ae "$ae" "$url" --compressed -o "$TMP/decoded"; fi ;;
+            zstd) zstd -dcq <"$TMP/body" >"$TMP/decoded" || true ;;
             *) : >"$TMP/decoded" ;;
         esac
         cmp -s "$TMP/decoded" "$FILES${p}" || ok=no
@@ -445,12 +477,26 @@ to_bytes() { # wrk size (e.g. 5.40GB) -> bytes
         printf "%.0f", n*m }'
 }
 
-# run_wrk SERVER AE TARGET -> "rps p50ms p99ms errors wire_bytes_per_response"
+# CPU time (user + system, all threads) the server under test spent, in clock ticks.
+# The origin's share is not counted: it is the same for both sides of a row.
+server_pids() { case "$1" in wf_root) echo "$WF_ROOT_PID" ;; wf_*) echo "$WF_PROXY_PID" ;; *) echo "$PEER_PIDS" ;; esac; }
+cpu_ticks() {
+    local t=0 pid
+    for pid in $(server_pids "$1"); do
+        [[ -r /proc/$pid/stat ]] && t=$((t + $(awk '{sub(/^.*\) /,""); print $12 + $13}' "/proc/$pid/stat")))
+    done
+    echo "$t"
+}
+
+# run_wrk SERVER AE TARGET -> "rps p50ms p99ms errors wire_bytes_per_response cpu_us_per_request"
 run_wrk() {
     local s=$1 ae=$2 t=$3 out args=()
     [[ -n "$ae" ]] && args=(-H "Accept-Encoding: $ae")
+    local c0 c1
+    c0=$(cpu_ticks "$s")
     out=$(WRK_PREFIX="$(srv_prefix "$s")" wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency \
           -s "$TMP/$t.lua" "${args[@]}" "http://127.0.0.1:$(srv_port "$s")" 2>&1) || true
+    c1=$(cpu_ticks "$s")
     echo "$out" >>"$TMP/wrk-raw.log"
     local rps p50 p99 reqs read errs
     rps=$(awk '/^Requests\/sec:/{print $2}' <<<"$out")
@@ -460,10 +506,11 @@ run_wrk() {
     read=$(awk '/requests in/{print $5}' <<<"$out")
     errs=$(awk '/Socket errors/{gsub(",","");s=$4+$6+$8+$10} /Non-2xx/{s+=$5} END{print s+0}' <<<"$out")
     [[ -n "$rps" && -n "$p50" && -n "$p99" && -n "$reqs" ]] || { echo "$out" >&2; die "could not parse wrk output"; }
-    echo "$rps $(to_ms "$p50") $(to_ms "$p99") $errs $(( $(to_bytes "$read") / (reqs > 0 ? reqs : 1) ))"
+    echo "$rps $(to_ms "$p50") $(to_ms "$p99") $errs $(( $(to_bytes "$read") / (reqs > 0 ? reqs : 1) ))" \
+         "$(awk -v t=$((c1 - c0)) -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN{ printf "%.1f", (n > 0 ? t * 1e6 / hz / n : 0) }')"
 }
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{ if (NR%2) print a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2 }'; }
+median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{a[NR]=$1} END{ if (NR%2) print a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2 }'; }
 
 # Results: one record per (row, target, server).
 RESULTS=()     # "row|target|server|ae|bytes|wire|codings|cache|ok|rps|p50|p99|errors"
@@ -471,20 +518,20 @@ for r in $ROWS; do
     IFS='|' read -r ae scenario wf ngxs <<<"${ROW[$r]}"
     for t in $TARGETS; do
         servers=("$wf" $ngxs)
-        declare -A RPS=() P50=() P99=() ERR=() WIRE=()
+        declare -A RPS=() P50=() P99=() ERR=() WIRE=() CPU=()
         for rep in $(seq "$REPEATS"); do
             for s in "${servers[@]}"; do
-                read -r rps p50 p99 errs wire <<<"$(run_wrk "$s" "$ae" "$t")"
-                RPS[$s]+=" $rps"; P50[$s]+=" $p50"; P99[$s]+=" $p99"; ERR[$s]=$(( ${ERR[$s]:-0} + errs )); WIRE[$s]+=" $wire"
+                read -r rps p50 p99 errs wire cpu <<<"$(run_wrk "$s" "$ae" "$t")"
+                CPU[$s]+=" $cpu"; RPS[$s]+=" $rps"; P50[$s]+=" $p50"; P99[$s]+=" $p99"; ERR[$s]=$(( ${ERR[$s]:-0} + errs )); WIRE[$s]+=" $wire"
             done
         done
         for s in "${servers[@]}"; do
             IFS='|' read -r bytes codings cstat ok <<<"$(describe "$s" "$ae" "$t")"
-            rec="$r|$t|$s|$ae|$bytes|$(median <<<"${WIRE[$s]}")|$codings|$cstat|$ok|$(median <<<"${RPS[$s]}")|$(median <<<"${P50[$s]}")|$(median <<<"${P99[$s]}")|${ERR[$s]}"
+            rec="$r|$t|$s|$ae|$bytes|$(median <<<"${WIRE[$s]}")|$codings|$cstat|$ok|$(median <<<"${RPS[$s]}")|$(median <<<"${P50[$s]}")|$(median <<<"${P99[$s]}")|${ERR[$s]}|$(median <<<"${CPU[$s]}")"
             RESULTS+=("$rec")
-            log "row $r $t $s: rps ${RPS[$s]# } | p99 ${P99[$s]# } | $bytes B $codings $ok"
+            log "row $r $t $s: rps ${RPS[$s]# } | p99 ${P99[$s]# } | cpu us/req ${CPU[$s]# } | $bytes B $codings $ok"
         done
-        unset RPS P50 P99 ERR WIRE
+        unset RPS P50 P99 ERR WIRE CPU
     done
 done
 ORIGIN_REQS=$(wc -l <"$TMP/origin-access.log" 2>/dev/null || echo 0)
@@ -496,53 +543,56 @@ echo "wirefold vs nginx — wrk -t$THREADS -c$CONNS -d${DURATION}s, median of $R
 echo "files: page.html $(stat -c %s "$FILES/page.html") B (${HTML_SRC#"$CORPUS"/}), style.css $(stat -c %s "$FILES/style.css") B (${CSS_SRC#"$CORPUS"/}),"
 echo "       script.js $(stat -c %s "$FILES/script.js") B (${JS_SRC#"$CORPUS"/}), photo.jpg $(stat -c %s "$FILES/photo.jpg") B ($JPEG_SRC)"
 echo "targets: html = /page.html; mix = page.html, style.css, script.js, photo.jpg round robin (bytes = mean body)"
+echo "AE: none = no Accept-Encoding; gzip,br; gzip; chromium = \"$AE_CHROMIUM\" (nginx has no zstd in Debian, so it answers br)"
 echo "levels: wirefold cached \"$WF_CACHED\", on the fly \"$WF_ON_THE_FLY\"; nginx on the fly gzip $NGX_GZIP_LEVEL, br $NGX_BR_LEVEL; precompressed gzip -9, brotli -q 11"
 echo
-printf '%-4s %-5s %-13s %-58s %9s %9s %-18s %9s %8s %8s %5s %4s\n' \
-    row tgt AE server "body B" "wire B" coding "req/s" "p50 ms" "p99 ms" errs ok
+printf '%-4s %-5s %-8s %-58s %9s %9s %-18s %9s %8s %8s %8s %5s %4s\n' \
+    row tgt AE server "body B" "wire B" coding "req/s" "p50 ms" "p99 ms" "cpu us" errs ok
 for rec in "${RESULTS[@]}"; do
-    IFS='|' read -r r t s ae bytes wire codings cstat ok rps p50 p99 errs <<<"$rec"
-    printf '%-4s %-5s %-13s %-58s %9s %9s %-18s %9.0f %8.2f %8.2f %5s %4s\n' \
-        "$r" "$t" "${ae:-none}" "$(srv_label "$s" | cut -c1-58)" "$bytes" "$wire" "$codings" "$rps" "$p50" "$p99" "$errs" "$ok"
+    IFS='|' read -r r t s ae bytes wire codings cstat ok rps p50 p99 errs cpu <<<"$rec"
+    printf '%-4s %-5s %-8s %-58s %9s %9s %-18s %9.0f %8.2f %8.2f %8.1f %5s %4s\n' \
+        "$r" "$t" "$(ae_label "$ae")" "$(srv_label "$s" | cut -c1-58)" "$bytes" "$wire" "$codings" "$rps" "$p50" "$p99" "$cpu" "$errs" "$ok"
 done
 echo
-echo "ratios wirefold/nginx (req/s: >= 1 is wirefold ahead; p50, p99, bytes: <= 1 is wirefold ahead)"
-printf '%-4s %-5s %-13s %-58s %7s %7s %7s %7s  %s\n' row tgt AE "nginx peer" "req/s" p50 p99 bytes verdict
+echo "cpu us = CPU time (user+system, all threads/workers) the server under test spent per request; the origin's is not counted"
+echo
+echo "ratios wirefold/nginx (req/s: >= 1 is wirefold ahead; p50, p99, bytes, cpu/req: <= 1 is wirefold ahead)"
+printf '%-4s %-5s %-8s %-58s %7s %7s %7s %7s %7s  %s\n' row tgt AE "nginx peer" "req/s" p50 p99 bytes "cpu/req" verdict
 RATIOS=()
 for r in $ROWS; do
     IFS='|' read -r ae scenario wf ngxs <<<"${ROW[$r]}"
     for t in $TARGETS; do
         wrec=""; for rec in "${RESULTS[@]}"; do [[ "$rec" == "$r|$t|$wf|"* ]] && wrec=$rec; done
-        IFS='|' read -r _ _ _ _ wbytes _ _ _ wok wrps wp50 wp99 werrs <<<"$wrec"
+        IFS='|' read -r _ _ _ _ wbytes _ _ _ wok wrps wp50 wp99 werrs wcpu <<<"$wrec"
         for n in $ngxs; do
             nrec=""; for rec in "${RESULTS[@]}"; do [[ "$rec" == "$r|$t|$n|"* ]] && nrec=$rec; done
-            IFS='|' read -r _ _ _ _ nbytes _ _ _ _ nrps np50 np99 _ <<<"$nrec"
-            line=$(awk -v a="$wrps" -v b="$nrps" -v c="$wp50" -v d="$np50" -v e="$wp99" -v f="$np99" -v g="$wbytes" -v h="$nbytes" \
-                'function q(x,y){ return y>0 ? x/y : 0 } BEGIN{ printf "%.3f %.3f %.3f %.3f", q(a,b), q(c,d), q(e,f), q(g,h) }')
-            read -r rr r50 r99 rb <<<"$line"
+            IFS='|' read -r _ _ _ _ nbytes _ _ _ _ nrps np50 np99 _ ncpu <<<"$nrec"
+            line=$(awk -v a="$wrps" -v b="$nrps" -v c="$wp50" -v d="$np50" -v e="$wp99" -v f="$np99" -v g="$wbytes" -v h="$nbytes" -v i="$wcpu" -v j="$ncpu" \
+                'function q(x,y){ return y>0 ? x/y : 0 } BEGIN{ printf "%.3f %.3f %.3f %.3f %.3f", q(a,b), q(c,d), q(e,f), q(g,h), q(i,j) }')
+            read -r rr r50 r99 rb rc <<<"$line"
             verdict=$(awk -v rr="$rr" -v r99="$r99" -v rb="$rb" -v ok="$wok" -v er="$werrs" 'BEGIN{
                 v=""; if (ok!="yes") v=v" WRONG-BODY"; if (er>0) v=v" ERRORS";
                 if (rr<1) v=v" slower"; if (r99>1) v=v" p99-worse"; if (rb>1) v=v" bigger";
                 print (v=="" ? "meets target" : "behind:" v) }')
-            printf '%-4s %-5s %-13s %-58s %7.2f %7.2f %7.2f %7.2f  %s\n' "$r" "$t" "${ae:-none}" "$(srv_label "$n" | cut -c1-58)" "$rr" "$r50" "$r99" "$rb" "$verdict"
-            RATIOS+=("$r|$t|$n|$rr|$r50|$r99|$rb|$verdict")
+            printf '%-4s %-5s %-8s %-58s %7.2f %7.2f %7.2f %7.2f %7.2f  %s\n' "$r" "$t" "$(ae_label "$ae")" "$(srv_label "$n" | cut -c1-58)" "$rr" "$r50" "$r99" "$rb" "$rc" "$verdict"
+            RATIOS+=("$r|$t|$n|$rr|$r50|$r99|$rb|$rc|$verdict")
         done
     done
 done
 echo
-echo "cache status seen (per file of the target, last row measured):"
+echo "proxy cache status after the runs (Cache-Status / X-Cache-Status, one per file of the target):"
 for rec in "${RESULTS[@]}"; do
     IFS='|' read -r r t s ae _ _ _ cstat _ <<<"$rec"
-    [[ "$t" == "${TARGETS##* }" ]] && printf '  %-4s %-13s %-13s %s\n' "$r" "${ae:-none}" "$s" "$cstat"
+    [[ "$t" == "${TARGETS##* }" && "$r" == [34]* ]] && printf '  %-4s %-8s %-13s %s\n' "$r" "$(ae_label "$ae")" "$s" "$cstat"
 done
 echo "origin requests during the whole run (warm-up included): $ORIGIN_REQS"
-echo "wall time: ${WALL} s"
+echo "wall time: ${WALL} s; load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg) (anything else running skews both sides)"
 
 # ---------------------------------------------------------------- JSON
 jstr() { local s=$1; s=${s//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
 {
     printf '{"bench":"compare-nginx","wirefold":%s,"nginx":%s,' "$(jstr "$("$WIREFOLD" --version)")" "$(jstr "$(nginx -v 2>&1)")"
-    printf '"wrk":{"threads":%s,"connections":%s,"duration_s":%s,"repeats":%s},"wall_s":%s,' "$THREADS" "$CONNS" "$DURATION" "$REPEATS" "$WALL"
+    printf '"wrk":{"threads":%s,"connections":%s,"duration_s":%s,"repeats":%s},"wall_s":%s,"loadavg_start":%s,' "$THREADS" "$CONNS" "$DURATION" "$REPEATS" "$WALL" "$(jstr "$LOAD_START")"
     printf '"levels":{"wirefold_cached":%s,"wirefold_on_the_fly":%s,"nginx_gzip":%s,"nginx_br":%s,"precompressed":"gzip -9, brotli -q 11"},' \
         "$(jstr "$WF_CACHED")" "$(jstr "$WF_ON_THE_FLY")" "$NGX_GZIP_LEVEL" "$NGX_BR_LEVEL"
     printf '"files":{'
@@ -554,19 +604,19 @@ jstr() { local s=$1; s=${s//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
     printf '},"rows":['
     first=1
     for rec in "${RESULTS[@]}"; do
-        IFS='|' read -r r t s ae bytes wire codings cstat ok rps p50 p99 errs <<<"$rec"
+        IFS='|' read -r r t s ae bytes wire codings cstat ok rps p50 p99 errs cpu <<<"$rec"
         [[ $first == 1 ]] || printf ','; first=0
-        printf '{"row":%s,"target":%s,"server":%s,"label":%s,"accept_encoding":%s,"body_bytes":%s,"wire_bytes":%s,"codings":%s,"cache_status":%s,"body_correct":%s,"rps":%s,"p50_ms":%s,"p99_ms":%s,"errors":%s}' \
+        printf '{"row":%s,"target":%s,"server":%s,"label":%s,"accept_encoding":%s,"body_bytes":%s,"wire_bytes":%s,"codings":%s,"cache_status":%s,"body_correct":%s,"rps":%s,"p50_ms":%s,"p99_ms":%s,"errors":%s,"cpu_us_per_req":%s}' \
             "$(jstr "$r")" "$(jstr "$t")" "$(jstr "$s")" "$(jstr "$(srv_label "$s")")" "$(jstr "$ae")" "$bytes" "$wire" \
-            "$(jstr "$codings")" "$(jstr "$cstat")" "$([[ $ok == yes ]] && echo true || echo false)" "$rps" "$p50" "$p99" "$errs"
+            "$(jstr "$codings")" "$(jstr "$cstat")" "$([[ $ok == yes ]] && echo true || echo false)" "$rps" "$p50" "$p99" "$errs" "$cpu"
     done
     printf '],"ratios":['
     first=1
     for rec in "${RATIOS[@]}"; do
-        IFS='|' read -r r t n rr r50 r99 rb verdict <<<"$rec"
+        IFS='|' read -r r t n rr r50 r99 rb rc verdict <<<"$rec"
         [[ $first == 1 ]] || printf ','; first=0
-        printf '{"row":%s,"target":%s,"nginx":%s,"rps":%s,"p50":%s,"p99":%s,"bytes":%s,"verdict":%s}' \
-            "$(jstr "$r")" "$(jstr "$t")" "$(jstr "$n")" "$rr" "$r50" "$r99" "$rb" "$(jstr "$verdict")"
+        printf '{"row":%s,"target":%s,"nginx":%s,"rps":%s,"p50":%s,"p99":%s,"bytes":%s,"cpu_per_req":%s,"verdict":%s}' \
+            "$(jstr "$r")" "$(jstr "$t")" "$(jstr "$n")" "$rr" "$r50" "$r99" "$rb" "$rc" "$(jstr "$verdict")"
     done
     printf ']}\n'
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs the reference tools the interop tests drive
-# (curl, gzip, brotli, zstd, xdelta3) when they are missing, on Debian.
+# (curl, gzip, brotli, zstd, xdelta3, and headless chromium for tests/chromium.rs)
+# when they are missing, on Debian.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for tool in curl gzip brotli zstd xdelta3; do
+for tool in curl gzip brotli zstd xdelta3 chromium; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if ((${#missing[@]})); then

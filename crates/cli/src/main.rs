@@ -29,6 +29,9 @@ enum Command {
     /// Shared compression dictionaries.
     #[command(subcommand)]
     Dict(DictCommand),
+    /// Fetch a URL speaking every encoding and delta wirefold serves, keeping a
+    /// local cache; the body goes to stdout, a report of bytes saved to stderr.
+    Get(GetArgs),
 }
 
 #[derive(Subcommand)]
@@ -171,6 +174,7 @@ fn main() -> ExitCode {
         }
         Command::Lab(cmd) => lab::run(cmd).map_err(|e| e.to_string()),
         Command::Dict(cmd) => runtime.block_on(cmd.run()),
+        Command::Get(args) => runtime.block_on(get(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -197,4 +201,55 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     tracing::info!("shutting down: draining in-flight requests");
     running.shutdown().await;
     Ok(())
+}
+
+#[derive(clap::Args)]
+struct GetArgs {
+    /// The URL (http or https).
+    url: String,
+    /// Cache directory [default: $XDG_CACHE_HOME/wirefold, else ~/.cache/wirefold,
+    /// else ./wirefold-cache].
+    #[arg(long)]
+    cache: Option<PathBuf>,
+    /// Write the body to FILE instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Do not fetch dictionaries announced with `Link: rel="compression-dictionary"`.
+    #[arg(long)]
+    no_dictionary_fetch: bool,
+    /// PEM certificates to trust for https, besides the public roots.
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
+    /// Seconds allowed per exchange.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
+    /// No report on stderr.
+    #[arg(long, conflicts_with = "json")]
+    quiet: bool,
+    /// The report as JSON on stderr instead of a line.
+    #[arg(long)]
+    json: bool,
+}
+
+async fn get(args: GetArgs) -> Result<(), String> {
+    use std::io::Write;
+    let cache = args.cache.clone().unwrap_or_else(proxy::get::default_cache_dir);
+    let mut options = proxy::get::GetOptions::new(&args.url, cache);
+    options.ca_file = args.ca_file.clone();
+    options.fetch_dictionaries = !args.no_dictionary_fetch;
+    options.timeout = std::time::Duration::from_secs(args.timeout);
+    let report = proxy::get::run(&options).await.map_err(|e| e.to_string())?;
+    match &args.output {
+        Some(path) => std::fs::write(path, &report.body).map_err(|e| format!("-o {}: {e}", path.display()))?,
+        None => std::io::stdout().write_all(&report.body).map_err(|e| format!("stdout: {e}"))?,
+    }
+    if args.json {
+        eprintln!("{}", report.to_json());
+    } else if !args.quiet {
+        eprintln!("{}", report.summary());
+    }
+    match report.status {
+        400.. => Err(format!("{}: the server answered {}", args.url, report.status)),
+        _ => Ok(()),
+    }
 }

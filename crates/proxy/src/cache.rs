@@ -6,7 +6,7 @@
 //! as references, so evicting a body removes the entry that needs it.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine;
@@ -92,11 +92,6 @@ impl CacheEntry {
         serde_json::to_vec(self).expect("cache entries serialize")
     }
 
-    /// The stored response whose `Vary` fields match this request.
-    pub fn find(&self, request: &HeaderMap) -> Option<&StoredResponse> {
-        self.variants.iter().find(|v| secondary_key(&v.headers(), request).as_deref() == Some(v.secondary_key.as_str()))
-    }
-
     /// Adds or replaces the variant with the same secondary key.
     pub fn upsert(&mut self, response: StoredResponse) {
         self.variants.retain(|v| v.secondary_key != response.secondary_key);
@@ -154,6 +149,54 @@ fn decode_head(head: &str) -> HeaderMap {
         }
     }
     headers
+}
+
+/// Cache entries recently read or written, with their fields decoded, so a hit on
+/// a hot body is answered on the reactor thread without an index transaction.
+#[derive(Default)]
+pub struct HotEntries {
+    entries: Mutex<HashMap<String, Arc<HotEntry>>>,
+}
+
+/// A decoded cache entry: each stored response with its fields.
+pub struct HotEntry {
+    variants: Vec<(StoredResponse, HeaderMap)>,
+}
+
+/// Entries kept at most; the map is emptied when full (it refills from hot keys).
+const HOT_CAPACITY: usize = 16_384;
+
+impl HotEntries {
+    pub fn get(&self, key: &str) -> Option<Arc<HotEntry>> {
+        self.entries.lock().expect("hot entries poisoned").get(key).cloned()
+    }
+
+    /// An entry's decoded form, without keeping it.
+    pub fn decoded(entry: &CacheEntry) -> HotEntry {
+        HotEntry { variants: entry.variants.iter().map(|v| (v.clone(), v.headers())).collect() }
+    }
+
+    pub fn put(&self, key: &str, entry: &CacheEntry) {
+        let hot = Self::decoded(entry);
+        let mut entries = self.entries.lock().expect("hot entries poisoned");
+        if entries.len() >= HOT_CAPACITY {
+            entries.clear();
+        }
+        entries.insert(key.to_string(), Arc::new(hot));
+    }
+
+    pub fn remove(&self, key: &str) {
+        self.entries.lock().expect("hot entries poisoned").remove(key);
+    }
+}
+
+impl HotEntry {
+    /// The stored response whose `Vary` fields match this request, with its fields.
+    pub fn find(&self, request: &HeaderMap) -> Option<&(StoredResponse, HeaderMap)> {
+        self.variants
+            .iter()
+            .find(|(stored, headers)| secondary_key(headers, request).as_deref() == Some(stored.secondary_key.as_str()))
+    }
 }
 
 /// Concurrent misses for one key: the first becomes the leader and fetches; the

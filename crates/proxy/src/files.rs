@@ -31,17 +31,47 @@ pub struct FileSource {
     /// Content hashes of files already read, keyed by path and invalidated by a
     /// changed size or modification time, so a hit costs a `stat`, not a read.
     known: Mutex<HashMap<PathBuf, (u64, SystemTime, Hash)>>,
+    /// Recent resolutions: request path → (when, canonical path, content type).
+    resolved: Mutex<HashMap<String, (std::time::Instant, PathBuf, String)>>,
 }
+
+/// How long a resolution is trusted before the path is walked again.
+const RESOLUTION_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Resolutions kept at most; the cache is emptied when full (it refills from hot paths).
+const RESOLUTION_CAPACITY: usize = 16_384;
 
 impl FileSource {
     pub fn new(root: &Path) -> std::io::Result<FileSource> {
-        Ok(FileSource { root: root.canonicalize()?, known: Mutex::new(HashMap::new()) })
+        Ok(FileSource { root: root.canonicalize()?, known: Mutex::new(HashMap::new()), resolved: Mutex::new(HashMap::new()) })
     }
 
     /// Resolves a request path. `None` (served as 404) for anything that is not a
     /// regular file inside the root: `..` segments (also percent-encoded), NUL bytes,
     /// symlinks leading out of the root, directories without `index.html`.
     pub fn resolve(&self, request_path: &str) -> Option<FoundFile> {
+        // A path resolved within the last second is checked with one `stat` of its
+        // canonical file instead of a `readlink` per component (cf. nginx's
+        // open_file_cache_valid); a file that is no longer regular is resolved afresh.
+        let cached = self.resolved.lock().expect("resolution cache poisoned").get(request_path).cloned();
+        if let Some((_, canonical, content_type)) = cached.filter(|(at, ..)| at.elapsed() < RESOLUTION_TTL) {
+            if let Ok(meta) = std::fs::symlink_metadata(&canonical) {
+                if meta.is_file() {
+                    if let Ok(modified) = meta.modified() {
+                        return Some(FoundFile { len: meta.len(), modified, path: canonical, content_type });
+                    }
+                }
+            }
+        }
+        let found = self.resolve_uncached(request_path)?;
+        let mut resolved = self.resolved.lock().expect("resolution cache poisoned");
+        if resolved.len() >= RESOLUTION_CAPACITY {
+            resolved.clear();
+        }
+        resolved.insert(request_path.to_string(), (std::time::Instant::now(), found.path.clone(), found.content_type.clone()));
+        Some(found)
+    }
+
+    fn resolve_uncached(&self, request_path: &str) -> Option<FoundFile> {
         let decoded = percent_encoding::percent_decode_str(request_path).decode_utf8().ok()?;
         if decoded.contains('\0') || decoded.contains('\\') {
             return None;

@@ -94,7 +94,7 @@ impl Wire {
     }
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize)]
 pub struct Report {
     pub url: String,
     /// The status of the response that delivered the instance.
@@ -125,6 +125,11 @@ pub struct DictionaryFetch {
 }
 
 impl Report {
+    /// The report without the body, for `--json`.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("reports serialize")
+    }
+
     /// One line for humans: status, delivery, bytes, savings, verification.
     pub fn summary(&self) -> String {
         let mut line = format!(

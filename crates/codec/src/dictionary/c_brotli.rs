@@ -86,7 +86,10 @@ pub(super) fn compress(
     let size_hint = u32::try_from(data.len()).unwrap_or(u32::MAX);
     let configured = encoder.set(sys::BrotliEncoderParameter_BROTLI_PARAM_QUALITY, quality)
         && encoder.set(sys::BrotliEncoderParameter_BROTLI_PARAM_LGWIN, lgwin)
-        && encoder.set(sys::BrotliEncoderParameter_BROTLI_PARAM_SIZE_HINT, size_hint);
+        && encoder.set(
+            sys::BrotliEncoderParameter_BROTLI_PARAM_SIZE_HINT,
+            size_hint,
+        );
     if !configured {
         return None;
     }

@@ -1,47 +1,15 @@
 //! dcb: one brotli stream using the dictionary as a raw LZ77 prefix (a compound
 //! dictionary in the terms of the Shared Brotli draft, §9.2).
 
-use super::{c_brotli, header, DictionaryCoding, DictionaryError, LimitedOutput};
+use super::{c_brotli, DictionaryError, LimitedOutput};
 
 const CODING: &str = "dcb";
 /// RFC 9842: dcb windows are at most 16 MiB.
 const MAX_LGWIN: u32 = 24;
-/// Below this the encoders switch to hashers with a costly setup (see `coding.rs`).
+/// Below this the encoder switches to hashers with a costly setup (see `coding.rs`).
 const MIN_LGWIN: u32 = 17;
 /// Brotli keeps 16 bytes of the window for itself.
 const WINDOW_OVERHEAD: usize = 16;
-
-/// The brotli implementation that produces a dcb stream. Both make valid dcb; they
-/// differ in how far back they see (see `docs/dictionary-codecs.md`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DcbEncoder {
-    /// The pure-Rust port: the dictionary pre-fills its ring buffer, so only the
-    /// last 2^lgwin − 16 bytes of dictionary + data are ever in reach.
-    Rust,
-    /// Google's C brotli: the dictionary stays in reach whatever the window.
-    C,
-}
-
-impl DcbEncoder {
-    /// The encoder [`super::encode`] uses for a dictionary and body of these sizes.
-    pub fn for_sizes(dictionary_len: usize, data_len: usize) -> Self {
-        let _ = (dictionary_len, data_len);
-        DcbEncoder::C
-    }
-}
-
-/// A whole dcb body made by `encoder`, for comparing the two; [`super::encode`]
-/// picks one by [`DcbEncoder::for_sizes`].
-pub fn encode_dcb_with(
-    encoder: DcbEncoder,
-    level: u32,
-    dictionary: &[u8],
-    data: &[u8],
-) -> Vec<u8> {
-    let mut body = header(DictionaryCoding::Dcb, dictionary);
-    encode(encoder, level.min(11), dictionary, data, &mut body);
-    body
-}
 
 /// The smallest window in MIN_LGWIN..=MAX_LGWIN that holds `len` bytes.
 fn lgwin_for(len: usize) -> u32 {
@@ -52,67 +20,12 @@ fn lgwin_for(len: usize) -> u32 {
     lgwin
 }
 
-pub(super) fn encode(
-    encoder: DcbEncoder,
-    quality: u32,
-    dictionary: &[u8],
-    data: &[u8],
-    out: &mut Vec<u8>,
-) {
-    match encoder {
-        // The window must span dictionary + data for the dictionary to stay in reach.
-        DcbEncoder::Rust => encode_rust(
-            quality,
-            lgwin_for(dictionary.len().saturating_add(data.len())),
-            dictionary,
-            data,
-            out,
-        ),
-        // The dictionary lies outside the window: size the window to the data alone.
-        DcbEncoder::C => {
-            c_brotli::compress(quality, lgwin_for(data.len()), dictionary, data, out)
-                .expect("C brotli encoder allocation");
-        }
-    }
-}
-
-fn encode_rust(quality: u32, lgwin: u32, dictionary: &[u8], data: &[u8], out: &mut Vec<u8>) {
-    use brotli::enc::encode::{BrotliEncoderOperation, BrotliEncoderParameter};
-    let mut state = brotli::enc::encode::BrotliEncoderStateStruct::new(
-        brotli::enc::StandardAlloc::default(),
-    );
-    let size_hint = u32::try_from(data.len()).unwrap_or(u32::MAX);
-    for (parameter, value) in [
-        (BrotliEncoderParameter::BROTLI_PARAM_QUALITY, quality),
-        (BrotliEncoderParameter::BROTLI_PARAM_LGWIN, lgwin),
-        (BrotliEncoderParameter::BROTLI_PARAM_SIZE_HINT, size_hint),
-    ] {
-        assert!(state.set_parameter(parameter, value), "brotli parameter");
-    }
-    if !dictionary.is_empty() {
-        state.set_custom_dictionary(dictionary.len(), dictionary);
-    }
-    let mut chunk = vec![0u8; 64 * 1024];
-    let (mut available_in, mut in_offset) = (data.len(), 0);
-    loop {
-        let (mut available_out, mut out_offset) = (chunk.len(), 0);
-        let ok = state.compress_stream(
-            BrotliEncoderOperation::BROTLI_OPERATION_FINISH,
-            &mut available_in,
-            data,
-            &mut in_offset,
-            &mut available_out,
-            &mut chunk,
-            &mut out_offset,
-            &mut None,
-            &mut |_, _, _, _| (),
-        );
-        assert!(ok, "in-memory brotli encoding");
-        out.extend_from_slice(&chunk[..out_offset]);
-        if state.is_finished() {
-            return;
-        }
-    }
+/// Appends a stream made by Google's C brotli, which reaches the whole dictionary
+/// whatever the window, so the window is sized to the data alone. (The pure-Rust
+/// port was measured too and is not used: `docs/dictionary-codecs.md`.)
+pub(super) fn encode(quality: u32, dictionary: &[u8], data: &[u8], out: &mut Vec<u8>) {
+    c_brotli::compress(quality, lgwin_for(data.len()), dictionary, data, out)
+        .expect("C brotli encoder allocation");
 }
 
 type DecoderState = brotli::BrotliState<
@@ -121,7 +34,9 @@ type DecoderState = brotli::BrotliState<
     brotli::enc::StandardAlloc,
 >;
 
-/// Decodes one brotli stream (RFC 7932 windows only, no large window) and nothing after it.
+/// Decodes one brotli stream (RFC 7932 windows only, no large window) and nothing
+/// after it, with the pure-Rust decoder: memory-safe on hostile input, and an
+/// implementation independent of the encoder.
 pub(super) fn decode(
     dictionary: &[u8],
     stream: &[u8],

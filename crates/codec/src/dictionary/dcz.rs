@@ -30,8 +30,8 @@ fn accepted_window(dictionary_len: usize) -> usize {
 /// the oldest dictionary bytes fall out of reach as the data grows. (zstd itself
 /// lowers it further when dictionary + data is small.)
 pub(super) fn window_log(dictionary_len: usize, data_len: usize) -> u32 {
-    let wanted = ceil_log2(dictionary_len.saturating_add(data_len))
-        .clamp(MIN_WINDOW_LOG, MAX_WINDOW_LOG);
+    let wanted =
+        ceil_log2(dictionary_len.saturating_add(data_len)).clamp(MIN_WINDOW_LOG, MAX_WINDOW_LOG);
     wanted.min(accepted_window(dictionary_len).ilog2())
 }
 

@@ -18,7 +18,6 @@ mod train;
 
 use sha2::Digest;
 
-pub use dcb::{encode_dcb_with, DcbEncoder};
 pub use train::train;
 
 /// An RFC 9842 dictionary content coding.
@@ -58,10 +57,11 @@ impl DictionaryCoding {
         self.magic().len() + 32
     }
 
-    /// The valid level range (brotli quality, zstd level).
+    /// The valid level range (brotli quality, zstd level). C brotli ignores a
+    /// dictionary below quality 5, so dcb starts there.
     pub fn levels(self) -> std::ops::RangeInclusive<u32> {
         match self {
-            Self::Dcb => 0..=11,
+            Self::Dcb => 5..=11,
             Self::Dcz => 1..=22,
         }
     }
@@ -100,19 +100,12 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
 }
 
 /// Compresses `data` against `dictionary` into a whole `coding` body, header
-/// included. `level` is clamped into [`DictionaryCoding::levels`]. The dcb
-/// encoder is chosen by [`DcbEncoder::for_sizes`].
+/// included. `level` is clamped into [`DictionaryCoding::levels`].
 pub fn encode(coding: DictionaryCoding, level: u32, dictionary: &[u8], data: &[u8]) -> Vec<u8> {
     let level = level.clamp(*coding.levels().start(), *coding.levels().end());
     let mut body = header(coding, dictionary);
     match coding {
-        DictionaryCoding::Dcb => dcb::encode(
-            DcbEncoder::for_sizes(dictionary.len(), data.len()),
-            level,
-            dictionary,
-            data,
-            &mut body,
-        ),
+        DictionaryCoding::Dcb => dcb::encode(level, dictionary, data, &mut body),
         DictionaryCoding::Dcz => dcz::encode(level, dictionary, data, &mut body),
     }
     body
@@ -146,7 +139,9 @@ pub fn decode(
     }
 }
 
-fn header(coding: DictionaryCoding, dictionary: &[u8]) -> Vec<u8> {
+/// The header (magic, then SHA-256 of `dictionary`) that starts every `coding`
+/// body: followed by a stream made elsewhere, it makes a whole body.
+pub fn header(coding: DictionaryCoding, dictionary: &[u8]) -> Vec<u8> {
     let mut body = Vec::with_capacity(coding.header_len() + 1024);
     body.extend_from_slice(coding.magic());
     body.extend_from_slice(&sha256(dictionary));

@@ -22,7 +22,7 @@ use super::remember::{self, StorePlan};
 use super::{Instance, InstanceBody, Pipeline, Provenance, RequestContext, Source, StreamCoding};
 use crate::body::{self, Body};
 use crate::delta::dictionaries::{self, DERIVED_PREFIX};
-use crate::cache::{self, CacheEntry, LeaderGuard, Role, StoredResponse};
+use crate::cache::{self, CacheEntry, HotEntries, LeaderGuard, Role, StoredResponse};
 use crate::files::{FileContent, FileSource};
 use crate::origin::{clean_response_head, ConnInfo, Origin, OriginError};
 use crate::pipeline::respond::error_response;
@@ -186,9 +186,8 @@ async fn fetch_origin<'a>(
         return Ok(fetched);
     }
 
-    if let Some((stored, bytes)) = lookup(p, &key, &profile.headers).await {
+    if let Some((stored, headers, bytes)) = lookup(p, &key, &profile.headers).await {
         let now = SystemTime::now();
-        let headers = stored.headers();
         let response_cc = CacheControl::from_headers(&headers);
         let freshness = stored.freshness();
         let age = freshness.current_age(now);
@@ -238,11 +237,11 @@ async fn fetch_origin<'a>(
         Role::Leader(guard) => Some(guard),
         Role::Follower(rx) => {
             cache::wait_for_leader(rx, Duration::from_millis(p.config.upstream.header_timeout_ms)).await;
-            if let Some((stored, bytes)) = lookup(p, &key, &profile.headers).await {
+            if let Some((stored, headers, bytes)) = lookup(p, &key, &profile.headers).await {
                 p.metrics.cache_result("coalesced");
                 let hash = stored.body_hash().expect("lookup checked the body hash");
                 let age = stored.age(SystemTime::now());
-                let instance = cached_instance(&stored, stored.headers(), bytes, hash, Provenance::Hit { age });
+                let instance = cached_instance(&stored, headers, bytes, hash, Provenance::Hit { age });
                 return Ok(Fetched::plain(instance));
             }
             None
@@ -281,21 +280,29 @@ fn last_modified(headers: &HeaderMap) -> Option<SystemTime> {
         .and_then(|s| httpdate::parse_http_date(s).ok())
 }
 
-/// The stored response matching this request, with its body; `None` on a miss or
-/// when the body is gone (evicted or found corrupt).
-async fn lookup(p: &Pipeline, key: &str, request: &HeaderMap) -> Option<(StoredResponse, Bytes)> {
+/// The stored response matching this request, with its fields and body; `None` on a
+/// miss or when the body is gone (evicted or found corrupt). A hot entry with a hot
+/// body is answered here; otherwise the index is read on the blocking pool.
+async fn lookup(p: &Pipeline, key: &str, request: &HeaderMap) -> Option<(StoredResponse, HeaderMap, Bytes)> {
     let store = p.store.clone()?;
-    let key = key.to_string();
-    let request = request.clone();
-    tokio::task::spawn_blocking(move || {
-        let record = store.get_record(&key).ok()??;
-        let entry = CacheEntry::decode(&record)?;
-        let stored = entry.find(&request)?.clone();
+    if let Some(hot) = p.hot.get(key) {
+        let (stored, headers) = hot.find(request)?;
+        if let Some(bytes) = stored.body_hash().and_then(|h| store.get_blob_in_memory(&h)) {
+            return Some((stored.clone(), headers.clone(), bytes));
+        }
+    }
+    let (owned_key, request) = (key.to_string(), request.clone());
+    let (entry, found) = tokio::task::spawn_blocking(move || {
+        let entry = CacheEntry::decode(&store.get_record(&owned_key).ok()??)?;
+        let hot = HotEntries::decoded(&entry);
+        let (stored, headers) = hot.find(&request)?.clone();
         let bytes = store.get_blob(&stored.body_hash()?).ok()??;
-        Some((stored, bytes))
+        Some((entry, (stored, headers, bytes)))
     })
     .await
-    .ok()?
+    .ok()??;
+    p.hot.put(key, &entry);
+    Some(found)
 }
 
 /// The request a cache fill or revalidation sends: the client's fields without its

@@ -33,7 +33,7 @@ use store::{Hash, Store};
 
 use crate::background::Background;
 use crate::body::Body;
-use crate::cache::Inflight;
+use crate::cache::{HotEntries, Inflight};
 use crate::config::Config;
 use crate::files::FileSource;
 use crate::metrics::Metrics;
@@ -53,6 +53,7 @@ pub struct Pipeline {
     pub store: Option<Store>,
     pub metrics: Arc<Metrics>,
     pub(crate) inflight: Inflight,
+    pub(crate) hot: HotEntries,
     pub(crate) encode_jobs: encode::BackgroundJobs,
     pub(crate) background: Background,
 }
@@ -129,6 +130,7 @@ impl Pipeline {
             store,
             metrics,
             inflight: Inflight::default(),
+            hot: HotEntries::default(),
             encode_jobs: encode::BackgroundJobs::default(),
             background: Background::default(),
         }

@@ -32,14 +32,15 @@ pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|ct| compression.profile_for(ct).is_some())
         };
-        let written = tokio::task::spawn_blocking(move || -> Result<(), store::StoreError> {
+        // A cache entry written comes back, to be kept hot.
+        let written = tokio::task::spawn_blocking(move || -> Result<Option<(String, CacheEntry)>, store::StoreError> {
             match plan {
-                StorePlan::Body { bytes, resource: None } => store.put_blob(&bytes).map(|_| ()),
+                StorePlan::Body { bytes, resource: None } => store.put_blob(&bytes).map(|_| None),
                 StorePlan::Body { bytes, resource: Some(resource) } => {
                     let hash = store.put_blob(&bytes)?;
                     let etag = Some(format!("\"{}\"", super::fetch::content_etag(&hash)));
                     let version = history::Version { hash: hash.to_hex(), etag, time: now_unix(), size: bytes.len() as u64 };
-                    remember_version(&store, &delta, &resource, version)
+                    remember_version(&store, &delta, &resource, version).map(|_| None)
                 }
                 StorePlan::CacheEntry { key, response, body } => {
                     if let Some(bytes) = &body {
@@ -56,17 +57,18 @@ pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
                     });
                     entry.upsert(response);
                     store.put_record(&key, &entry.encode(), &entry.bodies())?;
-                    match new_version {
-                        Some(version) => remember_version(&store, &delta, resource_of(&key), version),
-                        None => Ok(()),
+                    if let Some(version) = new_version {
+                        remember_version(&store, &delta, resource_of(&key), version)?;
                     }
+                    Ok(Some((key, entry)))
                 }
             }
         })
         .await
         .expect("store writes do not panic");
         match written {
-            Ok(()) => {}
+            Ok(Some((key, entry))) => p.hot.put(&key, &entry),
+            Ok(None) => {}
             // Suspended after a full disk (logged once by the store), or a body evicted
             // between writes: not cached this time, nothing to report per request.
             Err(store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)) => {
@@ -85,6 +87,7 @@ pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
 /// Drops the cache entry of a target after a successful unsafe request (RFC 9111 §4.4).
 pub async fn invalidate(p: &Pipeline, key: &str) {
     let Some(store) = p.store.clone() else { return };
+    p.hot.remove(key);
     let key = key.to_string();
     let result = tokio::task::spawn_blocking(move || store.remove_record(&key)).await;
     if let Ok(Err(e)) = result {

@@ -12,7 +12,7 @@ use codec::ContentCoding;
 use wirefold_http::conditional::{evaluate, EntityTag, IfNoneMatch, Precondition};
 use wirefold_http::digest::{digest_value, WIREFOLD_DIGEST};
 use wirefold_http::range::{content_range, range_for, unsatisfied_range, RangeRequest};
-use wirefold_http::delta::{DELTA_BASE, IM};
+use wirefold_http::delta::{A_IM, DELTA_BASE, IM};
 use wirefold_http::vary::add_field;
 
 use super::encode::{Representation, RepresentationBody, SentCoding};
@@ -50,9 +50,11 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
     add_cache_status(&mut headers, provenance);
 
     if status == StatusCode::OK {
-        // A client holding this instance in another coding, or whole from a 226, needs
-        // nothing new: the 304 names the validator it holds.
-        let held = instance_etag.as_ref().and_then(|instance| held_copy(&request.headers, instance));
+        // An RFC 3229 client lists the instances it holds: holding this one in another
+        // coding, or whole from a 226, it needs nothing new, and the 304 names the
+        // validator it listed. Other clients revalidate the representation sent.
+        let delta_aware = request.headers.contains_key(A_IM);
+        let held = instance_etag.as_ref().filter(|_| delta_aware).and_then(|instance| held_copy(&request.headers, instance));
         match evaluate(&request.method, &request.headers, held.as_ref().or(etag.as_ref()), last_modified) {
             Precondition::Proceed => {}
             Precondition::NotModified => return not_modified(&headers, held),
