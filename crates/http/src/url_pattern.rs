@@ -35,7 +35,8 @@ pub fn matches(pattern: &str, path: &str) -> bool {
     glob(&tokens, path.as_bytes())
 }
 
-fn escape(literal: &str) -> String {
+/// A literal for a pattern: URL Pattern syntax characters escaped.
+pub fn escape(literal: &str) -> String {
     let mut s = String::with_capacity(literal.len());
     for c in literal.chars() {
         if SPECIAL.contains(&c) {

@@ -56,11 +56,20 @@ pub fn pattern_for(config: &DeltaConfig, path: &str, query: Option<&str>) -> Str
         return rule.pattern.clone();
     }
     let pattern = wirefold_http::url_pattern::infer(path);
-    if query.is_some() {
-        format!("{pattern}?*")
-    } else {
-        pattern
+    let Some(query) = query else { return pattern };
+    // Path only: every query of the path is one cluster. Path plus named parameters:
+    // the members must also carry those parameters with these values. URL patterns
+    // cannot say "in any order", so the parameters are required in the order this
+    // URL has them — the order a site's own links use.
+    let mut out = format!("{pattern}?*");
+    for pair in query.split('&').filter(|pair| {
+        let name = pair.split('=').next().unwrap_or("");
+        config.cluster_params.iter().any(|p| p == name)
+    }) {
+        out.push_str(&wirefold_http::url_pattern::escape(pair));
+        out.push('*');
     }
+    out
 }
 
 /// Publishes `hash` (content of `site`) as a derived dictionary announced with
@@ -124,6 +133,11 @@ mod tests {
         let mut config = DeltaConfig::default();
         assert_eq!(pattern_for(&config, "/js/app.1a2b3c4d.js", None), "/js/app.*.js");
         assert_eq!(pattern_for(&config, "/search", Some("q=a")), "/search?*");
+        config.cluster_params = vec!["lang".into()];
+        assert_eq!(pattern_for(&config, "/search", Some("q=a&lang=en")), "/search?*lang=en*");
+        assert!(wirefold_http::url_pattern::matches("/search?*lang=en*", "/search?q=b&lang=en"));
+        assert!(!wirefold_http::url_pattern::matches("/search?*lang=en*", "/search?q=b&lang=fr"));
+        config.cluster_params.clear();
         config.pattern.push(crate::config::PatternRule { prefix: "/js/".into(), pattern: "/js/*".into() });
         assert_eq!(pattern_for(&config, "/js/app.1a2b3c4d.js", None), "/js/*");
     }
