@@ -1,0 +1,1 @@
+//! HTML pages: the inline references a page makes (being written).
