@@ -63,15 +63,17 @@ pub async fn choose(
     let link = Link::from_bits_per_second(config.assumed_bandwidth_bps);
     let mut best: Option<DeltaChoice> = None;
 
-    if config.vcdiff && accepts_im(request, "vcdiff") {
-        if let Some(IfNoneMatch::Tags(listed)) = IfNoneMatch::from_headers(request) {
-            let held = with_codings_removed(listed);
-            let current = EntityTag::from_headers(headers);
-            // A client that holds the current instance gets a 304 from `respond`.
-            if !current.is_some_and(|c| held.iter().any(|h| h.weak_eq(&c))) {
-                best = vcdiff(p, &store, &ctx.resource, hash, content, &held, plain_len, link).await;
-            }
-        }
+    let held = match IfNoneMatch::from_headers(request) {
+        Some(IfNoneMatch::Tags(listed)) => with_codings_removed(listed),
+        _ => Vec::new(),
+    };
+    let delta_aware = request.contains_key(wirefold_http::delta::A_IM);
+    let current = EntityTag::from_headers(headers);
+    if delta_aware && current.is_some_and(|c| held.iter().any(|h| h.weak_eq(&c))) {
+        return None; // it holds the current instance: `respond` answers 304
+    }
+    if config.vcdiff && !held.is_empty() && accepts_im(request, "vcdiff") {
+        best = vcdiff(p, &store, &ctx.resource, hash, content, &held, plain_len, link).await;
     }
 
     let offered = config.dictionary_preference().into_iter().find(|c| ctx.profile.accept_encoding.accepts_token(c.token()));
