@@ -219,20 +219,54 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
     // visits to any page it covers) and, for pages a browser will not keep, one
     // derived from the page itself (later visits to this page).
     let (site, path, derive) = (ctx.site.clone(), uri.path().to_string(), !keeps && config.derived_dictionaries);
-    let links = tokio::task::spawn_blocking(move || {
-        let mut links = Vec::new();
-        links.extend(training::trained_for(&store, &site, &path));
-        if derive {
-            links.extend(dictionaries::current_derived(&store, &site, &pattern, &hash).ok());
+    let memo_key = (site.clone(), path.clone(), derive);
+    let links = match p.dictionary_links.get(&memo_key) {
+        Some(links) => links,
+        None => {
+            let links = tokio::task::spawn_blocking(move || {
+                let mut links = Vec::new();
+                links.extend(training::trained_for(&store, &site, &path));
+                if derive {
+                    links.extend(dictionaries::current_derived(&store, &site, &pattern, &hash).ok());
+                }
+                links
+            })
+            .await
+            .unwrap_or_default();
+            p.dictionary_links.put(memo_key, links.clone());
+            links
         }
-        links
-    })
-    .await
-    .unwrap_or_default();
+    };
     for url in links {
         if let Ok(value) = HeaderValue::from_str(&format!("<{url}>; rel=\"compression-dictionary\"")) {
             headers.append(header::LINK, value);
         }
+    }
+}
+
+/// The dictionary links of recently served pages, so a hot page costs no index
+/// reads: links change only when a dictionary is trained or its body evicted, and a
+/// few seconds late is harmless.
+#[derive(Default)]
+pub struct LinkMemo {
+    entries: std::sync::Mutex<std::collections::HashMap<(String, String, bool), (std::time::Instant, Vec<String>)>>,
+}
+
+const LINK_MEMO_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+const LINK_MEMO_CAPACITY: usize = 16_384;
+
+impl LinkMemo {
+    fn get(&self, key: &(String, String, bool)) -> Option<Vec<String>> {
+        let entries = self.entries.lock().expect("link memo poisoned");
+        entries.get(key).filter(|(at, _)| at.elapsed() < LINK_MEMO_TTL).map(|(_, links)| links.clone())
+    }
+
+    fn put(&self, key: (String, String, bool), links: Vec<String>) {
+        let mut entries = self.entries.lock().expect("link memo poisoned");
+        if entries.len() >= LINK_MEMO_CAPACITY {
+            entries.clear();
+        }
+        entries.insert(key, (std::time::Instant::now(), links));
     }
 }
 

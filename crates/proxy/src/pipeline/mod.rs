@@ -54,6 +54,7 @@ pub struct Pipeline {
     pub metrics: Arc<Metrics>,
     pub(crate) inflight: Inflight,
     pub(crate) hot: HotEntries,
+    pub(crate) dictionary_links: crate::delta::LinkMemo,
     pub(crate) encode_jobs: encode::BackgroundJobs,
     pub(crate) background: Background,
 }
@@ -131,6 +132,7 @@ impl Pipeline {
             metrics,
             inflight: Inflight::default(),
             hot: HotEntries::default(),
+            dictionary_links: crate::delta::LinkMemo::default(),
             encode_jobs: encode::BackgroundJobs::default(),
             background: Background::default(),
         }
