@@ -135,3 +135,27 @@ fn demo_serves_its_sample_site_compressed() {
     let status = terminate(&mut started);
     assert!(status.success());
 }
+
+#[test]
+fn json_logs_are_one_json_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirefold"))
+        .args(["serve", "--root", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--data-dir", dir.path().join("data").to_str().unwrap(), "--log-format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(stdout.next().unwrap().unwrap().contains("listening on"));
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let logs = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = logs.lines().collect();
+    assert!(lines.len() >= 2, "start and shutdown are logged: {logs}");
+    for line in lines {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(value.get("level").is_some() && value.get("fields").is_some(), "{line}");
+    }
+}
