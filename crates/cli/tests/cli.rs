@@ -1,49 +1,13 @@
 //! The command-line contract: exit codes, error messages naming the bad input,
 //! start-up, graceful stop on SIGTERM, and the demo.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn wirefold(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wirefold")).args(args).output().expect("wirefold runs")
-}
-
-/// A started `wirefold` process; killed on drop if still running.
-struct Started {
-    child: Child,
-    first_line: String,
-}
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(args: &[&str], marker: &str) -> Started {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wirefold"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("wirefold starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first_line = loop {
-        let line = lines.next().expect("wirefold printed a line").unwrap();
-        if line.contains(marker) {
-            break line;
-        }
-    };
-    // Keep draining stdout so the process never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Started { child, first_line }
-}
-
-fn url_in(line: &str) -> String {
-    line.split_whitespace().find(|w| w.starts_with("http://")).expect("a URL").trim_end_matches(['/', ')']).to_string()
-}
+use support::{start, url_in, wirefold, Started};
 
 fn curl(url: &str, extra: &[&str]) -> String {
     let out = Command::new("curl").args(["-s", "-S", "--max-time", "20"]).args(extra).arg(url).output().unwrap();

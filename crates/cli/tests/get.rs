@@ -1,42 +1,22 @@
 //! `wirefold get` end to end: the binary against `wirefold serve --root` on real
 //! corpus versions — br, then a 226 VCDIFF delta, then a 304 — and its error contract.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+mod support;
+
+use std::process::{Command, Output};
+
+use support::{corpus_file, start, url_in, Started};
 
 const PAGE_V1: &str = "html/w3c__manifest/index-html--recent/028.html";
 const PAGE_V2: &str = "html/w3c__manifest/index-html--recent/029.html";
 
-fn corpus_file(relative: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus").join(relative);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("corpus file {}: {e}", path.display()))
-}
-
-/// `wirefold serve`, killed on drop.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `wirefold serve ARGS` and returns it with the URL it printed.
-fn serve(args: &[&str]) -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wirefold"))
-        .arg("serve")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("wirefold starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = lines.find_map(|l| l.ok().filter(|l| l.contains("listening on"))).expect("wirefold says where it listens");
-    std::thread::spawn(move || for _ in lines {});
-    let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
-    (Server(child), url)
+fn serve(args: &[&str]) -> (Started, String) {
+    let mut full = vec!["serve"];
+    full.extend_from_slice(args);
+    let started = start(&full, "listening on");
+    let url = url_in(&started.first_line);
+    (started, url)
 }
 
 fn get(args: &[&str]) -> Output {

@@ -1,0 +1,50 @@
+//! Running the `wirefold` binary in tests.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+
+pub fn wirefold(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wirefold")).args(args).output().expect("wirefold runs")
+}
+
+/// A started `wirefold` process; killed on drop if still running.
+pub struct Started {
+    pub child: Child,
+    /// The first line it printed that contained the marker asked for.
+    pub first_line: String,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `wirefold ARGS` and waits for a stdout line containing `marker`.
+pub fn start(args: &[&str], marker: &str) -> Started {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirefold"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("wirefold starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first_line = lines
+        .find_map(|l| l.ok().filter(|l| l.contains(marker)))
+        .unwrap_or_else(|| panic!("wirefold printed no line containing {marker:?}"));
+    // Keep draining stdout so the process never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Started { child, first_line }
+}
+
+/// The first `http://` URL in a line, without a trailing slash or parenthesis.
+pub fn url_in(line: &str) -> String {
+    line.split_whitespace().find(|w| w.starts_with("http://")).expect("a URL").trim_end_matches(['/', ')']).to_string()
+}
+
+pub fn corpus_file(relative: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus").join(relative);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("corpus file {}: {e}", path.display()))
+}
