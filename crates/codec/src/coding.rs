@@ -376,6 +376,14 @@ impl DecodeStream {
     }
 }
 
+/// A step after the stream's end: nothing to do, or input that should not be there.
+fn after_end(input: &[u8]) -> Result<Step, String> {
+    match input.len() {
+        0 => Ok(Step::default()),
+        n => Err(trailing_data(n)),
+    }
+}
+
 fn trailing_data(len: usize) -> String {
     format!("{len} bytes of trailing data after the end of the stream")
 }
@@ -413,10 +421,7 @@ impl DeflateStream {
 
     fn step(&mut self, input: &[u8], output: &mut [u8]) -> Result<Step, String> {
         if self.ended {
-            return match input.len() {
-                0 => Ok(Step::default()),
-                n => Err(trailing_data(n)),
-            };
+            return after_end(input);
         }
         let (step, ended) = inflate(&mut self.inflater, input, output)?;
         self.ended = ended;
@@ -696,10 +701,7 @@ impl BrotliStream {
 
     fn step(&mut self, input: &[u8], output: &mut [u8]) -> Result<Step, String> {
         if self.ended {
-            return match input.len() {
-                0 => Ok(Step::default()),
-                n => Err(trailing_data(n)),
-            };
+            return after_end(input);
         }
         let (mut available_in, mut consumed) = (input.len(), 0);
         let (mut available_out, mut written) = (output.len(), 0);
