@@ -436,10 +436,6 @@ impl Config {
         }
         Ok(())
     }
-
-    pub fn listen_tls(&self) -> bool {
-        self.tls.enabled()
-    }
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         None
     };
     let source = match (&config.origin, &config.root) {
-        (Some(origin), _) => Source::Origin(Origin::new(origin, &config.upstream).map_err(StartError::Origin)?),
+        (Some(origin), _) => Source::Origin(Box::new(Origin::new(origin, &config.upstream).map_err(StartError::Origin)?)),
         (None, Some(root)) => {
             Source::Files(FileSource::new(root).map_err(|source| StartError::Root { path: root.clone(), source })?)
         }
@@ -208,7 +208,11 @@ async fn admin_loop(listener: TcpListener, pipeline: Arc<Pipeline>, mut stop: wa
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
-                Err(_) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
             },
             _ = stop.changed() => return,
         };

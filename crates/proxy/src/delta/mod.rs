@@ -40,7 +40,8 @@ pub enum DeltaChoice {
 }
 
 impl DeltaChoice {
-    pub fn len(&self) -> usize {
+    /// Bytes of the body to send.
+    pub fn body_len(&self) -> usize {
         match self {
             DeltaChoice::Vcdiff { body, .. } | DeltaChoice::Dictionary { body, .. } => body.len(),
         }
@@ -79,7 +80,7 @@ pub async fn choose(
     let offered = config.dictionary_preference().into_iter().find(|c| ctx.profile.accept_encoding.accepts_token(c.token()));
     if let (true, Some(coding), Some(dictionary_hash)) = (config.dictionaries, offered, available_dictionary(request)) {
         if dictionary_allowed(request, headers) {
-            let limit = best.as_ref().map_or(plain_len, DeltaChoice::len);
+            let limit = best.as_ref().map_or(plain_len, DeltaChoice::body_len);
             let found = dictionary(p, &store, &ctx.site, hash, content, Hash(dictionary_hash), coding, limit, link).await;
             if found.is_some() {
                 best = found;
@@ -249,19 +250,22 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
 /// few seconds late is harmless.
 #[derive(Default)]
 pub struct LinkMemo {
-    entries: std::sync::Mutex<std::collections::HashMap<(String, String, bool), (std::time::Instant, Vec<String>)>>,
+    entries: std::sync::Mutex<std::collections::HashMap<LinkKey, (std::time::Instant, Vec<String>)>>,
 }
+
+/// (site, path, whether a derived dictionary applies).
+type LinkKey = (String, String, bool);
 
 const LINK_MEMO_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 const LINK_MEMO_CAPACITY: usize = 16_384;
 
 impl LinkMemo {
-    fn get(&self, key: &(String, String, bool)) -> Option<Vec<String>> {
+    fn get(&self, key: &LinkKey) -> Option<Vec<String>> {
         let entries = self.entries.lock().expect("link memo poisoned");
         entries.get(key).filter(|(at, _)| at.elapsed() < LINK_MEMO_TTL).map(|(_, links)| links.clone())
     }
 
-    fn put(&self, key: (String, String, bool), links: Vec<String>) {
+    fn put(&self, key: LinkKey, links: Vec<String>) {
         let mut entries = self.entries.lock().expect("link memo poisoned");
         if entries.len() >= LINK_MEMO_CAPACITY {
             entries.clear();

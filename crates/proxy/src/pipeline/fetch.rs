@@ -219,7 +219,7 @@ async fn fetch_origin<'a>(
                         p.metrics.cache_result("stale");
                         Ok(Fetched::plain(cached(Provenance::Stale { age })))
                     }
-                    Err(e) => Err(origin_failure(p, &e)),
+                    Err(e) => Err(origin_failure(&e)),
                 };
             }
         }
@@ -250,7 +250,7 @@ async fn fetch_origin<'a>(
     p.metrics.cache_result("miss");
     let upstream = cache_fill_request(&profile.headers, &profile.uri, None);
     let request_time = SystemTime::now();
-    let (response, latency) = send(p, origin, upstream, ctx.conn).await.map_err(|e| origin_failure(p, &e))?;
+    let (response, latency) = send(p, origin, upstream, ctx.conn).await.map_err(|e| origin_failure(&e))?;
     let mut fetched = admit(p, Method::GET, Some(&key), &profile.headers, response, request_time).await?;
     p.metrics.origin_latency.observe(latency.as_secs_f64());
     fetched.leader = leader;
@@ -334,8 +334,8 @@ async fn send(p: &Pipeline, origin: &Origin, req: Request<Body>, conn: ConnInfo)
     result
 }
 
-fn origin_failure(p: &Pipeline, e: &OriginError) -> Response<Body> {
-    let _ = p;
+/// The response for a failed origin exchange (already counted by `send`).
+fn origin_failure(e: &OriginError) -> Response<Body> {
     tracing::warn!(error = %e, "origin exchange failed");
     error_response(e.status(), &e.to_string())
 }
@@ -345,7 +345,7 @@ async fn pass_through<'a>(p: &Pipeline, origin: &Origin, conn: ConnInfo, req: Re
     let request_headers = req.headers().clone();
     let method = req.method().clone();
     let request_time = SystemTime::now();
-    let (response, latency) = send(p, origin, req, conn).await.map_err(|e| origin_failure(p, &e))?;
+    let (response, latency) = send(p, origin, req, conn).await.map_err(|e| origin_failure(&e))?;
     p.metrics.origin_latency.observe(latency.as_secs_f64());
     let mut fetched = admit(p, method, None, &request_headers, response, request_time).await?;
     fetched.instance.provenance = Provenance::Bypass;

@@ -41,7 +41,7 @@ use crate::origin::{ConnInfo, Origin};
 
 /// Where current instances come from.
 pub enum Source {
-    Origin(Origin),
+    Origin(Box<Origin>),
     Files(FileSource),
 }
 
