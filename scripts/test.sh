@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs the reference tools the interop tests drive
-# (curl, gzip, brotli, zstd, xdelta3, and headless chromium for tests/chromium.rs)
+# (curl, gzip, brotli, zstd, xdelta3, headless chromium for tests/chromium.rs, and
+# ping and ip for the link emulator's checks in crates/lab/tests/link.rs)
 # when they are missing, on Debian.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for tool in curl gzip brotli zstd xdelta3 chromium; do
+for tool in curl gzip brotli zstd xdelta3 chromium ping ip; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+# Tools whose Debian package has another name.
+for i in "${!missing[@]}"; do
+    case "${missing[$i]}" in
+        ping) missing[$i]=iputils-ping ;;
+        ip) missing[$i]=iproute2 ;;
+    esac
 done
 if ((${#missing[@]})); then
     sudo=""

@@ -3,20 +3,48 @@
 //!
 //! The CLI runs a [`LabCommand`] as `wirefold lab <command>` through [`run`].
 
+mod aid;
 mod codecs;
 mod corpus;
+mod deltas;
+mod estimate;
+pub mod link;
 mod report;
+mod savings;
+mod timing;
+pub mod trace;
 
 use std::io;
 use std::path::PathBuf;
 
+pub use aid::AidArgs;
 pub use codecs::CodecsArgs;
+pub use deltas::DeltasArgs;
+pub use estimate::EstimateArgs;
+pub use link::LinkArgs;
+pub use savings::SavingsArgs;
 
 /// A lab analysis.
 #[derive(Debug, clap::Subcommand)]
 pub enum LabCommand {
     /// Compression ratio and speed of every codec and level wirefold uses, per content type.
     Codecs(CodecsArgs),
+    /// Bytes and speed of compression, RFC 9842 dictionary codings and VCDIFF on every
+    /// consecutive version pair of version corpora, against xdelta3 and zstd --patch-from.
+    Deltas(DeltasArgs),
+    /// Round trips to each HTML page and its inline resources, without and with automatic
+    /// inline download, under TCP slow start (Chandranmenon & Varghese 2001).
+    Aid(AidArgs),
+    /// The transfer-time estimate (3/2 + log2(ceil(size/mss)+1))·rtt + size/bw, for one
+    /// size or for every page of a folder with its inline resources.
+    Estimate(EstimateArgs),
+    /// Run a command behind an emulated link: its own network namespace, whose only
+    /// route is a TUN device; each packet delayed, rate-limited and queued drop-tail in
+    /// each direction (docs/link-emulator.md). Exits with the command's exit code.
+    Link(LinkArgs),
+    /// Delta-eligible and unchanged responses of HAR, WARC or version-corpus traces, and
+    /// the bytes gzip, br, zstd, dcb, dcz and VCDIFF would send (Mogul et al. 1997, section 5).
+    Savings(SavingsArgs),
 }
 
 /// How a command prints its result.
@@ -42,10 +70,14 @@ pub enum LabError {
     },
     #[error("no files to measure in {}", display_paths(.0))]
     NoInput(Vec<PathBuf>),
+    #[error("{}: {reason}", path.display())]
+    BadInput { path: PathBuf, reason: String },
     #[error("{setting} did not reproduce {} after a round trip", path.display())]
     RoundTrip { setting: String, path: PathBuf },
     #[error("writing the report: {0}")]
     Output(#[from] io::Error),
+    #[error("lab link: {0}")]
+    Link(#[from] link::LinkError),
 }
 
 fn display_paths(paths: &[PathBuf]) -> String {
@@ -59,7 +91,17 @@ fn display_paths(paths: &[PathBuf]) -> String {
 /// Runs a lab command, printing its report on standard output.
 pub fn run(command: LabCommand) -> Result<(), LabError> {
     let stdout = io::stdout();
+    run_to(command, &mut stdout.lock())
+}
+
+/// Runs a lab command, writing its report to `out`.
+pub fn run_to(command: LabCommand, out: &mut dyn io::Write) -> Result<(), LabError> {
     match command {
-        LabCommand::Codecs(args) => codecs::run(&args, &mut stdout.lock()),
+        LabCommand::Codecs(args) => codecs::run(&args, out),
+        LabCommand::Deltas(args) => deltas::run(&args, out),
+        LabCommand::Aid(args) => aid::run(&args, out),
+        LabCommand::Estimate(args) => estimate::run(&args, out),
+        LabCommand::Link(args) => Ok(link::run(&args)?),
+        LabCommand::Savings(args) => savings::run(&args, out),
     }
 }

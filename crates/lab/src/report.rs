@@ -28,10 +28,39 @@ pub fn write_rows<R: Row>(
     }
 }
 
-/// Columns padded to their widest value; text left-aligned, numbers right-aligned.
+/// Prints rows whose columns are only known at run time (one `values` entry per column).
+pub fn write_columns(
+    out: &mut dyn Write,
+    layout: TextLayout,
+    title: &str,
+    columns: &[&str],
+    values: &[Vec<String>],
+) -> io::Result<()> {
+    match layout {
+        TextLayout::Table => write_table_values(out, title, columns, values),
+        TextLayout::Csv => {
+            writeln!(out, "{}", columns.join(","))?;
+            for v in values {
+                writeln!(out, "{}", v.join(","))?;
+            }
+            Ok(())
+        }
+    }
+}
+
 fn write_table<R: Row>(out: &mut dyn Write, title: &str, rows: &[R]) -> io::Result<()> {
     let values: Vec<Vec<String>> = rows.iter().map(Row::values).collect();
-    let widths: Vec<usize> = R::COLUMNS
+    write_table_values(out, title, R::COLUMNS, &values)
+}
+
+/// Columns padded to their widest value; text left-aligned, numbers right-aligned.
+fn write_table_values(
+    out: &mut dyn Write,
+    title: &str,
+    columns: &[&str],
+    values: &[Vec<String>],
+) -> io::Result<()> {
+    let widths: Vec<usize> = columns
         .iter()
         .enumerate()
         .map(|(i, name)| {
@@ -43,7 +72,7 @@ fn write_table<R: Row>(out: &mut dyn Write, title: &str, rows: &[R]) -> io::Resu
                 .unwrap_or(0)
         })
         .collect();
-    let numeric: Vec<bool> = (0..R::COLUMNS.len())
+    let numeric: Vec<bool> = (0..columns.len())
         .map(|i| {
             values
                 .iter()
@@ -66,9 +95,9 @@ fn write_table<R: Row>(out: &mut dyn Write, title: &str, rows: &[R]) -> io::Resu
         padded.join("  ").trim_end().to_string()
     };
     writeln!(out, "{title}")?;
-    let header: Vec<String> = R::COLUMNS.iter().map(|c| c.to_string()).collect();
+    let header: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
     writeln!(out, "{}", line(&header))?;
-    for v in &values {
+    for v in values {
         writeln!(out, "{}", line(v))?;
     }
     Ok(())

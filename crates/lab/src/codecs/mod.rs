@@ -5,7 +5,6 @@
 //! compress (after Ebner & Schneider, extended to brotli and zstd).
 
 mod setting;
-mod timing;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -19,7 +18,7 @@ use crate::corpus::{self, ContentType, CorpusFile};
 use crate::report::{self, Row, TextLayout};
 use crate::{LabError, OutputFormat};
 use setting::Setting;
-use timing::{median_cpu_time, Repeats};
+use crate::timing::{median_cpu_time, Repeats};
 
 #[derive(Debug, clap::Args)]
 pub struct CodecsArgs {

@@ -204,26 +204,38 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
         return;
     }
     let uri = &ctx.profile.uri;
-    let pattern = dictionaries::pattern_for(config, uri.path(), uri.query());
+    let pattern = || dictionaries::pattern_for(config, uri.path(), uri.query());
     let cc = CacheControl::from_headers(headers);
     let keeps = browser_keeps(&cc, headers);
+    let html = is_html(headers);
     if keeps {
-        let dest: &[&str] = if is_html(headers) { &["document"] } else { &[] };
-        if let Some(value) = use_as_dictionary(&pattern, dest, None) {
+        // The value depends only on the resource (path and query) and the configuration:
+        // memoized, so a hot resource costs no pattern inference per request.
+        let value = match p.dictionary_links.use_as(&ctx.resource, html) {
+            Some(value) => value,
+            None => {
+                let dest: &[&str] = if html { &["document"] } else { &[] };
+                let value = use_as_dictionary(&pattern(), dest, None);
+                p.dictionary_links.put_use_as(&ctx.resource, html, value.clone());
+                value
+            }
+        };
+        if let Some(value) = value {
             headers.insert(wirefold_http::dictionary::USE_AS_DICTIONARY, value);
         }
     }
-    if !is_html(headers) {
+    if !html {
         return;
     }
     // Pages get links to the dictionaries that serve them: a trained one (first
     // visits to any page it covers) and, for pages a browser will not keep, one
     // derived from the page itself (later visits to this page).
-    let (site, path, derive) = (ctx.site.clone(), uri.path().to_string(), !keeps && config.derived_dictionaries);
-    let memo_key = (site.clone(), path.clone(), derive);
+    let derive = !keeps && config.derived_dictionaries;
+    let memo_key = (ctx.site.clone(), uri.path().to_string(), derive);
     let links = match p.dictionary_links.get(&memo_key) {
         Some(links) => links,
         None => {
+            let (site, path, pattern) = (ctx.site.clone(), uri.path().to_string(), pattern());
             let links = tokio::task::spawn_blocking(move || {
                 let mut links = Vec::new();
                 links.extend(training::trained_for(&store, &site, &path));
@@ -234,23 +246,28 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
             })
             .await
             .unwrap_or_default();
-            p.dictionary_links.put(memo_key, links.clone());
-            links
+            let values: Vec<HeaderValue> = links
+                .iter()
+                .filter_map(|url| HeaderValue::from_str(&format!("<{url}>; rel=\"compression-dictionary\"")).ok())
+                .collect();
+            p.dictionary_links.put(memo_key, values.clone());
+            values
         }
     };
-    for url in links {
-        if let Ok(value) = HeaderValue::from_str(&format!("<{url}>; rel=\"compression-dictionary\"")) {
-            headers.append(header::LINK, value);
-        }
+    for value in links {
+        headers.append(header::LINK, value);
     }
 }
 
 /// The dictionary links of recently served pages, so a hot page costs no index
 /// reads: links change only when a dictionary is trained or its body evicted, and a
-/// few seconds late is harmless.
+/// few seconds late is harmless. Also the `Use-As-Dictionary` values of recently
+/// served resources (a function of the resource and the configuration).
 #[derive(Default)]
 pub struct LinkMemo {
-    entries: std::sync::Mutex<std::collections::HashMap<LinkKey, (std::time::Instant, Vec<String>)>>,
+    entries: std::sync::Mutex<std::collections::HashMap<LinkKey, (std::time::Instant, Vec<HeaderValue>)>>,
+    /// resource → (whether it was HTML, the value).
+    use_as: std::sync::Mutex<std::collections::HashMap<String, (bool, Option<HeaderValue>)>>,
 }
 
 /// (site, path, whether a derived dictionary applies).
@@ -260,17 +277,32 @@ const LINK_MEMO_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 const LINK_MEMO_CAPACITY: usize = 16_384;
 
 impl LinkMemo {
-    fn get(&self, key: &LinkKey) -> Option<Vec<String>> {
+    /// The `Link` field values (`<url>; rel="compression-dictionary"`) for a page.
+    fn get(&self, key: &LinkKey) -> Option<Vec<HeaderValue>> {
         let entries = self.entries.lock().expect("link memo poisoned");
         entries.get(key).filter(|(at, _)| at.elapsed() < LINK_MEMO_TTL).map(|(_, links)| links.clone())
     }
 
-    fn put(&self, key: LinkKey, links: Vec<String>) {
+    fn put(&self, key: LinkKey, links: Vec<HeaderValue>) {
         let mut entries = self.entries.lock().expect("link memo poisoned");
         if entries.len() >= LINK_MEMO_CAPACITY {
             entries.clear();
         }
         entries.insert(key, (std::time::Instant::now(), links));
+    }
+
+    /// The memoized `Use-As-Dictionary` value of (resource, is HTML), if known.
+    fn use_as(&self, resource: &str, html: bool) -> Option<Option<HeaderValue>> {
+        let memo = self.use_as.lock().expect("link memo poisoned");
+        memo.get(resource).filter(|(was_html, _)| *was_html == html).map(|(_, value)| value.clone())
+    }
+
+    fn put_use_as(&self, resource: &str, html: bool, value: Option<HeaderValue>) {
+        let mut memo = self.use_as.lock().expect("link memo poisoned");
+        if memo.len() >= LINK_MEMO_CAPACITY {
+            memo.clear();
+        }
+        memo.insert(resource.to_string(), (html, value));
     }
 }
 

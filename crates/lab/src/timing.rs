@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 /// The calling thread's CPU clock.
-fn thread_cpu_time() -> Duration {
+pub fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

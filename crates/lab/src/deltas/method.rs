@@ -1,0 +1,121 @@
+//! What a pair's new version can be sent as: plain, compressed, or as a delta against
+//! the old version, by wirefold's codecs at the levels the server uses or by a peer tool.
+
+use codec::dictionary::DictionaryCoding;
+use codec::ContentCoding;
+
+/// Levels the server uses. Compression: the `cached` levels of the proxy's encode stage
+/// (gzip 9, br 11, zstd 19); the lab's gzip column is the common `gzip -6` instead.
+/// Dictionary codings: the levels the proxy produces in the background and keeps
+/// (`dictionary_levels` in `crates/proxy/src/delta/mod.rs`: dcz 19, dcb 11).
+pub const GZIP_LEVEL: u32 = 6;
+pub const BR_LEVEL: u32 = 11;
+pub const ZSTD_LEVEL: u32 = 19;
+pub const DCB_LEVEL: u32 = 11;
+pub const DCZ_LEVEL: u32 = 19;
+
+/// A way to send the new version of a pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Method {
+    Identity,
+    Gzip,
+    Br,
+    Zstd,
+    Dcb,
+    Dcz,
+    Vcdiff,
+    /// `xdelta3 -e -9 -S none -A -n`: plain VCDIFF like ours.
+    Xdelta3,
+    /// `xdelta3 -e -9` with its defaults (secondary compression, header, checksum).
+    Xdelta3Default,
+    /// `zstd -19 --long=27 --patch-from=OLD`.
+    ZstdPatch,
+}
+
+/// Peer tools the lab runs as child processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    Xdelta3,
+    Zstd,
+}
+
+impl Method {
+    pub const ALL: [Method; 10] = [
+        Method::Identity,
+        Method::Gzip,
+        Method::Br,
+        Method::Zstd,
+        Method::Dcb,
+        Method::Dcz,
+        Method::Vcdiff,
+        Method::Xdelta3,
+        Method::Xdelta3Default,
+        Method::ZstdPatch,
+    ];
+
+    pub fn index(self) -> usize {
+        Self::ALL.iter().position(|&m| m == self).expect("listed")
+    }
+
+    /// The column and JSON key.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Identity => "identity",
+            Method::Gzip => "gzip_6",
+            Method::Br => "br_11",
+            Method::Zstd => "zstd_19",
+            Method::Dcb => "dcb_11",
+            Method::Dcz => "dcz_19",
+            Method::Vcdiff => "vcdiff",
+            Method::Xdelta3 => "xdelta3_9",
+            Method::Xdelta3Default => "xdelta3_9_default",
+            Method::ZstdPatch => "zstd_19_patch_from",
+        }
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            Method::Identity => "the new version as is",
+            Method::Gzip => "codec::compress gzip level 6 (zlib-rs)",
+            Method::Br => "codec::compress br level 11 (what wirefold serves cached)",
+            Method::Zstd => "codec::compress zstd level 19 (what wirefold serves cached)",
+            Method::Dcb => {
+                "codec::dictionary::encode dcb level 11, old version as dictionary (RFC 9842 body: 36-byte header + brotli stream)"
+            }
+            Method::Dcz => {
+                "codec::dictionary::encode dcz level 19, old version as dictionary (RFC 9842 body: 40-byte header + zstd frame)"
+            }
+            Method::Vcdiff => "codec::vcdiff::encode, default options (RFC 3284, no secondary compression)",
+            Method::Xdelta3 => "xdelta3 -e -9 -S none -A -n -s OLD NEW (plain VCDIFF, as ours)",
+            Method::Xdelta3Default => "xdelta3 -e -9 -s OLD NEW (its defaults, for reference)",
+            Method::ZstdPatch => "zstd -19 --long=27 --patch-from=OLD NEW",
+        }
+    }
+
+    pub fn peer(self) -> Option<Peer> {
+        match self {
+            Method::Xdelta3 | Method::Xdelta3Default => Some(Peer::Xdelta3),
+            Method::ZstdPatch => Some(Peer::Zstd),
+            _ => None,
+        }
+    }
+
+    /// The compression coding and level of the plain-compression columns.
+    pub fn compression(self) -> Option<(ContentCoding, u32)> {
+        match self {
+            Method::Gzip => Some((ContentCoding::Gzip, GZIP_LEVEL)),
+            Method::Br => Some((ContentCoding::Br, BR_LEVEL)),
+            Method::Zstd => Some((ContentCoding::Zstd, ZSTD_LEVEL)),
+            _ => None,
+        }
+    }
+
+    /// The dictionary coding and level of the RFC 9842 columns.
+    pub fn dictionary(self) -> Option<(DictionaryCoding, u32)> {
+        match self {
+            Method::Dcb => Some((DictionaryCoding::Dcb, DCB_LEVEL)),
+            Method::Dcz => Some((DictionaryCoding::Dcz, DCZ_LEVEL)),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The ways a response can be sent, and what each costs in bytes, through the codec
+//! crate (the server's own implementations), cached by content hash so a body or a
+//! (base, body) pair seen again is not encoded again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use codec::dictionary::{self, DictionaryCoding};
+use codec::ContentCoding;
+
+/// A way to send a response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Gzip,
+    Br,
+    Zstd,
+    Dcb,
+    Dcz,
+    Vcdiff,
+    /// The smallest of the above and the body as it is, per response.
+    Best,
+}
+
+impl Method {
+    pub const ALL: [Method; 7] = [
+        Method::Gzip,
+        Method::Br,
+        Method::Zstd,
+        Method::Dcb,
+        Method::Dcz,
+        Method::Vcdiff,
+        Method::Best,
+    ];
+
+    /// The JSON key and column: the `Content-Encoding` token.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Gzip => "gzip",
+            Method::Br => "br",
+            Method::Zstd => "zstd",
+            Method::Dcb => "dcb",
+            Method::Dcz => "dcz",
+            Method::Vcdiff => "vcdiff",
+            Method::Best => "best",
+        }
+    }
+
+    /// gzip at the common `-6`; br and zstd at the levels the proxy caches; dcb and
+    /// dcz at the levels it produces in the background (as `lab deltas`).
+    pub fn level(self) -> Option<u32> {
+        match self {
+            Method::Gzip => Some(6),
+            Method::Br | Method::Dcb => Some(11),
+            Method::Zstd | Method::Dcz => Some(19),
+            Method::Vcdiff | Method::Best => None,
+        }
+    }
+
+    pub fn index(self) -> usize {
+        Self::ALL.iter().position(|&m| m == self).expect("listed")
+    }
+}
+
+const COMPRESSIONS: [(Method, ContentCoding); 3] = [
+    (Method::Gzip, ContentCoding::Gzip),
+    (Method::Br, ContentCoding::Br),
+    (Method::Zstd, ContentCoding::Zstd),
+];
+
+/// One instance of a resource: its body and the body's SHA-256.
+#[derive(Clone, Debug)]
+pub struct Instance {
+    pub hash: [u8; 32],
+    pub body: Arc<Vec<u8>>,
+}
+
+impl Instance {
+    pub fn new(body: Vec<u8>) -> Self {
+        Instance {
+            hash: dictionary::sha256(&body),
+            body: Arc::new(body),
+        }
+    }
+}
+
+/// What one response costs under each method.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    pub identity: u64,
+    /// gzip, br, zstd.
+    pub compressed: [u64; 3],
+    /// dcb, dcz, vcdiff against the base; `None` without a base.
+    pub delta: Option<[u64; 3]>,
+}
+
+impl Sizes {
+    /// Bytes sent with `method`; without a base a delta method sends the body as it is.
+    pub fn after(&self, method: Method) -> u64 {
+        match method {
+            Method::Gzip => self.compressed[0],
+            Method::Br => self.compressed[1],
+            Method::Zstd => self.compressed[2],
+            Method::Dcb => self.delta.map_or(self.identity, |d| d[0]),
+            Method::Dcz => self.delta.map_or(self.identity, |d| d[1]),
+            Method::Vcdiff => self.delta.map_or(self.identity, |d| d[2]),
+            Method::Best => self
+                .compressed
+                .iter()
+                .chain(self.delta.iter().flatten())
+                .fold(self.identity, |best, &b| best.min(b)),
+        }
+    }
+}
+
+/// Encodes and remembers sizes by content hash.
+#[derive(Default)]
+pub struct Sizer {
+    compressed: HashMap<[u8; 32], [u64; 3]>,
+    deltas: HashMap<([u8; 32], [u8; 32]), [u64; 3]>,
+}
+
+impl Sizer {
+    pub fn sizes(&mut self, body: &Instance, base: Option<&Instance>) -> Sizes {
+        let compressed = *self.compressed.entry(body.hash).or_insert_with(|| {
+            COMPRESSIONS.map(|(m, coding)| {
+                let level = m.level().expect("compression levels are set");
+                codec::compress(coding, level, &body.body).len() as u64
+            })
+        });
+        let delta = base.map(|base| {
+            *self
+                .deltas
+                .entry((base.hash, body.hash))
+                .or_insert_with(|| delta_sizes(&base.body, &body.body))
+        });
+        Sizes {
+            identity: body.body.len() as u64,
+            compressed,
+            delta,
+        }
+    }
+}
+
+fn delta_sizes(base: &[u8], body: &[u8]) -> [u64; 3] {
+    let dictionary_size = |m: Method, coding| {
+        let level = m.level().expect("dictionary levels are set");
+        dictionary::encode(coding, level, base, body).len() as u64
+    };
+    [
+        dictionary_size(Method::Dcb, DictionaryCoding::Dcb),
+        dictionary_size(Method::Dcz, DictionaryCoding::Dcz),
+        codec::vcdiff::encode(base, body).len() as u64,
+    ]
+}
