@@ -53,7 +53,7 @@ pub enum OutputFormat {
     /// Aligned columns for people.
     #[default]
     Table,
-    /// One JSON document (schema in docs/compression.md).
+    /// One JSON document (schemas: docs/lab.md, docs/compression.md).
     Json,
     /// Comma-separated values with a header line.
     Csv,

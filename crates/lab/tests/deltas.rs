@@ -26,14 +26,39 @@ fn lab(args: &[&str]) -> Result<String, wirefold_lab::LabError> {
 /// Text that compresses like markup: words from a small vocabulary in pseudo-random order.
 fn words(seed: u64, n: usize) -> String {
     const VOCAB: [&str; 24] = [
-        "<div class=\"note\">", "</div>", "<p>", "</p>", "request", "response", "header",
-        "cache", "delta", "dictionary", "origin", "client", "version", "<a href=\"/spec\">",
-        "</a>", "function", "return", "const", "let", "the", "of", "and", "{", "}",
+        "<div class=\"note\">",
+        "</div>",
+        "<p>",
+        "</p>",
+        "request",
+        "response",
+        "header",
+        "cache",
+        "delta",
+        "dictionary",
+        "origin",
+        "client",
+        "version",
+        "<a href=\"/spec\">",
+        "</a>",
+        "function",
+        "return",
+        "const",
+        "let",
+        "the",
+        "of",
+        "and",
+        "{",
+        "}",
     ];
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let mut s = String::new();
     for i in 0..n {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         s.push_str(VOCAB[(x >> 33) as usize % VOCAB.len()]);
         s.push(if i % 12 == 11 { '\n' } else { ' ' });
     }
@@ -132,14 +157,26 @@ fn every_body_decodes_back_and_the_numbers_agree() {
     for key in DOCUMENTED_KEYS {
         assert!(doc.get(key).is_some(), "missing key {key}");
     }
-    assert_eq!(doc["failures"].as_array().unwrap().len(), 0, "{}", doc["failures"]);
+    assert_eq!(
+        doc["failures"].as_array().unwrap().len(),
+        0,
+        "{}",
+        doc["failures"]
+    );
     let pairs = doc["pairs"].as_array().unwrap();
     assert_eq!(pairs.len(), 4, "2 series × 2 consecutive pairs");
 
     let mut methods_checked = std::collections::BTreeSet::new();
     for pair in pairs {
         for key in [
-            "corpus", "series", "content_type", "old", "new", "old_bytes", "new_bytes", "bytes",
+            "corpus",
+            "series",
+            "content_type",
+            "old",
+            "new",
+            "old_bytes",
+            "new_bytes",
+            "bytes",
             "time_ms",
         ] {
             assert!(pair.get(key).is_some(), "pair lacks {key}");
@@ -159,10 +196,11 @@ fn every_body_decodes_back_and_the_numbers_agree() {
             if method == "identity" {
                 continue;
             }
-            let body_path = keep
-                .join("corpus")
-                .join(series)
-                .join(format!("{}_{}.{method}", stem(&old_path), stem(&new_path)));
+            let body_path = keep.join("corpus").join(series).join(format!(
+                "{}_{}.{method}",
+                stem(&old_path),
+                stem(&new_path)
+            ));
             let body = std::fs::read(&body_path)
                 .unwrap_or_else(|e| panic!("{}: {e}", body_path.display()));
             assert_eq!(body.len() as u64, size.as_u64().unwrap(), "{method} size");
@@ -205,7 +243,12 @@ fn every_body_decodes_back_and_the_numbers_agree() {
         assert!(b("dcb_11") < b("br_11"));
         assert!(b("vcdiff") < b("gzip_6"));
         let t = pair["time_ms"].as_object().unwrap();
-        for key in ["vcdiff_encode", "vcdiff_decode", "dcz_19_encode", "dcz_19_decode"] {
+        for key in [
+            "vcdiff_encode",
+            "vcdiff_decode",
+            "dcz_19_encode",
+            "dcz_19_decode",
+        ] {
             assert!(t[key].as_f64().unwrap() >= 0.0, "{key}");
         }
     }
@@ -214,11 +257,20 @@ fn every_body_decodes_back_and_the_numbers_agree() {
         expected.extend(["xdelta3_9", "xdelta3_9_default", "zstd_19_patch_from"]);
     }
     expected.sort();
-    assert_eq!(methods_checked.iter().map(String::as_str).collect::<Vec<_>>(), expected);
+    assert_eq!(
+        methods_checked
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        expected
+    );
 
     // Groups: one per content type plus "all"; totals are the sums of the pairs.
     let groups = doc["groups"].as_array().unwrap();
-    let types: Vec<&str> = groups.iter().map(|g| g["content_type"].as_str().unwrap()).collect();
+    let types: Vec<&str> = groups
+        .iter()
+        .map(|g| g["content_type"].as_str().unwrap())
+        .collect();
     assert_eq!(types, ["html", "js", "all"]);
     for g in groups {
         for key in [
@@ -240,13 +292,20 @@ fn every_body_decodes_back_and_the_numbers_agree() {
             .collect();
         assert_eq!(g["pairs"].as_u64().unwrap(), members.len() as u64);
         for (method, total) in g["total_bytes"].as_object().unwrap() {
-            let sum: u64 = members.iter().map(|p| p["bytes"][method].as_u64().unwrap()).sum();
+            let sum: u64 = members
+                .iter()
+                .map(|p| p["bytes"][method].as_u64().unwrap())
+                .sum();
             assert_eq!(total.as_u64().unwrap(), sum, "{ty} {method}");
         }
         let total = |m: &str| g["total_bytes"][m].as_u64().unwrap() as f64;
-        let saving = g["smaller_than_br_11_pct"]["dcz_19"]["total"].as_f64().unwrap();
+        let saving = g["smaller_than_br_11_pct"]["dcz_19"]["total"]
+            .as_f64()
+            .unwrap();
         assert!((saving - 100.0 * (1.0 - total("dcz_19") / total("br_11"))).abs() < 1e-9);
-        let median = g["smaller_than_br_11_pct"]["dcz_19"]["median_pair"].as_f64().unwrap();
+        let median = g["smaller_than_br_11_pct"]["dcz_19"]["median_pair"]
+            .as_f64()
+            .unwrap();
         assert!(median > 0.0 && median <= 100.0);
         let met = g["targets"]["dcz_19_total_ge_90pct"].as_bool().unwrap();
         assert_eq!(met, saving >= 90.0);
@@ -279,8 +338,16 @@ fn a_missing_xdelta3_is_reported_not_fatal() {
     let missing = dir.path().join("no-such-dir/xdelta3");
     let missing = missing.to_str().unwrap();
     let json = lab(&[
-        "deltas", root, "--format", "json", "--runs", "1", "--max-pairs-per-series", "1",
-        "--xdelta3", missing,
+        "deltas",
+        root,
+        "--format",
+        "json",
+        "--runs",
+        "1",
+        "--max-pairs-per-series",
+        "1",
+        "--xdelta3",
+        missing,
     ])
     .unwrap();
     let doc: Value = serde_json::from_str(&json).unwrap();
@@ -306,9 +373,22 @@ fn a_missing_xdelta3_is_reported_not_fatal() {
         assert!(g["total_bytes"].get("dcz_19").is_some());
     }
 
-    let table = lab(&["deltas", root, "--runs", "1", "--max-pairs-per-series", "1", "--xdelta3", missing]).unwrap();
+    let table = lab(&[
+        "deltas",
+        root,
+        "--runs",
+        "1",
+        "--max-pairs-per-series",
+        "1",
+        "--xdelta3",
+        missing,
+    ])
+    .unwrap();
     assert!(table.contains("xdelta3: NOT AVAILABLE"), "{table}");
-    assert!(!table.contains("xdelta3_9"), "skipped columns are left out:\n{table}");
+    assert!(
+        !table.contains("xdelta3_9"),
+        "skipped columns are left out:\n{table}"
+    );
     assert!(table.contains("dcz_19"));
 }
 

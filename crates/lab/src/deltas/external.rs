@@ -94,7 +94,8 @@ pub struct ChildTime {
 /// Runs `program args…` with stdin and stdout closed, waits with `wait4` and returns
 /// its resource usage; an error (with its stderr) unless it exits with status 0.
 pub fn run_timed(program: &Path, args: &[&OsStr], stderr_file: &Path) -> Result<ChildTime, String> {
-    let stderr = File::create(stderr_file).map_err(|e| format!("{}: {e}", stderr_file.display()))?;
+    let stderr =
+        File::create(stderr_file).map_err(|e| format!("{}: {e}", stderr_file.display()))?;
     let start = Instant::now();
     let child = Command::new(program)
         .args(args)
@@ -129,7 +130,10 @@ pub fn run_timed(program: &Path, args: &[&OsStr], stderr_file: &Path) -> Result<
         } else {
             format!("exit status {}", libc::WEXITSTATUS(status))
         };
-        let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         return Err(format!(
             "`{} {}` failed ({how}): {}",
             program.display(),
@@ -204,8 +208,15 @@ mod tests {
         )
         .unwrap();
         assert!(t.cpu > Duration::from_millis(5), "{t:?}");
-        let failed = run_timed(Path::new("sh"), &[OsStr::new("-c"), OsStr::new("echo boom >&2; exit 3")], &err)
-            .unwrap_err();
-        assert!(failed.contains("exit status 3") && failed.contains("boom"), "{failed}");
+        let failed = run_timed(
+            Path::new("sh"),
+            &[OsStr::new("-c"), OsStr::new("echo boom >&2; exit 3")],
+            &err,
+        )
+        .unwrap_err();
+        assert!(
+            failed.contains("exit status 3") && failed.contains("boom"),
+            "{failed}"
+        );
     }
 }

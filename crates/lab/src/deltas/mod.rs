@@ -119,7 +119,8 @@ pub fn run(args: &DeltasArgs, out: &mut dyn Write) -> Result<(), LabError> {
             for (old_path, new_path) in pairs_of(s, args.max_pairs_per_series) {
                 let old = read(old_path)?;
                 let new = read(new_path)?;
-                let m = bench.measure(old_path, new_path, &old, &new, args.keep_deltas.is_some())?;
+                let m =
+                    bench.measure(old_path, new_path, &old, &new, args.keep_deltas.is_some())?;
                 let row = PairRow {
                     corpus: corpus.clone(),
                     series: s.name.clone(),
@@ -200,8 +201,9 @@ fn progress_bar(total: u64) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
-    let style = ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} pairs {wide_msg}")
-        .expect("valid progress template");
+    let style =
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} pairs {wide_msg}")
+            .expect("valid progress template");
     ProgressBar::new(total).with_style(style)
 }
 
@@ -285,7 +287,10 @@ impl PairJson {
         time_ms.insert("vcdiff_decode".into(), ms(r.m.vcdiff.decode));
         time_ms.insert("dcz_19_encode".into(), ms(r.m.dcz.encode));
         time_ms.insert("dcz_19_decode".into(), ms(r.m.dcz.decode));
-        for (name, t) in [("xdelta3_9", r.m.xdelta3), ("zstd_19_patch_from", r.m.zstd_patch)] {
+        for (name, t) in [
+            ("xdelta3_9", r.m.xdelta3),
+            ("zstd_19_patch_from", r.m.zstd_patch),
+        ] {
             if let Some(t) = t {
                 time_ms.insert(format!("{name}_encode_cpu"), ms(t.encode.cpu));
                 time_ms.insert(format!("{name}_decode_cpu"), ms(t.decode.cpu));
@@ -340,8 +345,14 @@ impl DeltasReport {
             .collect();
 
         let startups = Startups {
-            xdelta3: tools.iter().find(|t| t.name == "xdelta3").and_then(|t| t.startup),
-            zstd: tools.iter().find(|t| t.name == "zstd").and_then(|t| t.startup),
+            xdelta3: tools
+                .iter()
+                .find(|t| t.name == "xdelta3")
+                .and_then(|t| t.startup),
+            zstd: tools
+                .iter()
+                .find(|t| t.name == "zstd")
+                .and_then(|t| t.startup),
         };
         let mut groups = Vec::new();
         let group = |corpus: Option<&str>, ty: Option<ContentType>| -> Vec<&PairRow> {
@@ -496,7 +507,11 @@ impl DeltasReport {
             self.groups
                 .iter()
                 .map(|g| {
-                    let mut v = vec![g.corpus.clone(), g.content_type.clone(), g.pairs.to_string()];
+                    let mut v = vec![
+                        g.corpus.clone(),
+                        g.content_type.clone(),
+                        g.pairs.to_string(),
+                    ];
                     v.extend(methods.iter().map(|m| {
                         if median {
                             g.median_bytes
@@ -512,18 +527,42 @@ impl DeltasReport {
                 })
                 .collect()
         };
-        report::write_columns(out, layout, "bytes, total over the pairs", &byte_columns, &byte_rows(false))?;
+        report::write_columns(
+            out,
+            layout,
+            "bytes, total over the pairs",
+            &byte_columns,
+            &byte_rows(false),
+        )?;
         writeln!(out)?;
-        report::write_columns(out, layout, "bytes, median pair", &byte_columns, &byte_rows(true))?;
+        report::write_columns(
+            out,
+            layout,
+            "bytes, median pair",
+            &byte_columns,
+            &byte_rows(true),
+        )?;
         writeln!(out)?;
 
-        let saving_methods: Vec<Method> = [Method::Dcz, Method::Dcb, Method::ZstdPatch, Method::Vcdiff, Method::Xdelta3, Method::Zstd]
-            .into_iter()
-            .filter(|&m| self.methods[m.index()].measured)
-            .collect();
+        let saving_methods: Vec<Method> = [
+            Method::Dcz,
+            Method::Dcb,
+            Method::ZstdPatch,
+            Method::Vcdiff,
+            Method::Xdelta3,
+            Method::Zstd,
+        ]
+        .into_iter()
+        .filter(|&m| self.methods[m.index()].measured)
+        .collect();
         let saving_names: Vec<String> = saving_methods
             .iter()
-            .flat_map(|m| [format!("{}_median", m.name()), format!("{}_total", m.name())])
+            .flat_map(|m| {
+                [
+                    format!("{}_median", m.name()),
+                    format!("{}_total", m.name()),
+                ]
+            })
             .collect();
         let mut saving_columns: Vec<&str> = vec!["corpus", "type", "pairs"];
         let with_series = |cols: &mut Vec<&str>| cols.insert(1, "series");
@@ -586,7 +625,10 @@ impl DeltasReport {
             .filter(|(k, _, _)| self.groups.iter().any(|g| g.speed.contains_key(k)))
             .collect();
         let mut speed_names: Vec<String> = Vec::new();
-        let size_present = self.groups.iter().any(|g| g.vcdiff_vs_xdelta3_size.is_some());
+        let size_present = self
+            .groups
+            .iter()
+            .any(|g| g.vcdiff_vs_xdelta3_size.is_some());
         if size_present {
             speed_names.push("vcdiff/xdelta3_bytes".into());
         }
@@ -604,7 +646,11 @@ impl DeltasReport {
                 .groups
                 .iter()
                 .map(|g| {
-                    let mut v = vec![g.corpus.clone(), g.content_type.clone(), g.pairs.to_string()];
+                    let mut v = vec![
+                        g.corpus.clone(),
+                        g.content_type.clone(),
+                        g.pairs.to_string(),
+                    ];
                     if size_present {
                         v.push(
                             g.vcdiff_vs_xdelta3_size

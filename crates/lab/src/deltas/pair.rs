@@ -102,8 +102,9 @@ impl Bench<'_> {
                     budget: Duration::MAX,
                 }
             };
-            let (body, encode) =
-                median_cpu_time(repeats, || codec::dictionary::encode(coding, level, old, new));
+            let (body, encode) = median_cpu_time(repeats, || {
+                codec::dictionary::encode(coding, level, old, new)
+            });
             let (decoded, decode) = median_cpu_time(repeats, || {
                 codec::dictionary::decode(coding, old, &body, new.len())
             });
@@ -135,7 +136,11 @@ impl Bench<'_> {
             }
             // Only the like-for-like xdelta3 run and zstd are timed; xdelta3's defaults
             // are there for size.
-            let runs = if method == Method::Xdelta3Default { 1 } else { self.runs };
+            let runs = if method == Method::Xdelta3Default {
+                1
+            } else {
+                self.runs
+            };
             match self.peer_pair(tool, method, old_path, new_path, new, runs) {
                 Ok((body, time)) => {
                     match method {
@@ -199,7 +204,19 @@ pub fn peer_commands(
     };
     match method {
         Method::Xdelta3 => (
-            vec![s("-e"), s("-9"), s("-S"), s("none"), s("-A"), s("-n"), s("-f"), s("-s"), p(old), p(new), p(delta)],
+            vec![
+                s("-e"),
+                s("-9"),
+                s("-S"),
+                s("none"),
+                s("-A"),
+                s("-n"),
+                s("-f"),
+                s("-s"),
+                p(old),
+                p(new),
+                p(delta),
+            ],
             vec![s("-d"), s("-f"), s("-s"), p(old), p(delta), p(decoded)],
         ),
         Method::Xdelta3Default => (
@@ -207,8 +224,26 @@ pub fn peer_commands(
             vec![s("-d"), s("-f"), s("-s"), p(old), p(delta), p(decoded)],
         ),
         Method::ZstdPatch => (
-            vec![s("-19"), s("--long=27"), s("-q"), s("-f"), patch_from(old), p(new), s("-o"), p(delta)],
-            vec![s("-d"), s("--long=27"), s("-q"), s("-f"), patch_from(old), p(delta), s("-o"), p(decoded)],
+            vec![
+                s("-19"),
+                s("--long=27"),
+                s("-q"),
+                s("-f"),
+                patch_from(old),
+                p(new),
+                s("-o"),
+                p(delta),
+            ],
+            vec![
+                s("-d"),
+                s("--long=27"),
+                s("-q"),
+                s("-f"),
+                patch_from(old),
+                p(delta),
+                s("-o"),
+                p(decoded),
+            ],
         ),
         _ => unreachable!("{method:?} is not a peer method"),
     }

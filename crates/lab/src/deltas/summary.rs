@@ -118,14 +118,15 @@ pub fn summarize(
         targets: BTreeMap::new(),
     };
     // A method's per-pair sizes, if every pair has one.
-    let sizes = |m: Method| -> Option<Vec<u64>> {
-        pairs.iter().map(|p| p.m.bytes[m.index()]).collect()
-    };
+    let sizes =
+        |m: Method| -> Option<Vec<u64>> { pairs.iter().map(|p| p.m.bytes[m.index()]).collect() };
     for m in Method::ALL {
         if let Some(v) = sizes(m).filter(|v| !v.is_empty()) {
             s.total_bytes.insert(m.name(), v.iter().sum());
-            s.median_bytes
-                .insert(m.name(), median(v.iter().map(|&x| x as f64).collect()).unwrap());
+            s.median_bytes.insert(
+                m.name(),
+                median(v.iter().map(|&x| x as f64).collect()).unwrap(),
+            );
         }
     }
     if let Some(br) = sizes(Method::Br).filter(|v| !v.is_empty()) {
@@ -197,7 +198,9 @@ pub fn summarize(
             .filter(|(ours, _)| !ours.is_zero())
             .map(|(ours, peer)| peer.cpu.as_secs_f64() / ours.as_secs_f64())
             .collect();
-        let Some(median_ratio) = median(ratios) else { continue };
+        let Some(median_ratio) = median(ratios) else {
+            continue;
+        };
         let median_ratio_excluding_startup = startup.and_then(|startup| {
             median(
                 times
@@ -227,13 +230,22 @@ pub fn summarize(
     }
 
     for (m, median_key, total_key) in [
-        (Method::Dcz, "dcz_19_median_pair_ge_95pct", "dcz_19_total_ge_90pct"),
-        (Method::Dcb, "dcb_11_median_pair_ge_95pct", "dcb_11_total_ge_90pct"),
+        (
+            Method::Dcz,
+            "dcz_19_median_pair_ge_95pct",
+            "dcz_19_total_ge_90pct",
+        ),
+        (
+            Method::Dcb,
+            "dcb_11_median_pair_ge_95pct",
+            "dcb_11_total_ge_90pct",
+        ),
     ] {
         if let Some(saving) = s.smaller_than_br_11_pct.get(m.name()) {
             s.targets
                 .insert(median_key, saving.median_pair >= TARGET_MEDIAN_PCT);
-            s.targets.insert(total_key, saving.total >= TARGET_TOTAL_PCT);
+            s.targets
+                .insert(total_key, saving.total >= TARGET_TOTAL_PCT);
         }
     }
     if let Some(r) = s.vcdiff_vs_xdelta3_size {
@@ -243,8 +255,10 @@ pub fn summarize(
         );
     }
     if let Some(speed) = s.speed.get("vcdiff_vs_xdelta3_encode") {
-        s.targets
-            .insert("vcdiff_encode_at_least_xdelta3_9_speed", speed.median_ratio >= 1.0);
+        s.targets.insert(
+            "vcdiff_encode_at_least_xdelta3_9_speed",
+            speed.median_ratio >= 1.0,
+        );
     }
     s
 }
