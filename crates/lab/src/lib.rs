@@ -9,6 +9,7 @@ mod corpus;
 mod deltas;
 mod estimate;
 pub mod link;
+mod plot;
 mod report;
 mod savings;
 mod timing;

@@ -6,20 +6,8 @@ use std::path::Path;
 use clap::Parser;
 use serde_json::Value;
 
-#[derive(Parser)]
-struct Lab {
-    #[command(subcommand)]
-    command: wirefold_lab::LabCommand,
-}
-
-fn lab(args: &[&str]) -> Result<String, wirefold_lab::LabError> {
-    let mut argv = vec!["lab"];
-    argv.extend_from_slice(args);
-    let command = Lab::try_parse_from(argv).expect("valid arguments").command;
-    let mut out = Vec::new();
-    wirefold_lab::run_to(command, &mut out)?;
-    Ok(String::from_utf8(out).unwrap())
-}
+mod common;
+use common::{lab, Lab};
 
 fn json(args: &[&str]) -> Value {
     serde_json::from_str(&lab(args).unwrap()).unwrap()

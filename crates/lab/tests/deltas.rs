@@ -5,23 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use clap::Parser;
 use serde_json::Value;
 
-#[derive(Parser)]
-struct Lab {
-    #[command(subcommand)]
-    command: wirefold_lab::LabCommand,
-}
-
-fn lab(args: &[&str]) -> Result<String, wirefold_lab::LabError> {
-    let mut argv = vec!["lab"];
-    argv.extend_from_slice(args);
-    let command = Lab::try_parse_from(argv).expect("valid arguments").command;
-    let mut out = Vec::new();
-    wirefold_lab::run_to(command, &mut out)?;
-    Ok(String::from_utf8(out).unwrap())
-}
+mod common;
+use common::lab;
 
 /// Text that compresses like markup: words from a small vocabulary in pseudo-random order.
 fn words(seed: u64, n: usize) -> String {

@@ -4,26 +4,14 @@
 
 use std::path::Path;
 
-use clap::Parser;
 use codec::dictionary::{self, DictionaryCoding};
 use codec::ContentCoding;
 use serde_json::{json, Value};
 
 mod common;
 
-#[derive(Parser)]
-struct Lab {
-    #[command(subcommand)]
-    command: wirefold_lab::LabCommand,
-}
-
 fn lab(args: &[&str]) -> String {
-    let mut argv = vec!["lab"];
-    argv.extend_from_slice(args);
-    let command = Lab::try_parse_from(argv).expect("valid arguments").command;
-    let mut out = Vec::new();
-    wirefold_lab::run_to(command, &mut out).unwrap();
-    String::from_utf8(out).unwrap()
+    common::lab(args).unwrap()
 }
 
 fn savings_json(trace: &Path) -> Value {

@@ -59,27 +59,8 @@ fn draw(path: &Path, tcp: &Tcp, rows: &[DocumentRow]) -> Result<(), Box<dyn std:
         ("with inline download", BLUE, |r| r.rtts_with),
     ];
     for (label, color, rtts) in series {
-        let points: Vec<(usize, u64)> = order
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (i, rtts(r)))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        chart.draw_series(
-            points
-                .into_iter()
-                .map(|p| Circle::new(p, 3, color.filled())),
-        )?;
+        let points = order.iter().enumerate().map(|(i, r)| (i, rtts(r))).collect();
+        crate::plot::marked_line(&mut chart, points, label, color)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()?;
-    Ok(())
+    crate::plot::finish(&mut chart, &root)
 }

@@ -62,22 +62,7 @@ fn draw(path: &Path, tally: &Tally) -> Result<(), Box<dyn std::error::Error>> {
             .enumerate()
             .map(|(b, &n)| (b, 100.0 * n as f64 / eligible))
             .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color))?
-            .label(m.name())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        chart.draw_series(
-            points
-                .into_iter()
-                .map(|p| Circle::new(p, 3, color.filled())),
-        )?;
+        crate::plot::marked_line(&mut chart, points, m.name(), color)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()?;
-    Ok(())
+    crate::plot::finish(&mut chart, &root)
 }

@@ -1,4 +1,23 @@
-//! Hand-built WARCs shared by the trace and savings tests.
+//! Shared by the lab's tests: running `wirefold lab …` in process, and hand-built WARCs.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use clap::Parser;
+
+#[derive(Parser)]
+pub struct Lab {
+    #[command(subcommand)]
+    pub command: wirefold_lab::LabCommand,
+}
+
+/// Runs `wirefold lab ARGS` in process and returns what it printed.
+pub fn lab(args: &[&str]) -> Result<String, wirefold_lab::LabError> {
+    let mut argv = vec!["lab"];
+    argv.extend_from_slice(args);
+    let command = Lab::try_parse_from(argv).expect("valid arguments").command;
+    let mut out = Vec::new();
+    wirefold_lab::run_to(command, &mut out)?;
+    Ok(String::from_utf8(out).unwrap())
+}
 
 /// A WARC record with `fields` (Content-Length added) and `block`.
 fn record(fields: &[(&str, &str)], block: &[u8]) -> Vec<u8> {
