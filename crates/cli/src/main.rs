@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 use proxy::config::{Config, LogFormat};
 
 #[derive(Parser)]
-#[command(name = "wirefold", version, about = "An HTTP accelerator: fewer bytes and fewer round trips")]
+#[command(
+    name = "wirefold",
+    version,
+    about = "An HTTP accelerator: fewer bytes and fewer round trips"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -57,13 +61,25 @@ enum DictCommand {
 impl DictCommand {
     async fn run(self) -> Result<(), String> {
         match self {
-            DictCommand::Train { pattern, site, max_size, admin } => {
-                let encode = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
-                let mut query = format!("/dictionaries/train?pattern={}&max_size={max_size}", encode(&pattern));
+            DictCommand::Train {
+                pattern,
+                site,
+                max_size,
+                admin,
+            } => {
+                let encode = |s: &str| {
+                    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC)
+                        .to_string()
+                };
+                let mut query = format!(
+                    "/dictionaries/train?pattern={}&max_size={max_size}",
+                    encode(&pattern)
+                );
                 if let Some(site) = site {
                     query.push_str(&format!("&site={}", encode(&site)));
                 }
-                let (status, body) = proxy::server::call_admin(admin, http::Method::POST, &query).await?;
+                let (status, body) =
+                    proxy::server::call_admin(admin, http::Method::POST, &query).await?;
                 if !status.is_success() {
                     return Err(body.trim().to_string());
                 }
@@ -147,7 +163,11 @@ impl ServeArgs {
             config.tls.key = Some(key.clone());
         }
         if let Some(format) = &self.log_format {
-            config.log_format = if format == "json" { LogFormat::Json } else { LogFormat::Human };
+            config.log_format = if format == "json" {
+                LogFormat::Json
+            } else {
+                LogFormat::Human
+            };
         }
         Ok(config)
     }
@@ -156,7 +176,9 @@ impl ServeArgs {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WIREFOLD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Human => builder.init(),
@@ -165,7 +187,10 @@ fn init_logging(format: LogFormat) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Demo { listen } => {
@@ -196,7 +221,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let running = proxy::start(config).await.map_err(|e| e.to_string())?;
     let scheme = if running.tls { "https" } else { "http" };
     tracing::info!(listen = %format!("{scheme}://{}", running.addr), admin = %running.admin_addr, "wirefold serving");
-    println!("wirefold listening on {scheme}://{} (admin http://{})", running.addr, running.admin_addr);
+    println!(
+        "wirefold listening on {scheme}://{} (admin http://{})",
+        running.addr, running.admin_addr
+    );
     proxy::demo::shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight requests");
     running.shutdown().await;
@@ -233,15 +261,22 @@ struct GetArgs {
 
 async fn get(args: GetArgs) -> Result<(), String> {
     use std::io::Write;
-    let cache = args.cache.clone().unwrap_or_else(proxy::get::default_cache_dir);
+    let cache = args
+        .cache
+        .clone()
+        .unwrap_or_else(proxy::get::default_cache_dir);
     let mut options = proxy::get::GetOptions::new(&args.url, cache);
     options.ca_file = args.ca_file.clone();
     options.fetch_dictionaries = !args.no_dictionary_fetch;
     options.timeout = std::time::Duration::from_secs(args.timeout);
     let report = proxy::get::run(&options).await.map_err(|e| e.to_string())?;
     match &args.output {
-        Some(path) => std::fs::write(path, &report.body).map_err(|e| format!("-o {}: {e}", path.display()))?,
-        None => std::io::stdout().write_all(&report.body).map_err(|e| format!("stdout: {e}"))?,
+        Some(path) => {
+            std::fs::write(path, &report.body).map_err(|e| format!("-o {}: {e}", path.display()))?
+        }
+        None => std::io::stdout()
+            .write_all(&report.body)
+            .map_err(|e| format!("stdout: {e}"))?,
     }
     if args.json {
         eprintln!("{}", report.to_json());
@@ -249,7 +284,10 @@ async fn get(args: GetArgs) -> Result<(), String> {
         eprintln!("{}", report.summary());
     }
     match report.status {
-        400.. => Err(format!("{}: the server answered {}", args.url, report.status)),
+        400.. => Err(format!(
+            "{}: the server answered {}",
+            args.url, report.status
+        )),
         _ => Ok(()),
     }
 }

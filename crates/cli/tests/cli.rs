@@ -10,14 +10,27 @@ use std::time::Duration;
 use support::{start, url_in, wirefold, Started};
 
 fn curl(url: &str, extra: &[&str]) -> String {
-    let out = Command::new("curl").args(["-s", "-S", "--max-time", "20"]).args(extra).arg(url).output().unwrap();
-    assert!(out.status.success(), "curl {url}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("curl")
+        .args(["-s", "-S", "--max-time", "20"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "curl {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn terminate(started: &mut Started) -> std::process::ExitStatus {
     let pid = started.child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
     for _ in 0..200 {
         if let Some(status) = started.child.try_wait().unwrap() {
             return status;
@@ -35,10 +48,20 @@ fn check_config_names_the_offending_key() {
     let out = wirefold(&["serve", "--config", bad.to_str().unwrap(), "--check-config"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.toml") && err.contains("cached") && err.contains("br level 12"), "{err}");
+    assert!(
+        err.contains("bad.toml") && err.contains("cached") && err.contains("br level 12"),
+        "{err}"
+    );
 
-    std::fs::write(&bad, "origin = \"http://127.0.0.1:1\"\n[limits]\nheader_timeout = 3\n").unwrap();
-    let err = String::from_utf8_lossy(&wirefold(&["serve", "--config", bad.to_str().unwrap(), "--check-config"]).stderr).into_owned();
+    std::fs::write(
+        &bad,
+        "origin = \"http://127.0.0.1:1\"\n[limits]\nheader_timeout = 3\n",
+    )
+    .unwrap();
+    let err = String::from_utf8_lossy(
+        &wirefold(&["serve", "--config", bad.to_str().unwrap(), "--check-config"]).stderr,
+    )
+    .into_owned();
     assert!(err.contains("header_timeout"), "{err}");
 
     let out = wirefold(&["serve", "--origin", "ftp://example", "--check-config"]);
@@ -50,8 +73,17 @@ fn check_config_names_the_offending_key() {
 
     let good = dir.path().join("good.toml");
     std::fs::write(&good, "root = \"/\"\nlisten = \"127.0.0.1:0\"\n").unwrap();
-    let out = wirefold(&["serve", "--config", good.to_str().unwrap(), "--check-config"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = wirefold(&[
+        "serve",
+        "--config",
+        good.to_str().unwrap(),
+        "--check-config",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -62,11 +94,24 @@ fn serve_answers_and_stops_gracefully_on_sigterm() {
     std::fs::write(root.join("index.html"), "<h1>hello</h1>".repeat(100)).unwrap();
     let data = dir.path().join("data");
     let mut started = start(
-        &["serve", "--root", root.to_str().unwrap(), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()],
+        &[
+            "serve",
+            "--root",
+            root.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
         "listening on",
     );
     let base = url_in(&started.first_line);
-    assert_eq!(curl(&format!("{base}/"), &["--compressed"]), "<h1>hello</h1>".repeat(100));
+    assert_eq!(
+        curl(&format!("{base}/"), &["--compressed"]),
+        "<h1>hello</h1>".repeat(100)
+    );
     let status = terminate(&mut started);
     assert!(status.success(), "clean exit after SIGTERM: {status:?}");
 }
@@ -79,23 +124,52 @@ fn a_corrupt_store_refuses_to_start_and_names_the_file() {
     let index = store.join("index.redb");
     std::fs::write(&index, b"this is not a database, but it is somebody's data").unwrap();
     let out = wirefold(&[
-        "serve", "--root", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
-        "--data-dir", dir.path().to_str().unwrap(),
+        "serve",
+        "--root",
+        dir.path().to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
     ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(index.to_str().unwrap()), "{err}");
-    assert_eq!(std::fs::read(&index).unwrap(), b"this is not a database, but it is somebody's data");
+    assert_eq!(
+        std::fs::read(&index).unwrap(),
+        b"this is not a database, but it is somebody's data"
+    );
 }
 
 #[test]
 fn demo_serves_its_sample_site_compressed() {
     let mut started = start(&["demo", "--listen", "127.0.0.1:0"], "open");
     let base = url_in(&started.first_line);
-    let page = curl(&format!("{base}/"), &["--compressed", "-H", "Accept-Encoding: br"]);
+    let page = curl(
+        &format!("{base}/"),
+        &["--compressed", "-H", "Accept-Encoding: br"],
+    );
     assert!(page.contains("The sample site"), "{page}");
-    let headers = curl(&format!("{base}/"), &["-s", "-o", "/dev/null", "-D", "-", "-H", "Accept-Encoding: br"]);
-    assert!(headers.to_ascii_lowercase().contains("content-encoding: br"), "{headers}");
+    let headers = curl(
+        &format!("{base}/"),
+        &[
+            "-s",
+            "-o",
+            "/dev/null",
+            "-D",
+            "-",
+            "-H",
+            "Accept-Encoding: br",
+        ],
+    );
+    assert!(
+        headers
+            .to_ascii_lowercase()
+            .contains("content-encoding: br"),
+        "{headers}"
+    );
     let status = terminate(&mut started);
     assert!(status.success());
 }
@@ -104,8 +178,21 @@ fn demo_serves_its_sample_site_compressed() {
 fn json_logs_are_one_json_object_per_line() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_wirefold"))
-        .args(["serve", "--root", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-        .args(["--data-dir", dir.path().join("data").to_str().unwrap(), "--log-format", "json"])
+        .args([
+            "serve",
+            "--root",
+            dir.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--data-dir",
+            dir.path().join("data").to_str().unwrap(),
+            "--log-format",
+            "json",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -119,7 +206,11 @@ fn json_logs_are_one_json_object_per_line() {
     let lines: Vec<&str> = logs.lines().collect();
     assert!(lines.len() >= 2, "start and shutdown are logged: {logs}");
     for line in lines {
-        let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-        assert!(value.get("level").is_some() && value.get("fields").is_some(), "{line}");
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            value.get("level").is_some() && value.get("fields").is_some(),
+            "{line}"
+        );
     }
 }

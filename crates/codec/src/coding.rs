@@ -181,6 +181,18 @@ impl Encoder {
         r.expect("in-memory encoder write");
     }
 
+    /// Ends the current block so that all input written so far decodes from the
+    /// output taken so far (a sync point: costs a few bytes of ratio).
+    pub fn flush(&mut self) {
+        let r = match &mut self.inner {
+            EncoderInner::Gzip(e) => e.flush(),
+            EncoderInner::Deflate(e) => e.flush(),
+            EncoderInner::Br(e) => e.flush(),
+            EncoderInner::Zstd(e) => e.flush(),
+        };
+        r.expect("in-memory encoder flush");
+    }
+
     /// Takes the output produced so far (possibly empty: codecs buffer input).
     pub fn take_output(&mut self) -> Vec<u8> {
         let buf = match &mut self.inner {

@@ -9,8 +9,14 @@
 /// Work whose cost the model estimates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Work {
-    Compress { coding: crate::ContentCoding, level: u32 },
-    Dictionary { coding: crate::dictionary::DictionaryCoding, level: u32 },
+    Compress {
+        coding: crate::ContentCoding,
+        level: u32,
+    },
+    Dictionary {
+        coding: crate::dictionary::DictionaryCoding,
+        level: u32,
+    },
     Vcdiff,
 }
 
@@ -19,7 +25,10 @@ fn throughput_mib_s(work: Work) -> f64 {
     use crate::dictionary::DictionaryCoding::{Dcb, Dcz};
     use crate::ContentCoding::{Br, Deflate, Gzip, Zstd};
     match work {
-        Work::Compress { coding: Gzip | Deflate, level } => match level {
+        Work::Compress {
+            coding: Gzip | Deflate,
+            level,
+        } => match level {
             0..=3 => 80.0,
             4..=6 => 35.0,
             _ => 12.0,
@@ -30,7 +39,10 @@ fn throughput_mib_s(work: Work) -> f64 {
             7..=9 => 8.0,
             _ => 0.8,
         },
-        Work::Compress { coding: Zstd, level } => match level {
+        Work::Compress {
+            coding: Zstd,
+            level,
+        } => match level {
             0..=3 => 200.0,
             4..=9 => 50.0,
             10..=15 => 15.0,
@@ -64,7 +76,9 @@ pub struct Link {
 
 impl Link {
     pub fn from_bits_per_second(bps: u64) -> Link {
-        Link { bytes_per_second: (bps.max(1) as f64) / 8.0 }
+        Link {
+            bytes_per_second: (bps.max(1) as f64) / 8.0,
+        }
     }
 
     pub fn transfer_seconds(&self, bytes: u64) -> f64 {
@@ -92,7 +106,10 @@ mod tests {
     fn slow_links_justify_more_work() {
         let slow = Link::from_bits_per_second(1_000_000);
         let fast = Link::from_bits_per_second(10_000_000_000);
-        let heavy = Work::Compress { coding: ContentCoding::Br, level: 11 };
+        let heavy = Work::Compress {
+            coding: ContentCoding::Br,
+            level: 11,
+        };
         assert!(slow.worth_computing(heavy, 100_000, 20_000));
         assert!(!fast.worth_computing(heavy, 100_000, 20_000));
         assert!(fast.cost(0.0, 1000) < slow.cost(0.0, 1000));

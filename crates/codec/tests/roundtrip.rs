@@ -167,3 +167,27 @@ fn streaming_encoders_emit_output_before_finish() {
         );
     }
 }
+
+#[test]
+fn a_flushed_prefix_decodes_to_everything_written_before_the_flush() {
+    let page = corpus_html();
+    for coding in CODINGS {
+        let mut enc = Encoder::new(coding, 9);
+        let mut dec = Decoder::new(coding, usize::MAX);
+        let mut decoded = Vec::new();
+        for (i, piece) in page.chunks(7_000).enumerate() {
+            enc.write(piece);
+            enc.flush();
+            dec.write(&enc.take_output()).unwrap();
+            decoded.extend(dec.take_output());
+            assert_eq!(
+                decoded.len(),
+                (i * 7_000 + piece.len()),
+                "{coding:?} after chunk {i}"
+            );
+        }
+        dec.write(&enc.finish()).unwrap();
+        decoded.extend(dec.finish().unwrap());
+        assert_eq!(decoded, page, "{coding:?}");
+    }
+}

@@ -13,7 +13,8 @@ pub const DELTA_BASE: HeaderName = HeaderName::from_static("delta-base");
 /// Whether the request's `A-IM` accepts the manipulation `im` (e.g. `vcdiff`) with
 /// q > 0. `A-IM` has `Accept-Encoding`'s syntax, so it is parsed the same way.
 pub fn accepts_im(headers: &HeaderMap, im: &str) -> bool {
-    fields::combined(headers, A_IM).is_some_and(|value| AcceptEncoding::parse(&value).accepts_token(im))
+    fields::combined(headers, A_IM)
+        .is_some_and(|value| AcceptEncoding::parse(&value).accepts_token(im))
 }
 
 #[cfg(test)]
@@ -24,7 +25,10 @@ mod tests {
     #[test]
     fn a_im_lists_with_q_values() {
         assert!(accepts_im(&map(&[("a-im", b"vcdiff")]), "vcdiff"));
-        assert!(accepts_im(&map(&[("a-im", b"diffe, VCDIFF;q=0.5")]), "vcdiff"));
+        assert!(accepts_im(
+            &map(&[("a-im", b"diffe, VCDIFF;q=0.5")]),
+            "vcdiff"
+        ));
         assert!(!accepts_im(&map(&[("a-im", b"vcdiff;q=0")]), "vcdiff"));
         assert!(!accepts_im(&map(&[("a-im", b"gzip")]), "vcdiff"));
         assert!(!accepts_im(&HeaderMap::new(), "vcdiff"));

@@ -21,20 +21,29 @@ pub fn available_dictionary(headers: &HeaderMap) -> Option<[u8; 32]> {
     }
     let text = value.to_str().ok()?.trim();
     let inner = text.strip_prefix(':')?.strip_suffix(':')?;
-    let bytes = base64::engine::general_purpose::STANDARD.decode(inner).ok()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(inner)
+        .ok()?;
     bytes.try_into().ok()
 }
 
 /// The value for `Available-Dictionary` naming `hash` (for clients).
 pub fn available_dictionary_value(hash: &[u8; 32]) -> HeaderValue {
-    let text = format!(":{}:", base64::engine::general_purpose::STANDARD.encode(hash));
+    let text = format!(
+        ":{}:",
+        base64::engine::general_purpose::STANDARD.encode(hash)
+    );
     HeaderValue::from_str(&text).expect("base64 is a valid header value")
 }
 
 /// `Use-As-Dictionary` for a `match` pattern, optional destinations and id
 /// (a structured-field dictionary). `None` when a value cannot be expressed as an
 /// sf-string (control characters, non-ASCII).
-pub fn use_as_dictionary(pattern: &str, destinations: &[&str], id: Option<&str>) -> Option<HeaderValue> {
+pub fn use_as_dictionary(
+    pattern: &str,
+    destinations: &[&str],
+    id: Option<&str>,
+) -> Option<HeaderValue> {
     let mut value = format!("match={}", sf_string(pattern)?);
     if !destinations.is_empty() {
         let list: Option<Vec<String>> = destinations.iter().map(|d| sf_string(d)).collect();
@@ -54,7 +63,9 @@ pub fn use_as_dictionary_match(headers: &HeaderMap) -> Option<String> {
     let mut pattern = None;
     for member in fields::split_list(&value) {
         match fields::split_assignment(member) {
-            ("match", Some(v)) if v.starts_with('"') => pattern = Some(fields::unquote(v).into_owned()),
+            ("match", Some(v)) if v.starts_with('"') => {
+                pattern = Some(fields::unquote(v).into_owned())
+            }
             ("type", Some(t)) if t != "raw" => return None,
             _ => {}
         }
@@ -66,7 +77,10 @@ fn sf_string(s: &str) -> Option<String> {
     if !s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return None;
     }
-    Some(format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"")))
+    Some(format!(
+        "\"{}\"",
+        s.replace('\\', "\\\\").replace('"', "\\\"")
+    ))
 }
 
 /// Whether a dictionary may be used for this request and response (RFC 9842 §7,
@@ -75,7 +89,9 @@ fn sf_string(s: &str) -> Option<String> {
 /// origin read it; any other cross-origin fetch (`no-cors`) may not.
 pub fn dictionary_allowed(request: &HeaderMap, response: &HeaderMap) -> bool {
     let field = |h: &HeaderMap, name: &str| {
-        h.get(name).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_ascii_lowercase())
+        h.get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_ascii_lowercase())
     };
     let site = field(request, "sec-fetch-site");
     let mode = field(request, "sec-fetch-mode");
@@ -110,9 +126,18 @@ mod tests {
         h.insert(AVAILABLE_DICTIONARY, available_dictionary_value(&hash));
         assert_eq!(available_dictionary(&h), Some(hash));
         for bad in [&b":abc:"[..], b"not base64", b"::", b":AAAA:", b"\xff"] {
-            assert_eq!(available_dictionary(&map(&[("available-dictionary", bad)])), None);
+            assert_eq!(
+                available_dictionary(&map(&[("available-dictionary", bad)])),
+                None
+            );
         }
-        let two = map(&[("available-dictionary", h.get(AVAILABLE_DICTIONARY).unwrap().as_bytes()), ("available-dictionary", b":x:")]);
+        let two = map(&[
+            (
+                "available-dictionary",
+                h.get(AVAILABLE_DICTIONARY).unwrap().as_bytes(),
+            ),
+            ("available-dictionary", b":x:"),
+        ]);
         assert_eq!(available_dictionary(&two), None);
     }
 
@@ -128,8 +153,14 @@ mod tests {
     #[test]
     fn clients_read_the_match_pattern() {
         let read = |v: &[u8]| use_as_dictionary_match(&map(&[("use-as-dictionary", v)]));
-        assert_eq!(read(b"match=\"/p\", match-dest=(\"document\")").as_deref(), Some("/p"));
-        assert_eq!(read(b"id=\"x, y\", match=\"/a\\\"b*\"").as_deref(), Some("/a\"b*"));
+        assert_eq!(
+            read(b"match=\"/p\", match-dest=(\"document\")").as_deref(),
+            Some("/p")
+        );
+        assert_eq!(
+            read(b"id=\"x, y\", match=\"/a\\\"b*\"").as_deref(),
+            Some("/a\"b*")
+        );
         assert_eq!(read(b"match=\"/p\", type=other"), None);
         assert_eq!(read(b"match=token"), None);
         assert_eq!(read(b"id=\"x\""), None);
@@ -139,14 +170,51 @@ mod tests {
     fn sec_fetch_rules() {
         let none = HeaderMap::new();
         assert!(dictionary_allowed(&none, &none));
-        assert!(dictionary_allowed(&map(&[("sec-fetch-site", b"same-origin"), ("sec-fetch-mode", b"no-cors")]), &none));
-        assert!(!dictionary_allowed(&map(&[("sec-fetch-site", b"cross-site"), ("sec-fetch-mode", b"no-cors")]), &none));
-        assert!(dictionary_allowed(&map(&[("sec-fetch-site", b"same-origin"), ("sec-fetch-mode", b"navigate")]), &none));
-        assert!(dictionary_allowed(&map(&[("sec-fetch-site", b"cross-site"), ("sec-fetch-mode", b"navigate")]), &none));
-        let cors = map(&[("sec-fetch-site", b"cross-site"), ("sec-fetch-mode", b"cors"), ("origin", b"https://a")]);
+        assert!(dictionary_allowed(
+            &map(&[
+                ("sec-fetch-site", b"same-origin"),
+                ("sec-fetch-mode", b"no-cors")
+            ]),
+            &none
+        ));
+        assert!(!dictionary_allowed(
+            &map(&[
+                ("sec-fetch-site", b"cross-site"),
+                ("sec-fetch-mode", b"no-cors")
+            ]),
+            &none
+        ));
+        assert!(dictionary_allowed(
+            &map(&[
+                ("sec-fetch-site", b"same-origin"),
+                ("sec-fetch-mode", b"navigate")
+            ]),
+            &none
+        ));
+        assert!(dictionary_allowed(
+            &map(&[
+                ("sec-fetch-site", b"cross-site"),
+                ("sec-fetch-mode", b"navigate")
+            ]),
+            &none
+        ));
+        let cors = map(&[
+            ("sec-fetch-site", b"cross-site"),
+            ("sec-fetch-mode", b"cors"),
+            ("origin", b"https://a"),
+        ]);
         assert!(!dictionary_allowed(&cors, &none));
-        assert!(dictionary_allowed(&cors, &map(&[("access-control-allow-origin", b"https://a")])));
-        assert!(dictionary_allowed(&cors, &map(&[("access-control-allow-origin", b"*")])));
-        assert!(!dictionary_allowed(&cors, &map(&[("access-control-allow-origin", b"https://b")])));
+        assert!(dictionary_allowed(
+            &cors,
+            &map(&[("access-control-allow-origin", b"https://a")])
+        ));
+        assert!(dictionary_allowed(
+            &cors,
+            &map(&[("access-control-allow-origin", b"*")])
+        ));
+        assert!(!dictionary_allowed(
+            &cors,
+            &map(&[("access-control-allow-origin", b"https://b")])
+        ));
     }
 }

@@ -11,7 +11,10 @@ pub const WIREFOLD_DIGEST: HeaderName = HeaderName::from_static("wirefold-digest
 
 /// The field value naming `sha256`.
 pub fn digest_value(sha256: &[u8; 32]) -> HeaderValue {
-    let text = format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(sha256));
+    let text = format!(
+        "sha-256=:{}:",
+        base64::engine::general_purpose::STANDARD.encode(sha256)
+    );
     HeaderValue::from_str(&text).expect("base64 is a valid header value")
 }
 
@@ -23,8 +26,15 @@ pub fn instance_digest(headers: &HeaderMap) -> Option<[u8; 32]> {
     if values.next().is_some() {
         return None;
     }
-    let inner = value.to_str().ok()?.trim().strip_prefix("sha-256=:")?.strip_suffix(':')?;
-    let bytes = base64::engine::general_purpose::STANDARD.decode(inner).ok()?;
+    let inner = value
+        .to_str()
+        .ok()?
+        .trim()
+        .strip_prefix("sha-256=:")?
+        .strip_suffix(':')?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(inner)
+        .ok()?;
     bytes.try_into().ok()
 }
 
@@ -38,7 +48,12 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(WIREFOLD_DIGEST, digest_value(&[9; 32]));
         assert_eq!(instance_digest(&h), Some([9; 32]));
-        for bad in [&b"sha-512=:AAAA:"[..], b"sha-256=:AAAA:", b"sha-256=abc", b"\xff"] {
+        for bad in [
+            &b"sha-512=:AAAA:"[..],
+            b"sha-256=:AAAA:",
+            b"sha-256=abc",
+            b"\xff",
+        ] {
             assert_eq!(instance_digest(&map(&[("wirefold-digest", bad)])), None);
         }
     }

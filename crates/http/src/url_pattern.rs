@@ -17,7 +17,11 @@ pub fn infer(path: &str) -> String {
     let last = segments.len() - 1;
     let mut out = Vec::with_capacity(segments.len());
     for (i, segment) in segments.iter().enumerate() {
-        let generalized = if i == last { generalize_file_name(segment) } else { generalize_directory(segment) };
+        let generalized = if i == last {
+            generalize_file_name(segment)
+        } else {
+            generalize_directory(segment)
+        };
         out.push(generalized.unwrap_or_else(|| escape(segment)));
     }
     out.join("/")
@@ -49,8 +53,15 @@ pub fn escape(literal: &str) -> String {
 
 /// `v2`, `2.3.1`, or a content hash as a whole directory name.
 fn generalize_directory(segment: &str) -> Option<String> {
-    if let Some(digits) = segment.strip_prefix('v').or_else(|| segment.strip_prefix('V')) {
-        if !digits.is_empty() && digits.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
+    if let Some(digits) = segment
+        .strip_prefix('v')
+        .or_else(|| segment.strip_prefix('V'))
+    {
+        if !digits.is_empty()
+            && digits
+                .split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        {
             return Some(format!("{}*", &segment[..1]));
         }
     }
@@ -125,7 +136,10 @@ fn is_version_tag(token: &str) -> bool {
 fn is_hash(token: &str) -> bool {
     let b = token.as_bytes();
     let has_digit = b.iter().any(u8::is_ascii_digit);
-    let hex = b.len() >= 8 && b.iter().all(u8::is_ascii_hexdigit) && has_digit && b.iter().any(u8::is_ascii_alphabetic);
+    let hex = b.len() >= 8
+        && b.iter().all(u8::is_ascii_hexdigit)
+        && has_digit
+        && b.iter().any(u8::is_ascii_alphabetic);
     let base64url = b.len() >= 6
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
         && has_digit
@@ -192,19 +206,32 @@ mod tests {
             ("/v2/app.js", "/v*/app.js"),
             ("/static/app.0.js", "/static/app.*.js"),
             ("/dist/jquery-3.7.1.js", "/dist/jquery-*.js"),
-            ("/npm/bootstrap@5.3.3/dist/css/bootstrap.css", "/npm/bootstrap@5.3.3/dist/css/bootstrap.css"),
+            (
+                "/npm/bootstrap@5.3.3/dist/css/bootstrap.css",
+                "/npm/bootstrap@5.3.3/dist/css/bootstrap.css",
+            ),
             ("/chunk.1a2b3c4d.5e6f7a8b.js", "/chunk.*.js"),
         ];
         for (path, pattern) in cases {
             assert_eq!(infer(path), pattern, "{path}");
             assert_eq!(is_versioned(path), pattern.contains('*'), "{path}");
-            assert!(matches(&infer(path), path), "{path} matches its own pattern");
+            assert!(
+                matches(&infer(path), path),
+                "{path} matches its own pattern"
+            );
         }
     }
 
     #[test]
     fn stable_names_match_themselves() {
-        for path in ["/", "/index.html", "/css/style.css", "/html5shiv.js", "/3f9a2c1b.js", "/a(b).js"] {
+        for path in [
+            "/",
+            "/index.html",
+            "/css/style.css",
+            "/html5shiv.js",
+            "/3f9a2c1b.js",
+            "/a(b).js",
+        ] {
             let p = infer(path);
             assert!(matches(&p, path), "{path} → {p}");
             assert!(!p.contains('*') || path == "/3f9a2c1b.js", "{path} → {p}");

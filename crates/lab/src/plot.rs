@@ -6,7 +6,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 /// A figure whose x axis counts items (documents, histogram bins).
-pub(crate) type Chart<'a, 'b, Y> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordusize, Y>>;
+pub(crate) type Chart<'a, 'b, Y> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordusize, Y>>;
 
 /// Draws `points` as a line with a dot at each point, named `label` in the legend.
 pub(crate) fn marked_line<Y>(
@@ -23,7 +24,11 @@ where
         .draw_series(LineSeries::new(points.clone(), color))?
         .label(label)
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-    chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
+    chart.draw_series(
+        points
+            .into_iter()
+            .map(|p| Circle::new(p, 3, color.filled())),
+    )?;
     Ok(())
 }
 

@@ -17,7 +17,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 
 pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 pub fn empty() -> Body {
@@ -47,8 +49,13 @@ struct ChannelBody {
 impl HttpBody for ChannelBody {
     type Data = Bytes;
     type Error = BoxError;
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.rx.poll_recv(cx).map(|item| item.map(|r| r.map(Frame::data)))
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|item| item.map(|r| r.map(Frame::data)))
     }
 }
 
@@ -61,7 +68,11 @@ pub struct IdleTimeout<B> {
 
 impl<B> IdleTimeout<B> {
     pub fn new(inner: B, limit: Duration) -> Self {
-        IdleTimeout { inner, limit, deadline: Box::pin(tokio::time::sleep(limit)) }
+        IdleTimeout {
+            inner,
+            limit,
+            deadline: Box::pin(tokio::time::sleep(limit)),
+        }
     }
 }
 
@@ -76,7 +87,10 @@ where
 {
     type Data = Bytes;
     type Error = BoxError;
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(item) => {
@@ -123,7 +137,11 @@ pub async fn read_up_to(mut body: Body, limit: usize) -> Result<ReadUpTo, BoxErr
 
 /// A body that yields `prefix` and then everything `rest` yields.
 pub fn prepend(prefix: Bytes, rest: Body) -> Body {
-    Prepend { prefix: Some(prefix), rest }.boxed_unsync()
+    Prepend {
+        prefix: Some(prefix),
+        rest,
+    }
+    .boxed_unsync()
 }
 
 struct Prepend {
@@ -134,7 +152,10 @@ struct Prepend {
 impl HttpBody for Prepend {
     type Data = Bytes;
     type Error = BoxError;
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if let Some(prefix) = self.prefix.take() {
             return Poll::Ready(Some(Ok(Frame::data(prefix))));
         }
@@ -159,7 +180,10 @@ pub fn file(mut file: tokio::fs::File, start: u64, len: u64) -> Body {
             let mut buf = vec![0u8; CHUNK.min(remaining as usize)];
             match file.read(&mut buf).await {
                 Ok(0) => {
-                    let e = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while being sent");
+                    let e = std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "file shrank while being sent",
+                    );
                     let _ = tx.send(Err(Box::new(e))).await;
                     return;
                 }
@@ -183,7 +207,12 @@ pub fn file(mut file: tokio::fs::File, start: u64, len: u64) -> Body {
 /// Calls `done` with the number of data bytes that went through, once the body ends
 /// or is dropped (a client that disconnects is counted for what it received).
 pub fn counted(body: Body, done: impl FnOnce(u64) + Send + 'static) -> Body {
-    Counted { inner: body, bytes: 0, done: Some(Box::new(done)) }.boxed_unsync()
+    Counted {
+        inner: body,
+        bytes: 0,
+        done: Some(Box::new(done)),
+    }
+    .boxed_unsync()
 }
 
 struct Counted {
@@ -195,7 +224,10 @@ struct Counted {
 impl HttpBody for Counted {
     type Data = Bytes;
     type Error = BoxError;
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled {
             if let Some(data) = frame.data_ref() {

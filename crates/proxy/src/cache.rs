@@ -43,7 +43,13 @@ pub struct StoredResponse {
 }
 
 impl StoredResponse {
-    pub fn new(secondary_key: String, status: StatusCode, headers: &HeaderMap, body: Hash, freshness: &Freshness) -> Self {
+    pub fn new(
+        secondary_key: String,
+        status: StatusCode,
+        headers: &HeaderMap,
+        body: Hash,
+        freshness: &Freshness,
+    ) -> Self {
         StoredResponse {
             secondary_key,
             status: status.as_u16(),
@@ -94,13 +100,17 @@ impl CacheEntry {
 
     /// Adds or replaces the variant with the same secondary key.
     pub fn upsert(&mut self, response: StoredResponse) {
-        self.variants.retain(|v| v.secondary_key != response.secondary_key);
+        self.variants
+            .retain(|v| v.secondary_key != response.secondary_key);
         self.variants.insert(0, response);
         self.variants.truncate(MAX_VARIANTS);
     }
 
     pub fn bodies(&self) -> Vec<Hash> {
-        self.variants.iter().filter_map(StoredResponse::body_hash).collect()
+        self.variants
+            .iter()
+            .filter_map(StoredResponse::body_hash)
+            .collect()
     }
 }
 
@@ -137,11 +147,15 @@ fn encode_head(headers: &HeaderMap) -> String {
 }
 
 fn decode_head(head: &str) -> HeaderMap {
-    let raw = base64::engine::general_purpose::STANDARD.decode(head).unwrap_or_default();
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(head)
+        .unwrap_or_default();
     let mut headers = HeaderMap::new();
     for line in raw.split(|b| *b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|b| *b == b':') else { continue };
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue;
+        };
         let (name, value) = (&line[..colon], &line[colon + 1..]);
         let value = value.strip_prefix(b" ").unwrap_or(value);
         if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
@@ -168,12 +182,22 @@ const HOT_CAPACITY: usize = 16_384;
 
 impl HotEntries {
     pub fn get(&self, key: &str) -> Option<Arc<HotEntry>> {
-        self.entries.lock().expect("hot entries poisoned").get(key).cloned()
+        self.entries
+            .lock()
+            .expect("hot entries poisoned")
+            .get(key)
+            .cloned()
     }
 
     /// An entry's decoded form, without keeping it.
     pub fn decoded(entry: &CacheEntry) -> HotEntry {
-        HotEntry { variants: entry.variants.iter().map(|v| (v.clone(), v.headers())).collect() }
+        HotEntry {
+            variants: entry
+                .variants
+                .iter()
+                .map(|v| (v.clone(), v.headers()))
+                .collect(),
+        }
     }
 
     pub fn put(&self, key: &str, entry: &CacheEntry) {
@@ -186,16 +210,19 @@ impl HotEntries {
     }
 
     pub fn remove(&self, key: &str) {
-        self.entries.lock().expect("hot entries poisoned").remove(key);
+        self.entries
+            .lock()
+            .expect("hot entries poisoned")
+            .remove(key);
     }
 }
 
 impl HotEntry {
     /// The stored response whose `Vary` fields match this request, with its fields.
     pub fn find(&self, request: &HeaderMap) -> Option<&(StoredResponse, HeaderMap)> {
-        self.variants
-            .iter()
-            .find(|(stored, headers)| secondary_key(headers, request).as_deref() == Some(stored.secondary_key.as_str()))
+        self.variants.iter().find(|(stored, headers)| {
+            secondary_key(headers, request).as_deref() == Some(stored.secondary_key.as_str())
+        })
     }
 }
 
@@ -221,7 +248,11 @@ pub struct LeaderGuard<'a> {
 
 impl Drop for LeaderGuard<'_> {
     fn drop(&mut self) {
-        self.inflight.leaders.lock().expect("inflight map poisoned").remove(&self.key);
+        self.inflight
+            .leaders
+            .lock()
+            .expect("inflight map poisoned")
+            .remove(&self.key);
     }
 }
 
@@ -233,7 +264,11 @@ impl Inflight {
         }
         let (tx, rx) = watch::channel(());
         leaders.insert(key.to_string(), rx);
-        Role::Leader(LeaderGuard { inflight: self, key: key.to_string(), _done: tx })
+        Role::Leader(LeaderGuard {
+            inflight: self,
+            key: key.to_string(),
+            _done: tx,
+        })
     }
 }
 

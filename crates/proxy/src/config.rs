@@ -213,10 +213,17 @@ impl std::str::FromStr for CodingList {
             let coding = ContentCoding::from_token(name).ok_or_else(|| {
                 format!("unknown coding `{name}` (valid: br, zstd, gzip, deflate)")
             })?;
-            let level: u32 = level.trim().parse().map_err(|_| format!("level `{level}` is not a number"))?;
+            let level: u32 = level
+                .trim()
+                .parse()
+                .map_err(|_| format!("level `{level}` is not a number"))?;
             if !coding.levels().contains(&level) {
                 let r = coding.levels();
-                return Err(format!("{name} level {level} is outside {}..={}", r.start(), r.end()));
+                return Err(format!(
+                    "{name} level {level} is outside {}..={}",
+                    r.start(),
+                    r.end()
+                ));
             }
             list.push((coding, level));
         }
@@ -272,8 +279,15 @@ const COMPRESSIBLE_TYPES: &[&str] = &[
 impl CompressionConfig {
     /// The profile for a media type (`text/html; charset=utf-8` is matched on `text/html`).
     pub fn profile_for(&self, content_type: &str) -> Option<&CompressionProfile> {
-        let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-        self.profile.iter().find(|p| p.types.iter().any(|t| media_type_matches(t, &essence)))
+        let essence = content_type
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        self.profile
+            .iter()
+            .find(|p| p.types.iter().any(|t| media_type_matches(t, &essence)))
     }
 }
 
@@ -355,7 +369,10 @@ impl DeltaConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("`{key}`: {message}")]
@@ -365,23 +382,44 @@ pub enum ConfigError {
 impl Config {
     /// Reads and parses a TOML file; unknown keys are errors (a typo must not be ignored).
     pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: e.to_string(),
+        })
     }
 
     /// Validates the whole document; the first problem found is reported with its key.
     pub fn check(&self) -> Result<(), ConfigError> {
         let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
         match (&self.origin, &self.root) {
-            (None, None) => return invalid("origin", "set `origin` (reverse proxy) or `root` (file server)".into()),
-            (Some(_), Some(_)) => return invalid("root", "`origin` and `root` are exclusive: choose one".into()),
+            (None, None) => {
+                return invalid(
+                    "origin",
+                    "set `origin` (reverse proxy) or `root` (file server)".into(),
+                )
+            }
+            (Some(_), Some(_)) => {
+                return invalid(
+                    "root",
+                    "`origin` and `root` are exclusive: choose one".into(),
+                )
+            }
             (Some(origin), None) => {
-                let uri: http::Uri = origin
-                    .parse()
-                    .map_err(|e| ConfigError::Invalid { key: "origin", message: format!("`{origin}` is not a URL: {e}") })?;
-                if !matches!(uri.scheme_str(), Some("http") | Some("https")) || uri.authority().is_none() {
-                    return invalid("origin", format!("`{origin}` must be an absolute http:// or https:// URL"));
+                let uri: http::Uri = origin.parse().map_err(|e| ConfigError::Invalid {
+                    key: "origin",
+                    message: format!("`{origin}` is not a URL: {e}"),
+                })?;
+                if !matches!(uri.scheme_str(), Some("http") | Some("https"))
+                    || uri.authority().is_none()
+                {
+                    return invalid(
+                        "origin",
+                        format!("`{origin}` must be an absolute http:// or https:// URL"),
+                    );
                 }
             }
             (None, Some(root)) => {
@@ -394,9 +432,18 @@ impl Config {
             return invalid("tls.key", "`tls.cert` and `tls.key` go together".into());
         }
         if self.tls.self_signed && self.tls.cert.is_some() {
-            return invalid("tls.self_signed", "choose a self-signed certificate or `tls.cert`, not both".into());
+            return invalid(
+                "tls.self_signed",
+                "choose a self-signed certificate or `tls.cert`, not both".into(),
+            );
         }
-        for (key, value) in [("files.cache_control", &self.files.cache_control), ("files.versioned_cache_control", &self.files.versioned_cache_control)] {
+        for (key, value) in [
+            ("files.cache_control", &self.files.cache_control),
+            (
+                "files.versioned_cache_control",
+                &self.files.versioned_cache_control,
+            ),
+        ] {
             if http::HeaderValue::from_str(value).is_err() {
                 return invalid(key, format!("`{value}` is not a valid header value"));
             }
@@ -408,15 +455,30 @@ impl Config {
             return invalid("limits.header_timeout_ms", "must be greater than 0".into());
         }
         if self.upstream.connect_timeout_ms == 0 || self.upstream.header_timeout_ms == 0 {
-            return invalid("upstream.header_timeout_ms", "upstream timeouts must be greater than 0".into());
+            return invalid(
+                "upstream.header_timeout_ms",
+                "upstream timeouts must be greater than 0".into(),
+            );
         }
         let host = self.upstream.host.as_str();
         if host != "origin" && host != "client" && http::HeaderValue::from_str(host).is_err() {
-            return invalid("upstream.host", format!("`{host}` is not `origin`, `client` or a valid host"));
+            return invalid(
+                "upstream.host",
+                format!("`{host}` is not `origin`, `client` or a valid host"),
+            );
         }
-        for token in self.delta.dictionary_codings.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        for token in self
+            .delta
+            .dictionary_codings
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+        {
             if codec::dictionary::DictionaryCoding::from_token(token).is_none() {
-                return invalid("delta.dictionary_codings", format!("unknown coding `{token}` (valid: dcz, dcb)"));
+                return invalid(
+                    "delta.dictionary_codings",
+                    format!("unknown coding `{token}` (valid: dcz, dcb)"),
+                );
             }
         }
         if self.delta.history == 0 {
@@ -424,13 +486,22 @@ impl Config {
         }
         for rule in &self.delta.pattern {
             if !rule.prefix.starts_with('/') || !rule.pattern.starts_with('/') {
-                return invalid("delta.pattern", format!("prefix `{}` and match `{}` must be absolute paths", rule.prefix, rule.pattern));
+                return invalid(
+                    "delta.pattern",
+                    format!(
+                        "prefix `{}` and match `{}` must be absolute paths",
+                        rule.prefix, rule.pattern
+                    ),
+                );
             }
         }
         for p in &self.compression.profile {
             for t in &p.types {
                 if !t.contains('/') {
-                    return invalid("compression.profile.types", format!("`{t}` is not a media type like `text/html` or `text/*`"));
+                    return invalid(
+                        "compression.profile.types",
+                        format!("`{t}` is not a media type like `text/html` or `text/*`"),
+                    );
                 }
             }
         }
@@ -460,14 +531,26 @@ mod tests {
     fn coding_list_parses_and_rejects() {
         let l: CodingList = "br:11, zstd:3".parse().unwrap();
         assert_eq!(l.0, vec![(ContentCoding::Br, 11), (ContentCoding::Zstd, 3)]);
-        assert!("br:12".parse::<CodingList>().unwrap_err().contains("outside"));
-        assert!("lzma:3".parse::<CodingList>().unwrap_err().contains("unknown coding"));
-        assert!("br".parse::<CodingList>().unwrap_err().contains("CODING:LEVEL"));
+        assert!("br:12"
+            .parse::<CodingList>()
+            .unwrap_err()
+            .contains("outside"));
+        assert!("lzma:3"
+            .parse::<CodingList>()
+            .unwrap_err()
+            .contains("unknown coding"));
+        assert!("br"
+            .parse::<CodingList>()
+            .unwrap_err()
+            .contains("CODING:LEVEL"));
     }
 
     #[test]
     fn bad_values_name_their_key() {
-        let mut c = Config { origin: Some("ftp://x".into()), ..Config::default() };
+        let mut c = Config {
+            origin: Some("ftp://x".into()),
+            ..Config::default()
+        };
         assert!(c.check().unwrap_err().to_string().contains("`origin`"));
         c.origin = Some("http://127.0.0.1:1".into());
         c.upstream.host = "bad\nhost".into();

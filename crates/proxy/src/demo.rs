@@ -27,7 +27,10 @@ const PROSE: &str = include_str!("demo_prose.txt");
 pub async fn start_sample_site() -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let site = Arc::new(SampleSite { started: Instant::now(), photo: photo_png() });
+    let site = Arc::new(SampleSite {
+        started: Instant::now(),
+        photo: photo_png(),
+    });
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let site = site.clone();
@@ -36,7 +39,9 @@ pub async fn start_sample_site() -> std::io::Result<SocketAddr> {
                 async move { Ok::<_, Infallible>(site.answer(&req)) }
             });
             tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
             });
         }
     });
@@ -46,7 +51,9 @@ pub async fn start_sample_site() -> std::io::Result<SocketAddr> {
 /// Runs the demo until the process is stopped: the sample site, the accelerator in
 /// front of it (store in a fresh temporary directory), and a summary every few seconds.
 pub async fn run(listen: SocketAddr) -> Result<(), String> {
-    let site = start_sample_site().await.map_err(|e| format!("sample site: {e}"))?;
+    let site = start_sample_site()
+        .await
+        .map_err(|e| format!("sample site: {e}"))?;
     let data_dir = std::env::temp_dir().join(format!("wirefold-demo-{}", std::process::id()));
     let config = Config {
         listen,
@@ -55,12 +62,19 @@ pub async fn run(listen: SocketAddr) -> Result<(), String> {
         origin: Some(format!("http://{site}")),
         ..Config::default()
     };
-    let running = crate::server::start(config).await.map_err(|e| e.to_string())?;
-    println!("wirefold demo: a sample site that changes while it runs, served through the accelerator");
+    let running = crate::server::start(config)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "wirefold demo: a sample site that changes while it runs, served through the accelerator"
+    );
     println!("  open     http://{}/", running.addr);
     println!("  origin   http://{site}/  (the same site without wirefold, to compare)");
     println!("  metrics  http://{}/metrics", running.admin_addr);
-    println!("  try      curl -s --compressed -o /dev/null -w '%{{size_download}} bytes\\n' http://{}/", running.addr);
+    println!(
+        "  try      curl -s --compressed -o /dev/null -w '%{{size_download}} bytes\\n' http://{}/",
+        running.addr
+    );
     let metrics = running.metrics.clone();
     let summary = tokio::spawn(async move {
         let mut last = (0, 0);
@@ -69,7 +83,9 @@ pub async fn run(listen: SocketAddr) -> Result<(), String> {
             let (original, sent) = metrics.totals();
             if (original, sent) != last && original > 0 {
                 let saved = 100.0 * (original.saturating_sub(sent)) as f64 / original as f64;
-                println!("  bodies: {original} bytes as produced, {sent} bytes sent: {saved:.1}% saved");
+                println!(
+                    "  bodies: {original} bytes as produced, {sent} bytes sent: {saved:.1}% saved"
+                );
                 last = (original, sent);
             }
         }
@@ -83,7 +99,8 @@ pub async fn run(listen: SocketAddr) -> Result<(), String> {
 
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
@@ -106,15 +123,31 @@ impl SampleSite {
         let script = format!("/static/app.{version}.js");
         match path {
             "/" | "/index.html" => self.page(req, &script),
-            "/static/style.css" => reply("text/css", "public, max-age=3600", STYLE.as_bytes().to_vec()),
+            "/static/style.css" => reply(
+                "text/css",
+                "public, max-age=3600",
+                STYLE.as_bytes().to_vec(),
+            ),
             p if p.starts_with("/static/app.") && p.ends_with(".js") => {
                 let v: u64 = p["/static/app.".len()..p.len() - 3].parse().unwrap_or(0);
-                reply("application/javascript", "public, max-age=31536000, immutable", script_text(v).into_bytes())
+                reply(
+                    "application/javascript",
+                    "public, max-age=31536000, immutable",
+                    script_text(v).into_bytes(),
+                )
             }
-            "/img/logo.svg" => reply("image/svg+xml", "public, max-age=86400", LOGO.as_bytes().to_vec()),
+            "/img/logo.svg" => reply(
+                "image/svg+xml",
+                "public, max-age=86400",
+                LOGO.as_bytes().to_vec(),
+            ),
             "/img/photo.png" => reply("image/png", "public, max-age=86400", self.photo.clone()),
             "/search" => {
-                let q = req.uri().query().and_then(|q| q.strip_prefix("q=")).unwrap_or("");
+                let q = req
+                    .uri()
+                    .query()
+                    .and_then(|q| q.strip_prefix("q="))
+                    .unwrap_or("");
                 let hits: Vec<String> = PROSE
                     .split(". ")
                     .filter(|s| !q.is_empty() && s.to_lowercase().contains(&q.to_lowercase()))
@@ -126,7 +159,11 @@ impl SampleSite {
             }
             "/api/now" => {
                 let now = httpdate::fmt_http_date(SystemTime::now());
-                reply("application/json", "no-store", format!("{{\"now\":{now:?},\"filler\":{:?}}}", &PROSE[..2000]).into_bytes())
+                reply(
+                    "application/json",
+                    "no-store",
+                    format!("{{\"now\":{now:?},\"filler\":{:?}}}", &PROSE[..2000]).into_bytes(),
+                )
             }
             _ => {
                 let mut r = reply("text/plain", "no-cache", b"not found\n".to_vec());
@@ -142,10 +179,18 @@ impl SampleSite {
     fn page(&self, req: &Request<Incoming>, script: &str) -> Response<Body> {
         let tick = self.tick(PAGE_PERIOD);
         let etag = format!("\"page-{tick}\"");
-        if req.headers().get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
+        if req
+            .headers()
+            .get(header::IF_NONE_MATCH)
+            .and_then(|v| v.to_str().ok())
+            == Some(etag.as_str())
+        {
             let mut r = Response::new(body::empty());
             *r.status_mut() = StatusCode::NOT_MODIFIED;
-            r.headers_mut().insert(header::ETAG, HeaderValue::from_str(&etag).expect("valid etag"));
+            r.headers_mut().insert(
+                header::ETAG,
+                HeaderValue::from_str(&etag).expect("valid etag"),
+            );
             return r;
         }
         let paragraphs: Vec<&str> = PROSE.split("\n\n").collect();
@@ -162,22 +207,32 @@ impl SampleSite {
         }
         html.push_str("</main></body></html>");
         let mut r = reply("text/html; charset=utf-8", "no-cache", html.into_bytes());
-        r.headers_mut().insert(header::ETAG, HeaderValue::from_str(&etag).expect("valid etag"));
+        r.headers_mut().insert(
+            header::ETAG,
+            HeaderValue::from_str(&etag).expect("valid etag"),
+        );
         r
     }
 }
 
 fn reply(content_type: &'static str, cache_control: &'static str, body: Vec<u8>) -> Response<Body> {
     let mut r = Response::new(body::full(body));
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static(cache_control));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(cache_control),
+    );
     r
 }
 
 fn script_text(version: u64) -> String {
     let mut s = format!("// sample application, build {version}\nconst BUILD = {version};\n");
     for (i, sentence) in PROSE.split(". ").enumerate().take(120) {
-        s.push_str(&format!("function section{i}() {{ return {:?}; }}\n", sentence.trim()));
+        s.push_str(&format!(
+            "function section{i}() {{ return {:?}; }}\n",
+            sentence.trim()
+        ));
     }
     s.push_str("document.addEventListener('DOMContentLoaded', () => { document.title += ' (build ' + BUILD + ')'; });\n");
     s
@@ -201,7 +256,11 @@ fn photo_png() -> Vec<u8> {
         raw.push(0); // filter: none
         for x in 0..w {
             let noise = ((x * 7919 + y * 104729) % 23) as u8;
-            raw.extend_from_slice(&[(x as u8).wrapping_add(noise), (y as u8).wrapping_mul(3), 200u8.wrapping_sub(noise)]);
+            raw.extend_from_slice(&[
+                (x as u8).wrapping_add(noise),
+                (y as u8).wrapping_mul(3),
+                200u8.wrapping_sub(noise),
+            ]);
         }
     }
     let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
@@ -210,7 +269,11 @@ fn photo_png() -> Vec<u8> {
     ihdr.extend_from_slice(&h.to_be_bytes());
     ihdr.extend_from_slice(&[8, 2, 0, 0, 0]); // 8-bit RGB
     png_chunk(&mut png, b"IHDR", &ihdr);
-    png_chunk(&mut png, b"IDAT", &codec::compress(codec::ContentCoding::Deflate, 9, &raw));
+    png_chunk(
+        &mut png,
+        b"IDAT",
+        &codec::compress(codec::ContentCoding::Deflate, 9, &raw),
+    );
     png_chunk(&mut png, b"IEND", &[]);
     png
 }
@@ -230,7 +293,11 @@ fn crc32(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= b as u32;
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc

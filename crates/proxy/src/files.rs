@@ -21,7 +21,11 @@ pub struct FoundFile {
 /// handle to stream it from.
 pub enum FileContent {
     /// `from_store`: this version was read from the store's copy, so it is stored already.
-    Whole { bytes: Bytes, hash: Hash, from_store: bool },
+    Whole {
+        bytes: Bytes,
+        hash: Hash,
+        from_store: bool,
+    },
     Large(tokio::fs::File),
 }
 
@@ -42,7 +46,11 @@ const RESOLUTION_CAPACITY: usize = 16_384;
 
 impl FileSource {
     pub fn new(root: &Path) -> std::io::Result<FileSource> {
-        Ok(FileSource { root: root.canonicalize()?, known: Mutex::new(HashMap::new()), resolved: Mutex::new(HashMap::new()) })
+        Ok(FileSource {
+            root: root.canonicalize()?,
+            known: Mutex::new(HashMap::new()),
+            resolved: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Resolves a request path. `None` (served as 404) for anything that is not a
@@ -52,12 +60,24 @@ impl FileSource {
         // A path resolved within the last second is checked with one `stat` of its
         // canonical file instead of a `readlink` per component (cf. nginx's
         // open_file_cache_valid); a file that is no longer regular is resolved afresh.
-        let cached = self.resolved.lock().expect("resolution cache poisoned").get(request_path).cloned();
-        if let Some((_, canonical, content_type)) = cached.filter(|(at, ..)| at.elapsed() < RESOLUTION_TTL) {
+        let cached = self
+            .resolved
+            .lock()
+            .expect("resolution cache poisoned")
+            .get(request_path)
+            .cloned();
+        if let Some((_, canonical, content_type)) =
+            cached.filter(|(at, ..)| at.elapsed() < RESOLUTION_TTL)
+        {
             if let Ok(meta) = std::fs::symlink_metadata(&canonical) {
                 if meta.is_file() {
                     if let Ok(modified) = meta.modified() {
-                        return Some(FoundFile { len: meta.len(), modified, path: canonical, content_type });
+                        return Some(FoundFile {
+                            len: meta.len(),
+                            modified,
+                            path: canonical,
+                            content_type,
+                        });
                     }
                 }
             }
@@ -67,12 +87,21 @@ impl FileSource {
         if resolved.len() >= RESOLUTION_CAPACITY {
             resolved.clear();
         }
-        resolved.insert(request_path.to_string(), (std::time::Instant::now(), found.path.clone(), found.content_type.clone()));
+        resolved.insert(
+            request_path.to_string(),
+            (
+                std::time::Instant::now(),
+                found.path.clone(),
+                found.content_type.clone(),
+            ),
+        );
         Some(found)
     }
 
     fn resolve_uncached(&self, request_path: &str) -> Option<FoundFile> {
-        let decoded = percent_encoding::percent_decode_str(request_path).decode_utf8().ok()?;
+        let decoded = percent_encoding::percent_decode_str(request_path)
+            .decode_utf8()
+            .ok()?;
         if decoded.contains('\0') || decoded.contains('\\') {
             return None;
         }
@@ -97,7 +126,12 @@ impl FileSource {
             return None;
         }
         let content_type = content_type_for(&canonical);
-        Some(FoundFile { len: meta.len(), modified: meta.modified().ok()?, path: canonical, content_type })
+        Some(FoundFile {
+            len: meta.len(),
+            modified: meta.modified().ok()?,
+            path: canonical,
+            content_type,
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -106,37 +140,59 @@ impl FileSource {
 
     /// Records the content hash of a file version read elsewhere (the scanner).
     pub fn remember_hash(&self, path: &Path, len: u64, modified: SystemTime, hash: Hash) {
-        self.known.lock().expect("file hash map poisoned").insert(path.to_path_buf(), (len, modified, hash));
+        self.known
+            .lock()
+            .expect("file hash map poisoned")
+            .insert(path.to_path_buf(), (len, modified, hash));
     }
 
     /// The last known content hash of a file, whatever its version.
     pub fn hash_of(&self, path: &Path) -> Option<Hash> {
-        self.known.lock().expect("file hash map poisoned").get(path).map(|(_, _, h)| *h)
+        self.known
+            .lock()
+            .expect("file hash map poisoned")
+            .get(path)
+            .map(|(_, _, h)| *h)
     }
 
     /// The content hash if this exact file version was read before.
     pub fn known_hash(&self, file: &FoundFile) -> Option<Hash> {
         let known = self.known.lock().expect("file hash map poisoned");
         match known.get(&file.path) {
-            Some((len, modified, hash)) if *len == file.len && *modified == file.modified => Some(*hash),
+            Some((len, modified, hash)) if *len == file.len && *modified == file.modified => {
+                Some(*hash)
+            }
             _ => None,
         }
     }
 
     /// Reads a file: whole when at most `max_whole` bytes (and then from the store's
     /// copy when this version was seen before), else as a stream handle.
-    pub async fn read(&self, file: &FoundFile, max_whole: usize, store: Option<&Store>) -> std::io::Result<FileContent> {
+    pub async fn read(
+        &self,
+        file: &FoundFile,
+        max_whole: usize,
+        store: Option<&Store>,
+    ) -> std::io::Result<FileContent> {
         if file.len > max_whole as u64 {
             return Ok(FileContent::Large(tokio::fs::File::open(&file.path).await?));
         }
         if let (Some(hash), Some(store)) = (self.known_hash(file), store) {
             if let Some(bytes) = store.get_blob_in_memory(&hash) {
-                return Ok(FileContent::Whole { bytes, hash, from_store: true });
+                return Ok(FileContent::Whole {
+                    bytes,
+                    hash,
+                    from_store: true,
+                });
             }
             let store = store.clone();
             let cached = tokio::task::spawn_blocking(move || store.get_blob(&hash)).await;
             if let Ok(Ok(Some(bytes))) = cached {
-                return Ok(FileContent::Whole { bytes, hash, from_store: true });
+                return Ok(FileContent::Whole {
+                    bytes,
+                    hash,
+                    from_store: true,
+                });
             }
         }
         let bytes = Bytes::from(tokio::fs::read(&file.path).await?);
@@ -150,7 +206,11 @@ impl FileSource {
             .lock()
             .expect("file hash map poisoned")
             .insert(file.path.clone(), (bytes.len() as u64, file.modified, hash));
-        Ok(FileContent::Whole { bytes, hash, from_store: false })
+        Ok(FileContent::Whole {
+            bytes,
+            hash,
+            from_store: false,
+        })
     }
 }
 
@@ -158,7 +218,10 @@ pub fn content_type_for(path: &Path) -> String {
     let mime = mime_guess::from_path(path).first_or_octet_stream();
     let essence = mime.essence_str();
     // Text needs a charset, or browsers guess; the web's text is UTF-8.
-    if mime.type_() == "text" || essence == "application/javascript" || essence == "application/json" {
+    if mime.type_() == "text"
+        || essence == "application/javascript"
+        || essence == "application/json"
+    {
         format!("{essence}; charset=utf-8")
     } else {
         essence.to_string()

@@ -20,7 +20,11 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 impl<I> FirstBytesDeadline<I> {
     pub fn new(inner: I, limit: Duration) -> Self {
-        FirstBytesDeadline { inner, deadline: Some(Box::pin(tokio::time::sleep(limit))), matched: 0 }
+        FirstBytesDeadline {
+            inner,
+            deadline: Some(Box::pin(tokio::time::sleep(limit))),
+            matched: 0,
+        }
     }
 }
 
@@ -38,14 +42,21 @@ impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FirstBytesDeadlin
                 let new = &buf.filled()[before..];
                 let expected = &H2_PREFACE[this.matched..];
                 let n = new.len().min(expected.len());
-                if new.is_empty() || new[..n] != expected[..n] || this.matched + n == H2_PREFACE.len() {
+                if new.is_empty()
+                    || new[..n] != expected[..n]
+                    || this.matched + n == H2_PREFACE.len()
+                {
                     this.deadline = None;
                 } else {
                     this.matched += n;
                 }
                 Poll::Ready(Ok(()))
             }
-            Poll::Pending => match this.deadline.as_mut().map(|d| std::future::Future::poll(d.as_mut(), cx)) {
+            Poll::Pending => match this
+                .deadline
+                .as_mut()
+                .map(|d| std::future::Future::poll(d.as_mut(), cx))
+            {
                 Some(Poll::Ready(())) => Poll::Ready(Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "no request within the header timeout",
@@ -75,7 +86,10 @@ impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FirstBytesDeadl
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
     }
-    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.inner).poll_flush(cx)
     }
     fn poll_shutdown(

@@ -31,7 +31,9 @@ use store::Hash;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::conditional::EntityTag;
 use wirefold_http::delta::{A_IM, DELTA_BASE, IM};
-use wirefold_http::dictionary::{available_dictionary_value, use_as_dictionary_match, AVAILABLE_DICTIONARY};
+use wirefold_http::dictionary::{
+    available_dictionary_value, use_as_dictionary_match, AVAILABLE_DICTIONARY,
+};
 use wirefold_http::digest::instance_digest;
 
 /// Instances kept per URL: the bases offered for a delta.
@@ -68,7 +70,11 @@ impl GetOptions {
 
 /// `$XDG_CACHE_HOME/wirefold`, else `~/.cache/wirefold`, else `./wirefold-cache`.
 pub fn default_cache_dir() -> PathBuf {
-    let non_empty = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let non_empty = |name| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     non_empty("XDG_CACHE_HOME")
         .map(|d| d.join("wirefold"))
         .or_else(|| non_empty("HOME").map(|h| h.join(".cache/wirefold")))
@@ -141,14 +147,24 @@ impl Report {
             self.wire.header_bytes,
             self.delivered_bytes,
             self.saved_percent,
-            if self.verified { "sha-256 verified" } else { "unverified (no Wirefold-Digest)" },
+            if self.verified {
+                "sha-256 verified"
+            } else {
+                "unverified (no Wirefold-Digest)"
+            },
         );
         if let Some(reason) = &self.refetched_after {
-            line.push_str(&format!(" · first answer discarded ({reason}), refetched plain"));
+            line.push_str(&format!(
+                " · first answer discarded ({reason}), refetched plain"
+            ));
         }
         for fetch in &self.dictionary_fetches {
             let kept = if fetch.stored { "kept" } else { "not kept" };
-            line.push_str(&format!(" · dictionary {} {kept}: {} B on the wire", fetch.url, fetch.wire.total()));
+            line.push_str(&format!(
+                " · dictionary {} {kept}: {} B on the wire",
+                fetch.url,
+                fetch.wire.total()
+            ));
         }
         line
     }
@@ -156,7 +172,9 @@ impl Report {
 
 #[derive(Debug, thiserror::Error)]
 pub enum GetError {
-    #[error("`{url}` is not a usable URL: {reason} (expected http://host[:port]/path or https://…)")]
+    #[error(
+        "`{url}` is not a usable URL: {reason} (expected http://host[:port]/path or https://…)"
+    )]
     Url { url: String, reason: String },
     #[error("--ca-file {0}")]
     Tls(String),
@@ -165,7 +183,11 @@ pub enum GetError {
     #[error("{url}: {detail}")]
     Transfer { url: String, detail: String },
     #[error("{url}: no verified instance (first answer: {first}; plain refetch: {plain})")]
-    Unverifiable { url: String, first: String, plain: String },
+    Unverifiable {
+        url: String,
+        first: String,
+        plain: String,
+    },
 }
 
 type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
@@ -174,7 +196,8 @@ type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 /// stores the result, and returns it with the byte accounting.
 pub async fn run(options: &GetOptions) -> Result<Report, GetError> {
     let target = Target::parse(&options.url)?;
-    let connector = crate::origin::connector(options.ca_file.as_deref(), options.timeout).map_err(GetError::Tls)?;
+    let connector = crate::origin::connector(options.ca_file.as_deref(), options.timeout)
+        .map_err(GetError::Tls)?;
     let client: HttpClient = Client::builder(TokioExecutor::new()).build(connector);
     let mut cache = Cache::open(&options.cache_dir)?;
 
@@ -185,13 +208,17 @@ pub async fn run(options: &GetOptions) -> Result<Report, GetError> {
         Ok(outcome) => (outcome, None),
         Err(reason) => {
             let plain_offer = Offer::default();
-            let plain = exchange(&client, &target.uri, plain_offer.request_headers(), options).await?;
+            let plain =
+                exchange(&client, &target.uri, plain_offer.request_headers(), options).await?;
             wire.add(plain.wire);
-            let outcome = interpret(&cache, &plain_offer, &plain, options.max_body).map_err(|plain| GetError::Unverifiable {
-                url: options.url.clone(),
-                first: reason.clone(),
-                plain,
-            })?;
+            let outcome =
+                interpret(&cache, &plain_offer, &plain, options.max_body).map_err(|plain| {
+                    GetError::Unverifiable {
+                        url: options.url.clone(),
+                        first: reason.clone(),
+                        plain,
+                    }
+                })?;
             (outcome, Some(reason))
         }
     };
@@ -200,7 +227,12 @@ pub async fn run(options: &GetOptions) -> Result<Report, GetError> {
     let mut dictionary_fetches = Vec::new();
     if options.fetch_dictionaries {
         for link in dictionary_links(&outcome.headers, &target) {
-            if !cache.index.dictionaries.iter().any(|d| d.source == link.url) {
+            if !cache
+                .index
+                .dictionaries
+                .iter()
+                .any(|d| d.source == link.url)
+            {
                 dictionary_fetches.push(fetch_dictionary(&client, &mut cache, link, options).await);
             }
         }
@@ -236,17 +268,28 @@ struct Target {
 
 impl Target {
     fn parse(url: &str) -> Result<Target, GetError> {
-        let bad = |reason: &str| GetError::Url { url: url.to_string(), reason: reason.to_string() };
-        let uri: Uri = url.parse().map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+        let bad = |reason: &str| GetError::Url {
+            url: url.to_string(),
+            reason: reason.to_string(),
+        };
+        let uri: Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
         let scheme = match uri.scheme_str() {
             Some(s @ ("http" | "https")) => s.to_string(),
             Some(_) => return Err(bad("only http and https are supported")),
             None => return Err(bad("it has no scheme")),
         };
         let host = uri.host().ok_or_else(|| bad("it has no host"))?;
-        let port = uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
+        let port = uri
+            .port_u16()
+            .unwrap_or(if scheme == "https" { 443 } else { 80 });
         let origin = format!("{scheme}://{host}:{port}");
-        Ok(Target { url: uri.to_string(), origin, uri })
+        Ok(Target {
+            url: uri.to_string(),
+            origin,
+            uri,
+        })
     }
 
     /// The request URL as a `match` pattern sees it: the path, with the query when
@@ -271,8 +314,16 @@ struct Offer {
 
 impl Offer {
     fn from_cache(cache: &Cache, target: &Target) -> Offer {
-        let held = cache.index.resources.get(&target.url).cloned().unwrap_or_default();
-        let held = held.into_iter().filter(|i| i.hash().is_some_and(|h| cache.has_blob(&h))).collect();
+        let held = cache
+            .index
+            .resources
+            .get(&target.url)
+            .cloned()
+            .unwrap_or_default();
+        let held = held
+            .into_iter()
+            .filter(|i| i.hash().is_some_and(|h| cache.has_blob(&h)))
+            .collect();
         // RFC 9842 §2.2.2: the longest match wins, then the most recent.
         let dictionary = cache
             .index
@@ -308,7 +359,9 @@ impl Offer {
 
     fn held_by_tag(&self, tag: &str) -> Option<&InstanceEntry> {
         let tag = EntityTag::parse(tag)?;
-        self.held.iter().find(|i| EntityTag::parse(&i.etag).is_some_and(|t| t.weak_eq(&tag)))
+        self.held
+            .iter()
+            .find(|i| EntityTag::parse(&i.etag).is_some_and(|t| t.weak_eq(&tag)))
     }
 }
 
@@ -320,26 +373,50 @@ struct Exchange {
     wire: Wire,
 }
 
-async fn exchange(client: &HttpClient, uri: &Uri, headers: HeaderMap, options: &GetOptions) -> Result<Exchange, GetError> {
-    let failed = |detail: String| GetError::Transfer { url: uri.to_string(), detail };
-    let mut request = Request::get(uri.clone()).body(Empty::new()).expect("a GET of a parsed URI is valid");
+async fn exchange(
+    client: &HttpClient,
+    uri: &Uri,
+    headers: HeaderMap,
+    options: &GetOptions,
+) -> Result<Exchange, GetError> {
+    let failed = |detail: String| GetError::Transfer {
+        url: uri.to_string(),
+        detail,
+    };
+    let mut request = Request::get(uri.clone())
+        .body(Empty::new())
+        .expect("a GET of a parsed URI is valid");
     *request.headers_mut() = headers;
     let transfer = async {
-        let response = client.request(request).await.map_err(|e| failed(error_chain(&e)))?;
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| failed(error_chain(&e)))?;
         let (head, mut body) = response.into_parts();
         let mut received = Vec::new();
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| failed(format!("body: {}", error_chain(&e))))?;
             if let Ok(data) = frame.into_data() {
                 if received.len() + data.len() > options.max_body {
-                    return Err(failed(format!("body over the limit of {} bytes", options.max_body)));
+                    return Err(failed(format!(
+                        "body over the limit of {} bytes",
+                        options.max_body
+                    )));
                 }
                 received.extend_from_slice(&data);
             }
         }
         let header_bytes = head_size(head.status, &head.headers);
-        let wire = Wire { body_bytes: received.len() as u64, header_bytes };
-        Ok(Exchange { status: head.status, headers: head.headers, body: Bytes::from(received), wire })
+        let wire = Wire {
+            body_bytes: received.len() as u64,
+            header_bytes,
+        };
+        Ok(Exchange {
+            status: head.status,
+            headers: head.headers,
+            body: Bytes::from(received),
+            wire,
+        })
     };
     tokio::time::timeout(options.timeout, transfer)
         .await
@@ -359,7 +436,10 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// The head's size as HTTP/1.1 text: `HTTP/1.1 200 OK\r\n`, `name: value\r\n` each, `\r\n`.
 fn head_size(status: StatusCode, headers: &HeaderMap) -> u64 {
     let status_line = "HTTP/1.1 200 \r\n".len() + status.canonical_reason().unwrap_or("").len();
-    let fields: usize = headers.iter().map(|(name, value)| name.as_str().len() + 2 + value.len() + 2).sum();
+    let fields: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + 2 + value.len() + 2)
+        .sum();
     (status_line + fields + 2) as u64
 }
 
@@ -377,29 +457,47 @@ struct Outcome {
 
 /// Decodes, applies and verifies a response against what was offered; `Err` says why
 /// it must not be delivered.
-fn interpret(cache: &Cache, offer: &Offer, exchange: &Exchange, limit: usize) -> Result<Outcome, String> {
+fn interpret(
+    cache: &Cache,
+    offer: &Offer,
+    exchange: &Exchange,
+    limit: usize,
+) -> Result<Outcome, String> {
     let headers = &exchange.headers;
     let (instance, delivery, cached) = match exchange.status {
         StatusCode::NOT_MODIFIED => {
-            let held = held_for_304(offer, headers).ok_or("304 for an instance that was not offered")?;
+            let held =
+                held_for_304(offer, headers).ok_or("304 for an instance that was not offered")?;
             let hash = held.hash().ok_or("cache index names a malformed hash")?;
             let bytes = cache.blob(&hash).ok_or("the cached instance is gone")?;
             (bytes, "cached".to_string(), true)
         }
         StatusCode::IM_USED => {
             let base_tag = field(headers, &DELTA_BASE).ok_or("226 without Delta-Base")?;
-            let base = offer.held_by_tag(&base_tag).ok_or_else(|| format!("226 against Delta-Base {base_tag}, which was not offered"))?;
-            let base_bytes = base.hash().and_then(|h| cache.blob(&h)).ok_or("the delta base is gone from the cache")?;
+            let base = offer.held_by_tag(&base_tag).ok_or_else(|| {
+                format!("226 against Delta-Base {base_tag}, which was not offered")
+            })?;
+            let base_bytes = base
+                .hash()
+                .and_then(|h| cache.blob(&h))
+                .ok_or("the delta base is gone from the cache")?;
             let (mut data, _) = decode_content(headers, &exchange.body, offer, limit)?;
             let ims = field(headers, &IM).ok_or("226 without IM")?;
             for im in ims.split(',').map(|t| t.trim().to_ascii_lowercase()).rev() {
                 data = match (im.as_str(), ContentCoding::from_token(&im)) {
-                    ("vcdiff", _) => codec::vcdiff::decode(&base_bytes, &data, limit).map_err(|e| format!("vcdiff: {e}"))?,
-                    (_, Some(coding)) => codec::decompress(coding, &data, limit).map_err(|e| e.to_string())?,
+                    ("vcdiff", _) => codec::vcdiff::decode(&base_bytes, &data, limit)
+                        .map_err(|e| format!("vcdiff: {e}"))?,
+                    (_, Some(coding)) => {
+                        codec::decompress(coding, &data, limit).map_err(|e| e.to_string())?
+                    }
                     _ => return Err(format!("unsupported instance manipulation `{im}`")),
                 };
             }
-            (Bytes::from(data), format!("{ims} against {base_tag}"), false)
+            (
+                Bytes::from(data),
+                format!("{ims} against {base_tag}"),
+                false,
+            )
         }
         _ => {
             let (data, delivery) = decode_content(headers, &exchange.body, offer, limit)?;
@@ -408,25 +506,43 @@ fn interpret(cache: &Cache, offer: &Offer, exchange: &Exchange, limit: usize) ->
     };
     let hash = Hash::of(&instance);
     let verified = match instance_digest(headers) {
-        Some(expected) if expected != hash.0 => return Err(format!("digest mismatch after {delivery}")),
+        Some(expected) if expected != hash.0 => {
+            return Err(format!("digest mismatch after {delivery}"))
+        }
         Some(_) => true,
         None => false,
     };
-    Ok(Outcome { status: exchange.status, headers: headers.clone(), instance, hash, delivery, verified, cached })
+    Ok(Outcome {
+        status: exchange.status,
+        headers: headers.clone(),
+        instance,
+        hash,
+        delivery,
+        verified,
+        cached,
+    })
 }
 
 /// The offered instance a 304 confirms: named by digest when the server sends one,
 /// else by validator.
 fn held_for_304<'a>(offer: &'a Offer, headers: &HeaderMap) -> Option<&'a InstanceEntry> {
     match instance_digest(headers) {
-        Some(digest) => offer.held.iter().find(|i| i.hash().is_some_and(|h| h.0 == digest)),
+        Some(digest) => offer
+            .held
+            .iter()
+            .find(|i| i.hash().is_some_and(|h| h.0 == digest)),
         None => offer.held_by_tag(&field(headers, &header::ETAG)?),
     }
 }
 
 /// Removes the content codings in reverse order of application; returns the
 /// content and a description (`br`, `dcz against 1a2b3c4d`, `identity`).
-fn decode_content(headers: &HeaderMap, body: &[u8], offer: &Offer, limit: usize) -> Result<(Vec<u8>, String), String> {
+fn decode_content(
+    headers: &HeaderMap,
+    body: &[u8],
+    offer: &Offer,
+    limit: usize,
+) -> Result<(Vec<u8>, String), String> {
     let codings: Vec<String> = field(headers, &header::CONTENT_ENCODING)
         .unwrap_or_default()
         .split(',')
@@ -440,34 +556,66 @@ fn decode_content(headers: &HeaderMap, body: &[u8], offer: &Offer, limit: usize)
             data = codec::decompress(coding, &data, limit).map_err(|e| e.to_string())?;
             described.push(token.clone());
         } else if let Some(coding) = DictionaryCoding::from_token(token) {
-            let (hash, dictionary) = offer.dictionary.as_ref().ok_or_else(|| format!("{token} without a dictionary offered"))?;
+            let (hash, dictionary) = offer
+                .dictionary
+                .as_ref()
+                .ok_or_else(|| format!("{token} without a dictionary offered"))?;
             // The decoder checks that the body's header names this dictionary.
-            data = codec::dictionary::decode(coding, dictionary, &data, limit).map_err(|e| e.to_string())?;
+            data = codec::dictionary::decode(coding, dictionary, &data, limit)
+                .map_err(|e| e.to_string())?;
             described.push(format!("{token} against {}", &hash.to_hex()[..8]));
         } else {
             return Err(format!("unsupported content coding `{token}`"));
         }
     }
     described.reverse();
-    let description = if described.is_empty() { "identity".to_string() } else { described.join(", ") };
+    let description = if described.is_empty() {
+        "identity".to_string()
+    } else {
+        described.join(", ")
+    };
     Ok((data, description))
 }
 
 fn field(headers: &HeaderMap, name: &header::HeaderName) -> Option<String> {
-    headers.get(name).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_string())
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_string())
 }
 
 /// `Link: <url>; rel="compression-dictionary"` targets on the same origin.
 fn dictionary_links(headers: &HeaderMap, target: &Target) -> Vec<Target> {
     let mut links = Vec::new();
-    for value in headers.get_all(header::LINK).iter().filter_map(|v| v.to_str().ok()) {
+    for value in headers
+        .get_all(header::LINK)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+    {
         for link in value.split(',') {
-            let Some((reference, params)) = link.trim().strip_prefix('<').and_then(|l| l.split_once('>')) else { continue };
+            let Some((reference, params)) = link
+                .trim()
+                .strip_prefix('<')
+                .and_then(|l| l.split_once('>'))
+            else {
+                continue;
+            };
             let is_dictionary = params.split(';').any(|p| {
-                p.trim().split_once('=').is_some_and(|(k, v)| k.trim().eq_ignore_ascii_case("rel") && v.trim().trim_matches('"').eq_ignore_ascii_case("compression-dictionary"))
+                p.trim().split_once('=').is_some_and(|(k, v)| {
+                    k.trim().eq_ignore_ascii_case("rel")
+                        && v.trim()
+                            .trim_matches('"')
+                            .eq_ignore_ascii_case("compression-dictionary")
+                })
             });
-            let resolved = match (reference.starts_with('/') && !reference.starts_with("//"), target.uri.authority()) {
-                (true, Some(authority)) => format!("{}://{authority}{reference}", target.uri.scheme_str().unwrap_or("http")),
+            let resolved = match (
+                reference.starts_with('/') && !reference.starts_with("//"),
+                target.uri.authority(),
+            ) {
+                (true, Some(authority)) => format!(
+                    "{}://{authority}{reference}",
+                    target.uri.scheme_str().unwrap_or("http")
+                ),
                 _ => reference.to_string(),
             };
             if let (true, Ok(link)) = (is_dictionary, Target::parse(&resolved)) {
@@ -482,14 +630,41 @@ fn dictionary_links(headers: &HeaderMap, target: &Target) -> Vec<Target> {
 
 /// Fetches a dictionary a response pointed at, plain, and keeps it when it declares
 /// itself one (`Use-As-Dictionary`) and verifies.
-async fn fetch_dictionary(client: &HttpClient, cache: &mut Cache, target: Target, options: &GetOptions) -> DictionaryFetch {
+async fn fetch_dictionary(
+    client: &HttpClient,
+    cache: &mut Cache,
+    target: Target,
+    options: &GetOptions,
+) -> DictionaryFetch {
     let url = target.url.clone();
-    let fetched = exchange(client, &target.uri, Offer::default().request_headers(), options).await;
+    let fetched = exchange(
+        client,
+        &target.uri,
+        Offer::default().request_headers(),
+        options,
+    )
+    .await;
     // A failed dictionary fetch costs the request nothing but the attempt.
-    let Ok(response) = fetched else { return DictionaryFetch { url, status: 0, wire: Wire::default(), stored: false } };
+    let Ok(response) = fetched else {
+        return DictionaryFetch {
+            url,
+            status: 0,
+            wire: Wire::default(),
+            stored: false,
+        };
+    };
     let stored = response.status == StatusCode::OK
-        && interpret(cache, &Offer::default(), &response, options.max_body).is_ok_and(|outcome| cache.remember_dictionary(&target, &outcome).unwrap_or(false));
-    DictionaryFetch { url, status: response.status.as_u16(), wire: response.wire, stored }
+        && interpret(cache, &Offer::default(), &response, options.max_body).is_ok_and(|outcome| {
+            cache
+                .remember_dictionary(&target, &outcome)
+                .unwrap_or(false)
+        });
+    DictionaryFetch {
+        url,
+        status: response.status.as_u16(),
+        wire: response.wire,
+        stored,
+    }
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -536,16 +711,26 @@ struct Cache {
 
 impl Cache {
     fn open(dir: &Path) -> Result<Cache, GetError> {
-        let failed = |path: &Path, detail: String| GetError::Cache { path: path.to_path_buf(), detail };
+        let failed = |path: &Path, detail: String| GetError::Cache {
+            path: path.to_path_buf(),
+            detail,
+        };
         std::fs::create_dir_all(dir.join("blobs")).map_err(|e| failed(dir, e.to_string()))?;
         let index_path = dir.join("index.json");
         let index = match std::fs::read(&index_path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| failed(&index_path, format!("unreadable ({e}); remove it to start with an empty cache")))?,
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                failed(
+                    &index_path,
+                    format!("unreadable ({e}); remove it to start with an empty cache"),
+                )
+            })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Index::default(),
             Err(e) => return Err(failed(&index_path, e.to_string())),
         };
-        Ok(Cache { dir: dir.to_path_buf(), index })
+        Ok(Cache {
+            dir: dir.to_path_buf(),
+            index,
+        })
     }
 
     fn blob_path(&self, hash: &Hash) -> PathBuf {
@@ -577,10 +762,20 @@ impl Cache {
             return Ok(());
         }
         let held = self.index.resources.entry(target.url.clone()).or_default();
-        let previous = held.iter().position(|i| i.sha256 == outcome.hash.to_hex()).map(|at| held.remove(at));
+        let previous = held
+            .iter()
+            .position(|i| i.sha256 == outcome.hash.to_hex())
+            .map(|at| held.remove(at));
         let etag = field(&outcome.headers, &header::ETAG).filter(|t| EntityTag::parse(t).is_some());
         if let Some(etag) = etag.or(previous.map(|p| p.etag)) {
-            held.insert(0, InstanceEntry { etag, sha256: outcome.hash.to_hex(), time: now() });
+            held.insert(
+                0,
+                InstanceEntry {
+                    etag,
+                    sha256: outcome.hash.to_hex(),
+                    time: now(),
+                },
+            );
             held.truncate(KEEP_INSTANCES);
         }
         if !outcome.cached {
@@ -592,17 +787,33 @@ impl Cache {
 
     /// Keeps the outcome as a dictionary for its origin if it carries
     /// `Use-As-Dictionary` with a path pattern. Returns whether it did.
-    fn remember_dictionary(&mut self, target: &Target, outcome: &Outcome) -> Result<bool, GetError> {
-        let Some(pattern) = use_as_dictionary_match(&outcome.headers).filter(|p| p.starts_with('/')) else { return Ok(false) };
+    fn remember_dictionary(
+        &mut self,
+        target: &Target,
+        outcome: &Outcome,
+    ) -> Result<bool, GetError> {
+        let Some(pattern) =
+            use_as_dictionary_match(&outcome.headers).filter(|p| p.starts_with('/'))
+        else {
+            return Ok(false);
+        };
         if !keepable(&outcome.headers) {
             return Ok(false);
         }
         self.put_blob(&outcome.hash, &outcome.instance)?;
         // One dictionary per (origin, pattern): a newer one replaces it.
-        self.index.dictionaries.retain(|d| !(d.origin == target.origin && d.pattern == pattern));
+        self.index
+            .dictionaries
+            .retain(|d| !(d.origin == target.origin && d.pattern == pattern));
         self.index.dictionaries.insert(
             0,
-            DictionaryEntry { origin: target.origin.clone(), pattern, sha256: outcome.hash.to_hex(), source: target.url.clone(), time: now() },
+            DictionaryEntry {
+                origin: target.origin.clone(),
+                pattern,
+                sha256: outcome.hash.to_hex(),
+                source: target.url.clone(),
+                time: now(),
+            },
         );
         self.index.dictionaries.truncate(KEEP_DICTIONARIES);
         Ok(true)
@@ -620,11 +831,16 @@ impl Cache {
             .map(|i| i.sha256.as_str())
             .chain(self.index.dictionaries.iter().map(|d| d.sha256.as_str()))
             .collect();
-        let Ok(entries) = std::fs::read_dir(self.dir.join("blobs")) else { return Ok(()) };
+        let Ok(entries) = std::fs::read_dir(self.dir.join("blobs")) else {
+            return Ok(());
+        };
         for entry in entries.flatten() {
             let name = entry.file_name();
             // Temporary files of a concurrent run are left alone; they are renamed or gone soon.
-            if name.to_str().is_some_and(|n| n.len() == 64 && !named.contains(n)) {
+            if name
+                .to_str()
+                .is_some_and(|n| n.len() == 64 && !named.contains(n))
+            {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
@@ -645,7 +861,10 @@ fn keepable(headers: &HeaderMap) -> bool {
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), GetError> {
-    let failed = |e: std::io::Error| GetError::Cache { path: path.to_path_buf(), detail: e.to_string() };
+    let failed = |e: std::io::Error| GetError::Cache {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    };
     let temporary = path.with_extension(format!("tmp{}", std::process::id()));
     std::fs::write(&temporary, bytes).map_err(failed)?;
     std::fs::rename(&temporary, path).map_err(|e| {
@@ -655,7 +874,9 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), GetError> {
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]
@@ -680,19 +901,36 @@ mod tests {
     #[test]
     fn dictionary_links_stay_on_the_origin() {
         let mut headers = HeaderMap::new();
-        headers.append(header::LINK, HeaderValue::from_static("</d/1>; rel=\"compression-dictionary\", </style.css>; rel=preload"));
-        headers.append(header::LINK, HeaderValue::from_static("<http://other.example/d/2>; rel=compression-dictionary"));
-        headers.append(header::LINK, HeaderValue::from_static("<https://a.example:443/d/3>; rel=\"compression-dictionary\""));
+        headers.append(
+            header::LINK,
+            HeaderValue::from_static(
+                "</d/1>; rel=\"compression-dictionary\", </style.css>; rel=preload",
+            ),
+        );
+        headers.append(
+            header::LINK,
+            HeaderValue::from_static("<http://other.example/d/2>; rel=compression-dictionary"),
+        );
+        headers.append(
+            header::LINK,
+            HeaderValue::from_static("<https://a.example:443/d/3>; rel=\"compression-dictionary\""),
+        );
         let links = dictionary_links(&headers, &target("https://a.example/page"));
         let links: Vec<&str> = links.iter().map(|t| t.url.as_str()).collect();
-        assert_eq!(links, ["https://a.example/d/1", "https://a.example:443/d/3"]);
+        assert_eq!(
+            links,
+            ["https://a.example/d/1", "https://a.example:443/d/3"]
+        );
     }
 
     #[test]
     fn head_size_counts_http1_text() {
         let mut headers = HeaderMap::new();
         headers.insert(header::ETAG, HeaderValue::from_static("\"a\""));
-        assert_eq!(head_size(StatusCode::OK, &headers), ("HTTP/1.1 200 OK\r\n".len() + "etag: \"a\"\r\n".len() + 2) as u64);
+        assert_eq!(
+            head_size(StatusCode::OK, &headers),
+            ("HTTP/1.1 200 OK\r\n".len() + "etag: \"a\"\r\n".len() + 2) as u64
+        );
     }
 
     #[test]
@@ -700,7 +938,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("index.json"), b"{not json").unwrap();
         let err = Cache::open(dir.path()).err().unwrap().to_string();
-        assert!(err.contains("index.json") && err.contains("remove it"), "{err}");
-        assert_eq!(std::fs::read(dir.path().join("index.json")).unwrap(), b"{not json");
+        assert!(
+            err.contains("index.json") && err.contains("remove it"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("index.json")).unwrap(),
+            b"{not json"
+        );
     }
 }

@@ -67,7 +67,11 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("wirefold");
         let requests = Family::default();
-        registry.register("requests", "Requests answered, by method and status", requests.clone());
+        registry.register(
+            "requests",
+            "Requests answered, by method and status",
+            requests.clone(),
+        );
         let bytes_original = Family::default();
         registry.register(
             "body_bytes_original",
@@ -83,9 +87,17 @@ impl Metrics {
         let cache = Family::default();
         registry.register("cache_lookups", "HTTP cache outcomes", cache.clone());
         let encoding_cache = Family::default();
-        registry.register("encoding_cache_lookups", "Cached-encoding outcomes", encoding_cache.clone());
+        registry.register(
+            "encoding_cache_lookups",
+            "Cached-encoding outcomes",
+            encoding_cache.clone(),
+        );
         let origin_errors = Family::default();
-        registry.register("origin_errors", "Failed origin exchanges, by kind", origin_errors.clone());
+        registry.register(
+            "origin_errors",
+            "Failed origin exchanges, by kind",
+            origin_errors.clone(),
+        );
         let origin_latency = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         registry.register(
             "origin_latency_seconds",
@@ -99,13 +111,25 @@ impl Metrics {
             response_latency.clone(),
         );
         let store_bytes = Gauge::default();
-        registry.register("store_bytes", "Bytes of bodies in the store", store_bytes.clone());
+        registry.register(
+            "store_bytes",
+            "Bytes of bodies in the store",
+            store_bytes.clone(),
+        );
         let store_blobs = Gauge::default();
         registry.register("store_blobs", "Bodies in the store", store_blobs.clone());
         let store_write_errors = Counter::default();
-        registry.register("store_write_errors", "Store writes that failed (served anyway)", store_write_errors.clone());
+        registry.register(
+            "store_write_errors",
+            "Store writes that failed (served anyway)",
+            store_write_errors.clone(),
+        );
         let root_scans = Counter::default();
-        registry.register("root_scans", "Completed passes of the root scanner", root_scans.clone());
+        registry.register(
+            "root_scans",
+            "Completed passes of the root scanner",
+            root_scans.clone(),
+        );
         Metrics {
             registry,
             root_scans,
@@ -126,16 +150,27 @@ impl Metrics {
 
     /// Records one body sent: its size before and after the encode stage.
     pub fn record_body(&self, mechanism: &str, content_type: &str, original: u64, sent: u64) {
-        let labels = BytesLabels { mechanism: mechanism.into(), content_type: content_type.into() };
+        let labels = BytesLabels {
+            mechanism: mechanism.into(),
+            content_type: content_type.into(),
+        };
         self.bytes_original.get_or_create(&labels).inc_by(original);
         self.bytes_sent.get_or_create(&labels).inc_by(sent);
         self.totals.original.fetch_add(original, Ordering::Relaxed);
         self.totals.sent.fetch_add(sent, Ordering::Relaxed);
     }
 
-    pub fn record_request(&self, method: &http::Method, status: http::StatusCode, latency: Duration) {
+    pub fn record_request(
+        &self,
+        method: &http::Method,
+        status: http::StatusCode,
+        latency: Duration,
+    ) {
         self.requests
-            .get_or_create(&RequestLabels { method: method.as_str().into(), status: status.as_u16() })
+            .get_or_create(&RequestLabels {
+                method: method.as_str().into(),
+                status: status.as_u16(),
+            })
             .inc();
         self.response_latency.observe(latency.as_secs_f64());
     }
@@ -145,22 +180,30 @@ impl Metrics {
     }
 
     pub fn encoding_cache_result(&self, result: &'static str) {
-        self.encoding_cache.get_or_create(&ResultLabels { result }).inc();
+        self.encoding_cache
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     pub fn origin_error(&self, kind: &'static str) {
-        self.origin_errors.get_or_create(&ResultLabels { result: kind }).inc();
+        self.origin_errors
+            .get_or_create(&ResultLabels { result: kind })
+            .inc();
     }
 
     /// (bytes before encoding, bytes sent) since start.
     pub fn totals(&self) -> (u64, u64) {
-        (self.totals.original.load(Ordering::Relaxed), self.totals.sent.load(Ordering::Relaxed))
+        (
+            self.totals.original.load(Ordering::Relaxed),
+            self.totals.sent.load(Ordering::Relaxed),
+        )
     }
 
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String");
         out
     }
 }

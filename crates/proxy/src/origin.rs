@@ -71,13 +71,18 @@ pub struct ConnInfo {
 
 impl Origin {
     pub fn new(origin: &str, cfg: &UpstreamConfig) -> Result<Origin, String> {
-        let uri: Uri = origin.parse().map_err(|e| format!("origin `{origin}`: {e}"))?;
+        let uri: Uri = origin
+            .parse()
+            .map_err(|e| format!("origin `{origin}`: {e}"))?;
         let scheme = uri.scheme().cloned().ok_or("origin needs a scheme")?;
         let authority = uri.authority().cloned().ok_or("origin needs a host")?;
         let base_path = uri.path().trim_end_matches('/').to_string();
 
-        let connector = connector(cfg.ca_file.as_deref(), Duration::from_millis(cfg.connect_timeout_ms))
-            .map_err(|e| format!("upstream.ca_file {e}"))?;
+        let connector = connector(
+            cfg.ca_file.as_deref(),
+            Duration::from_millis(cfg.connect_timeout_ms),
+        )
+        .map_err(|e| format!("upstream.ca_file {e}"))?;
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
@@ -85,7 +90,9 @@ impl Origin {
         let host = match cfg.host.as_str() {
             "origin" => HostRule::Origin,
             "client" => HostRule::Client,
-            literal => HostRule::Literal(HeaderValue::from_str(literal).map_err(|e| e.to_string())?),
+            literal => {
+                HostRule::Literal(HeaderValue::from_str(literal).map_err(|e| e.to_string())?)
+            }
         };
         Ok(Origin {
             client,
@@ -101,18 +108,22 @@ impl Origin {
     /// The `Host` the origin sees for a client request (also the cache key's host).
     pub fn upstream_host(&self, client_headers: &http::HeaderMap) -> HeaderValue {
         match &self.host {
-            HostRule::Origin => HeaderValue::from_str(self.authority.as_str()).expect("authority is a valid header"),
-            HostRule::Client => client_headers
-                .get(HOST)
-                .cloned()
-                .unwrap_or_else(|| HeaderValue::from_str(self.authority.as_str()).expect("valid authority")),
+            HostRule::Origin => {
+                HeaderValue::from_str(self.authority.as_str()).expect("authority is a valid header")
+            }
+            HostRule::Client => client_headers.get(HOST).cloned().unwrap_or_else(|| {
+                HeaderValue::from_str(self.authority.as_str()).expect("valid authority")
+            }),
             HostRule::Literal(v) => v.clone(),
         }
     }
 
     /// The origin URI for a client request URI.
     pub fn target(&self, client_uri: &Uri) -> Uri {
-        let pq = client_uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
+        let pq = client_uri
+            .path_and_query()
+            .map(|pq| pq.as_str())
+            .unwrap_or("/");
         Uri::builder()
             .scheme(self.scheme.clone())
             .authority(self.authority.clone())
@@ -130,7 +141,10 @@ impl Origin {
         let headers = req.headers_mut();
         remove_hop_by_hop(headers);
         if let Some(protocol) = upgrade {
-            headers.insert(http::header::CONNECTION, HeaderValue::from_static("upgrade"));
+            headers.insert(
+                http::header::CONNECTION,
+                HeaderValue::from_static("upgrade"),
+            );
             headers.insert(http::header::UPGRADE, protocol);
         }
         headers.insert(HOST, host);
@@ -160,7 +174,10 @@ impl Origin {
     /// Sends a prepared request. Returns the response head within the header timeout;
     /// its body fails if the origin stalls longer than the idle timeout. The second
     /// value is the time to the response head.
-    pub async fn send(&self, req: Request<Body>) -> Result<(Response<Body>, Duration), OriginError> {
+    pub async fn send(
+        &self,
+        req: Request<Body>,
+    ) -> Result<(Response<Body>, Duration), OriginError> {
         let started = Instant::now();
         let response = tokio::time::timeout(self.header_timeout, self.client.request(req))
             .await
@@ -168,20 +185,28 @@ impl Origin {
             .map_err(classify_client_error)?;
         let elapsed = started.elapsed();
         let idle = self.body_idle_timeout;
-        Ok((response.map(|b| body::boxed(IdleTimeout::new(b, idle))), elapsed))
+        Ok((
+            response.map(|b| body::boxed(IdleTimeout::new(b, idle))),
+            elapsed,
+        ))
     }
 }
 
 /// An http-or-https connector (HTTP/1.1, and HTTP/2 by ALPN) trusting the webpki
 /// roots plus the PEM certificates in `ca_file`. Errors name the file.
-pub fn connector(ca_file: Option<&std::path::Path>, connect_timeout: Duration) -> Result<HttpsConnector<HttpConnector>, String> {
+pub fn connector(
+    ca_file: Option<&std::path::Path>,
+    connect_timeout: Duration,
+) -> Result<HttpsConnector<HttpConnector>, String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = ca_file {
         let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
             let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
-            roots.add(cert).map_err(|e| format!("{}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());

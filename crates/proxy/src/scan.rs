@@ -27,7 +27,11 @@ const BASES: usize = 2;
 /// Starts the scanner when the pipeline serves files, has a store, and scanning is on.
 pub fn start(pipeline: Arc<Pipeline>, mut stop: watch::Receiver<bool>) {
     let interval = pipeline.config.delta.scan_interval_ms;
-    if interval == 0 || !pipeline.config.delta.enabled || pipeline.store.is_none() || !matches!(pipeline.source, Source::Files(_)) {
+    if interval == 0
+        || !pipeline.config.delta.enabled
+        || pipeline.store.is_none()
+        || !matches!(pipeline.source, Source::Files(_))
+    {
         return;
     }
     let background = pipeline.background.clone();
@@ -58,7 +62,9 @@ pub fn start(pipeline: Arc<Pipeline>, mut stop: watch::Receiver<bool>) {
 
 /// One pass: every text file whose size or modification time changed is processed.
 fn scan(p: &Pipeline, seen: &mut HashMap<PathBuf, (u64, SystemTime)>) {
-    let (Source::Files(files), Some(store)) = (&p.source, &p.store) else { return };
+    let (Source::Files(files), Some(store)) = (&p.source, &p.store) else {
+        return;
+    };
     let mut found = Vec::new();
     walk(files.root(), &mut found);
     // Versioned names grouped by pattern, newest last, for sibling dictionaries.
@@ -67,12 +73,17 @@ fn scan(p: &Pipeline, seen: &mut HashMap<PathBuf, (u64, SystemTime)>) {
         let request_path = request_path(files.root(), path);
         if wirefold_http::url_pattern::is_versioned(&request_path) {
             let pattern = dictionaries::pattern_for(&p.config.delta, &request_path, None);
-            groups.entry(pattern).or_default().push((*modified, path.clone()));
+            groups
+                .entry(pattern)
+                .or_default()
+                .push((*modified, path.clone()));
         }
     }
     groups.values_mut().for_each(|g| g.sort());
     for (path, len, modified) in found {
-        if seen.get(&path) == Some(&(len, modified)) || len > p.config.limits.max_buffered_body as u64 {
+        if seen.get(&path) == Some(&(len, modified))
+            || len > p.config.limits.max_buffered_body as u64
+        {
             continue;
         }
         let request_path = request_path(files.root(), &path);
@@ -82,10 +93,31 @@ fn scan(p: &Pipeline, seen: &mut HashMap<PathBuf, (u64, SystemTime)>) {
             continue;
         };
         let siblings: Vec<PathBuf> = groups
-            .get(&dictionaries::pattern_for(&p.config.delta, &request_path, None))
-            .map(|g| g.iter().filter(|(m, other)| *m <= modified && *other != path).rev().take(BASES).map(|(_, o)| o.clone()).collect())
+            .get(&dictionaries::pattern_for(
+                &p.config.delta,
+                &request_path,
+                None,
+            ))
+            .map(|g| {
+                g.iter()
+                    .filter(|(m, other)| *m <= modified && *other != path)
+                    .rev()
+                    .take(BASES)
+                    .map(|(_, o)| o.clone())
+                    .collect()
+            })
             .unwrap_or_default();
-        match prepare(p, files, store, &path, &request_path, len, modified, &profile.cached.0, &siblings) {
+        match prepare(
+            p,
+            files,
+            store,
+            &path,
+            &request_path,
+            len,
+            modified,
+            &profile.cached.0,
+            &siblings,
+        ) {
             Ok(()) => {
                 seen.insert(path, (len, modified));
             }
@@ -114,17 +146,31 @@ fn prepare(
     files.remember_hash(path, len, modified, hash);
     let resource = format!("root{request_path}");
     let etag = format!("\"{}\"", crate::pipeline::fetch::content_etag(&hash));
-    let version = history::Version { hash: hash.to_hex(), etag: Some(etag), time: crate::pipeline::remember::now_unix(), size: len };
-    crate::pipeline::remember::remember_version(store, &p.config.delta, &resource, version).map_err(|e| e.to_string())?;
+    let version = history::Version {
+        hash: hash.to_hex(),
+        etag: Some(etag),
+        time: crate::pipeline::remember::now_unix(),
+        size: len,
+    };
+    crate::pipeline::remember::remember_version(store, &p.config.delta, &resource, version)
+        .map_err(|e| e.to_string())?;
 
     let make = |variant: String, produce: &dyn Fn() -> Vec<u8>| -> Result<(), String> {
-        if store.get_encoding(&hash, &variant).map_err(|e| e.to_string())?.is_none() {
-            store.put_encoding(&hash, &variant, &produce()).map_err(|e| e.to_string())?;
+        if store
+            .get_encoding(&hash, &variant)
+            .map_err(|e| e.to_string())?
+            .is_none()
+        {
+            store
+                .put_encoding(&hash, &variant, &produce())
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     };
     for &(coding, level) in cached {
-        make(delta::compression_variant(coding, level), &|| codec::compress(coding, level, &bytes))?;
+        make(delta::compression_variant(coding, level), &|| {
+            codec::compress(coding, level, &bytes)
+        })?;
     }
     let config = &p.config.delta;
     let own_bases = history::load(store, &resource)
@@ -137,14 +183,20 @@ fn prepare(
         .collect::<Vec<Hash>>();
     let sibling_bases = siblings.iter().filter_map(|s| files.hash_of(s));
     for (i, base) in own_bases.iter().copied().chain(sibling_bases).enumerate() {
-        let Some(base_bytes) = store.get_blob(&base).map_err(|e| e.to_string())? else { continue };
+        let Some(base_bytes) = store.get_blob(&base).map_err(|e| e.to_string())? else {
+            continue;
+        };
         if config.vcdiff && i < own_bases.len() {
-            make(delta::vcdiff_variant(&base), &|| codec::vcdiff::encode(&base_bytes, &bytes))?;
+            make(delta::vcdiff_variant(&base), &|| {
+                codec::vcdiff::encode(&base_bytes, &bytes)
+            })?;
         }
         if config.dictionaries {
             for coding in [DictionaryCoding::Dcz, DictionaryCoding::Dcb] {
                 let (_, level) = delta::dictionary_levels(coding);
-                make(delta::dictionary_variant(coding, &base, level), &|| codec::dictionary::encode(coding, level, &base_bytes, &bytes))?;
+                make(delta::dictionary_variant(coding, &base, level), &|| {
+                    codec::dictionary::encode(coding, level, &base_bytes, &bytes)
+                })?;
             }
         }
     }
@@ -154,7 +206,9 @@ fn prepare(
 /// Regular files under `dir` (symlinks are not followed: the file source refuses
 /// what leads out of the root anyway), with size and modification time.
 fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64, SystemTime)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         if out.len() >= MAX_FILES {
             return;
@@ -172,12 +226,25 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64, SystemTime)>) {
 
 /// The URL path of a file, percent-encoded the way browsers write it.
 fn request_path(root: &Path, path: &Path) -> String {
-    const PATH: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b' ').add(b'"').add(b'#').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}').add(b'%');
+    const PATH: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+        .add(b' ')
+        .add(b'"')
+        .add(b'#')
+        .add(b'<')
+        .add(b'>')
+        .add(b'?')
+        .add(b'`')
+        .add(b'{')
+        .add(b'}')
+        .add(b'%');
     let relative = path.strip_prefix(root).unwrap_or(path);
     let mut out = String::new();
     for part in relative.components() {
         out.push('/');
-        out.push_str(&percent_encoding::utf8_percent_encode(&part.as_os_str().to_string_lossy(), PATH).to_string());
+        out.push_str(
+            &percent_encoding::utf8_percent_encode(&part.as_os_str().to_string_lossy(), PATH)
+                .to_string(),
+        );
     }
     out
 }

@@ -30,15 +30,24 @@ pub enum StartError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("store at {path}: {source}")]
-    Store { path: std::path::PathBuf, source: store::StoreError },
+    Store {
+        path: std::path::PathBuf,
+        source: store::StoreError,
+    },
     #[error("tls: {0}")]
     Tls(String),
     #[error("origin: {0}")]
     Origin(String),
     #[error("root {path}: {source}")]
-    Root { path: std::path::PathBuf, source: std::io::Error },
+    Root {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// A started server.
@@ -61,7 +70,10 @@ impl Running {
         for t in self.tasks {
             let _ = t.await;
         }
-        if tokio::time::timeout(self.grace, self.background.idle()).await.is_err() {
+        if tokio::time::timeout(self.grace, self.background.idle())
+            .await
+            .is_err()
+        {
             tracing::warn!("background work still running at the end of the grace period");
         }
     }
@@ -91,31 +103,74 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         None
     };
     let source = match (&config.origin, &config.root) {
-        (Some(origin), _) => Source::Origin(Box::new(Origin::new(origin, &config.upstream).map_err(StartError::Origin)?)),
+        (Some(origin), _) => Source::Origin(Box::new(
+            Origin::new(origin, &config.upstream).map_err(StartError::Origin)?,
+        )),
         (None, Some(root)) => {
-            Source::Files(FileSource::new(root).map_err(|source| StartError::Root { path: root.clone(), source })?)
+            Source::Files(FileSource::new(root).map_err(|source| StartError::Root {
+                path: root.clone(),
+                source,
+            })?)
         }
         (None, None) => unreachable!("check() requires a mode"),
     };
-    let tls = if config.tls.enabled() { Some(crate::tls::acceptor(&config.tls).map_err(StartError::Tls)?) } else { None };
+    let tls = if config.tls.enabled() {
+        Some(crate::tls::acceptor(&config.tls).map_err(StartError::Tls)?)
+    } else {
+        None
+    };
 
     let listener = TcpListener::bind(config.listen)
         .await
-        .map_err(|source| StartError::Bind { addr: config.listen, source })?;
-    let admin_listener = TcpListener::bind(config.admin)
-        .await
-        .map_err(|source| StartError::Bind { addr: config.admin, source })?;
-    let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen, source })?;
-    let admin_addr = admin_listener.local_addr().map_err(|source| StartError::Bind { addr: config.admin, source })?;
+        .map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let admin_listener =
+        TcpListener::bind(config.admin)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.admin,
+                source,
+            })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(|source| StartError::Bind {
+            addr: config.admin,
+            source,
+        })?;
 
-    let pipeline = Arc::new(Pipeline::new(config.clone(), source, store, metrics.clone()));
+    let pipeline = Arc::new(Pipeline::new(
+        config.clone(),
+        source,
+        store,
+        metrics.clone(),
+    ));
     let background = pipeline.background.clone();
     let grace = Duration::from_millis(config.limits.shutdown_grace_ms);
     let (stop, stopped) = watch::channel(false);
     crate::scan::start(pipeline.clone(), stopped.clone());
-    let main = tokio::spawn(accept_loop(listener, tls.clone(), pipeline.clone(), stopped.clone()));
+    let main = tokio::spawn(accept_loop(
+        listener,
+        tls.clone(),
+        pipeline.clone(),
+        stopped.clone(),
+    ));
     let admin = tokio::spawn(admin_loop(admin_listener, pipeline, stopped));
-    Ok(Running { addr, admin_addr, tls: tls.is_some(), metrics, stop, tasks: vec![main, admin], background, grace })
+    Ok(Running {
+        addr,
+        admin_addr,
+        tls: tls.is_some(),
+        metrics,
+        stop,
+        tasks: vec![main, admin],
+        background,
+        grace,
+    })
 }
 
 fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
@@ -156,7 +211,10 @@ async fn accept_loop(
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);
-        let conn = ConnInfo { peer, tls: tls.is_some() };
+        let conn = ConnInfo {
+            peer,
+            tls: tls.is_some(),
+        };
         let service = {
             let pipeline = pipeline.clone();
             service_fn(move |req: Request<Incoming>| {
@@ -167,7 +225,9 @@ async fn accept_loop(
         match &tls {
             None => {
                 let stream = FirstBytesDeadline::new(stream, handshake_timeout);
-                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
+                let connection = builder
+                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                    .into_owned();
                 tokio::spawn(graceful.watch(connection));
             }
             Some(acceptor) => {
@@ -175,13 +235,22 @@ async fn accept_loop(
                 let builder = builder.clone();
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {
-                    let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                    let stream = match tokio::time::timeout(
+                        handshake_timeout,
+                        acceptor.accept(stream),
+                    )
+                    .await
+                    {
                         Ok(Ok(s)) => s,
-                        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "tls handshake failed"),
+                        Ok(Err(e)) => {
+                            return tracing::debug!(%peer, error = %e, "tls handshake failed")
+                        }
                         Err(_) => return tracing::debug!(%peer, "tls handshake timed out"),
                     };
                     let stream = FirstBytesDeadline::new(stream, handshake_timeout);
-                    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
+                    let connection = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .into_owned();
                     let _ = watcher.watch(connection).await;
                 });
             }
@@ -189,12 +258,19 @@ async fn accept_loop(
     }
     drop(listener);
     let grace = Duration::from_millis(pipeline.config.limits.shutdown_grace_ms);
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("shutdown grace period over; dropping the remaining connections");
     }
 }
 
-async fn dispatch(pipeline: &Arc<Pipeline>, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
+async fn dispatch(
+    pipeline: &Arc<Pipeline>,
+    req: Request<Incoming>,
+    conn: ConnInfo,
+) -> Response<Body> {
     if let Source::Origin(origin) = &pipeline.source {
         if wirefold_http::hop_by_hop::is_upgrade_request(req.headers()).is_some() {
             return crate::upgrade::pass_through(origin, req, conn).await;
@@ -203,7 +279,11 @@ async fn dispatch(pipeline: &Arc<Pipeline>, req: Request<Incoming>, conn: ConnIn
     pipeline.handle(req.map(body::boxed), conn).await
 }
 
-async fn admin_loop(listener: TcpListener, pipeline: Arc<Pipeline>, mut stop: watch::Receiver<bool>) {
+async fn admin_loop(
+    listener: TcpListener,
+    pipeline: Arc<Pipeline>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -222,7 +302,9 @@ async fn admin_loop(listener: TcpListener, pipeline: Arc<Pipeline>, mut stop: wa
             async move { Ok::<_, Infallible>(admin(&pipeline, req).await) }
         });
         tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         });
     }
 }
@@ -231,7 +313,10 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
     let text = |status: StatusCode, content_type: &'static str, body: String| {
         let mut r = Response::new(body::full(body));
         *r.status_mut() = status;
-        r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(content_type),
+        );
         r
     };
     match req.uri().path() {
@@ -252,10 +337,18 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
         "/dictionaries/train" if req.method() == http::Method::POST => {
             match train_dictionary(pipeline, req.uri().query().unwrap_or("")).await {
                 Ok(report) => text(StatusCode::OK, "application/json", report),
-                Err(message) => text(StatusCode::BAD_REQUEST, "text/plain", format!("{message}\n")),
+                Err(message) => text(
+                    StatusCode::BAD_REQUEST,
+                    "text/plain",
+                    format!("{message}\n"),
+                ),
             }
         }
-        _ => text(StatusCode::NOT_FOUND, "text/plain", "not found: try /metrics, /healthz or POST /dictionaries/train\n".into()),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: try /metrics, /healthz or POST /dictionaries/train\n".into(),
+        ),
     }
 }
 
@@ -263,13 +356,23 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
 /// shared dictionary (see `delta::training`). The site defaults to the one served.
 async fn train_dictionary(pipeline: &Pipeline, query: &str) -> Result<String, String> {
     let param = |name: &str| {
-        query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| {
-            percent_encoding::percent_decode_str(&v.replace('+', " ")).decode_utf8_lossy().into_owned()
-        })
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| {
+                percent_encoding::percent_decode_str(&v.replace('+', " "))
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
     };
-    let pattern = param("pattern").filter(|p| p.starts_with('/')).ok_or("`pattern` (an absolute path pattern such as /blog/*) is required")?;
+    let pattern = param("pattern")
+        .filter(|p| p.starts_with('/'))
+        .ok_or("`pattern` (an absolute path pattern such as /blog/*) is required")?;
     let max_size = match param("max_size") {
-        Some(v) => v.parse::<usize>().map_err(|_| format!("`max_size` {v} is not a number"))?,
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| format!("`max_size` {v} is not a number"))?,
         None => 64 * 1024,
     };
     if !(1024..=16 << 20).contains(&max_size) {
@@ -277,22 +380,39 @@ async fn train_dictionary(pipeline: &Pipeline, query: &str) -> Result<String, St
     }
     let site = match (param("site"), &pipeline.source) {
         (Some(site), _) => site,
-        (None, Source::Origin(origin)) => origin.upstream_host(&http::HeaderMap::new()).to_str().unwrap_or_default().to_string(),
+        (None, Source::Origin(origin)) => origin
+            .upstream_host(&http::HeaderMap::new())
+            .to_str()
+            .unwrap_or_default()
+            .to_string(),
         (None, Source::Files(_)) => "root".to_string(),
     };
-    let store = pipeline.store.clone().ok_or("the cache (and so the store) is disabled")?;
-    let trained = tokio::task::spawn_blocking(move || crate::delta::training::train(&store, &site, &pattern, max_size))
-        .await
-        .map_err(|e| e.to_string())??;
+    let store = pipeline
+        .store
+        .clone()
+        .ok_or("the cache (and so the store) is disabled")?;
+    let trained = tokio::task::spawn_blocking(move || {
+        crate::delta::training::train(&store, &site, &pattern, max_size)
+    })
+    .await
+    .map_err(|e| e.to_string())??;
     Ok(serde_json::to_string_pretty(&trained).expect("reports serialize") + "\n")
 }
 
 /// A request to a running server's admin listener (for CLI commands that act on a
 /// live server: its store belongs to that process). Returns status and body text.
-pub async fn call_admin(admin: SocketAddr, method: http::Method, path_and_query: &str) -> Result<(StatusCode, String), String> {
+pub async fn call_admin(
+    admin: SocketAddr,
+    method: http::Method,
+    path_and_query: &str,
+) -> Result<(StatusCode, String), String> {
     use http_body_util::BodyExt;
-    let stream = tokio::net::TcpStream::connect(admin).await.map_err(|e| format!("admin listener {admin}: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    let stream = tokio::net::TcpStream::connect(admin)
+        .await
+        .map_err(|e| format!("admin listener {admin}: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
     tokio::spawn(connection);
     let request = Request::builder()
         .method(method)
@@ -300,8 +420,16 @@ pub async fn call_admin(admin: SocketAddr, method: http::Method, path_and_query:
         .header(http::header::HOST, admin.to_string())
         .body(body::empty())
         .map_err(|e| e.to_string())?;
-    let response = sender.send_request(request).await.map_err(|e| format!("admin listener {admin}: {e}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("admin listener {admin}: {e}"))?;
     let status = response.status();
-    let bytes = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }

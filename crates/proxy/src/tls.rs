@@ -11,12 +11,20 @@ use crate::config::TlsConfig;
 pub fn acceptor(cfg: &TlsConfig) -> Result<TlsAcceptor, String> {
     let (chain, key) = if cfg.self_signed {
         let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-        let generated = rcgen::generate_simple_self_signed(names).map_err(|e| format!("generating a certificate: {e}"))?;
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(generated.signing_key.serialize_der()));
+        let generated = rcgen::generate_simple_self_signed(names)
+            .map_err(|e| format!("generating a certificate: {e}"))?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+            generated.signing_key.serialize_der(),
+        ));
         (vec![generated.cert.der().clone()], key)
     } else {
-        let (cert_path, key_path) = cfg.cert.as_ref().zip(cfg.key.as_ref()).ok_or("tls.cert and tls.key are both needed")?;
-        let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+        let (cert_path, key_path) = cfg
+            .cert
+            .as_ref()
+            .zip(cfg.key.as_ref())
+            .ok_or("tls.cert and tls.key are both needed")?;
+        let read =
+            |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
         let cert_pem = read(cert_path)?;
         let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut cert_pem.as_slice())
             .collect::<Result<_, _>>()

@@ -9,7 +9,11 @@ use crate::body::{self, Body};
 use crate::origin::{ConnInfo, Origin};
 use crate::pipeline::respond::error_response;
 
-pub async fn pass_through(origin: &Origin, mut req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
+pub async fn pass_through(
+    origin: &Origin,
+    mut req: Request<Incoming>,
+    conn: ConnInfo,
+) -> Response<Body> {
     let client_side = hyper::upgrade::on(&mut req);
     let upstream = origin.prepare(req.map(body::boxed), conn);
     let mut response = match origin.send(upstream).await {

@@ -12,7 +12,9 @@ use support::*;
 fn page(n: usize) -> String {
     let mut s = String::from("<!doctype html><title>t</title>");
     for i in 0..200 {
-        s.push_str(&format!("<p>paragraph {i} of version {n}, with some words to compress</p>\n"));
+        s.push_str(&format!(
+            "<p>paragraph {i} of version {n}, with some words to compress</p>\n"
+        ));
     }
     s
 }
@@ -26,14 +28,21 @@ async fn cacheable_responses_are_served_from_the_store() {
             "/private" => "private, max-age=60",
             _ => "max-age=60",
         };
-        response(200, &[("content-type", "text/html"), ("cache-control", cc)], page(1))
+        response(
+            200,
+            &[("content-type", "text/html"), ("cache-control", cc)],
+            page(1),
+        )
     })
     .await;
     let proxy = start_proxy(&origin.url(""), |_| {}).await;
 
     let first = curl(&proxy.url("/fresh"), &["--compressed"]).await;
     assert_eq!(first.body, page(1).as_bytes());
-    assert_eq!(first.header("cache-status"), Some("wirefold; fwd=miss; stored"));
+    assert_eq!(
+        first.header("cache-status"),
+        Some("wirefold; fwd=miss; stored")
+    );
     let second = curl(&proxy.url("/fresh"), &["-H", "Accept-Encoding: gzip"]).await;
     assert_eq!(second.header("cache-status"), Some("wirefold; hit"));
     assert!(second.header("age").is_some());
@@ -44,7 +53,11 @@ async fn cacheable_responses_are_served_from_the_store() {
         curl(&proxy.url(path), &[]).await;
         let r = curl(&proxy.url(path), &["--compressed"]).await;
         assert_eq!(r.body, page(1).as_bytes());
-        assert_eq!(r.header("cache-status"), Some("wirefold; fwd=miss"), "{path} is never stored");
+        assert_eq!(
+            r.header("cache-status"),
+            Some("wirefold; fwd=miss"),
+            "{path} is never stored"
+        );
     }
     assert_eq!(origin.hits(), 5);
 
@@ -60,31 +73,60 @@ async fn stale_entries_are_revalidated_with_validators() {
     let origin = origin(move |req| {
         let n = v.load(Ordering::SeqCst);
         let etag = format!("\"v{n}\"");
-        if req.headers().get("if-none-match").and_then(|h| h.to_str().ok()) == Some(etag.as_str()) {
+        if req
+            .headers()
+            .get("if-none-match")
+            .and_then(|h| h.to_str().ok())
+            == Some(etag.as_str())
+        {
             return response(304, &[("etag", &etag), ("cache-control", "no-cache")], "");
         }
-        response(200, &[("content-type", "text/html"), ("cache-control", "no-cache"), ("etag", &etag)], page(n))
+        response(
+            200,
+            &[
+                ("content-type", "text/html"),
+                ("cache-control", "no-cache"),
+                ("etag", &etag),
+            ],
+            page(n),
+        )
     })
     .await;
     let proxy = start_proxy(&origin.url(""), |_| {}).await;
     let url = proxy.url("/page");
     assert_eq!(curl(&url, &["--compressed"]).await.body, page(1).as_bytes());
     let r = curl(&url, &["--compressed"]).await;
-    assert_eq!(r.header("cache-status"), Some("wirefold; fwd=stale; fwd-status=304"));
+    assert_eq!(
+        r.header("cache-status"),
+        Some("wirefold; fwd=stale; fwd-status=304")
+    );
     assert_eq!(r.body, page(1).as_bytes());
     version.store(2, Ordering::SeqCst);
     let r = curl(&url, &["--compressed"]).await;
-    assert_eq!(r.body, page(2).as_bytes(), "a changed page is never served stale");
+    assert_eq!(
+        r.body,
+        page(2).as_bytes(),
+        "a changed page is never served stale"
+    );
     assert_eq!(origin.hits(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vary_keeps_variants_apart() {
     let origin = origin(|req| {
-        let lang = req.headers().get("accept-language").and_then(|v| v.to_str().ok()).unwrap_or("none").to_string();
+        let lang = req
+            .headers()
+            .get("accept-language")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none")
+            .to_string();
         response(
             200,
-            &[("content-type", "text/plain"), ("cache-control", "max-age=60"), ("vary", "Accept-Language")],
+            &[
+                ("content-type", "text/plain"),
+                ("cache-control", "max-age=60"),
+                ("vary", "Accept-Language"),
+            ],
             format!("language {lang} {}", "x".repeat(4000)),
         )
     })
@@ -92,10 +134,17 @@ async fn vary_keeps_variants_apart() {
     let proxy = start_proxy(&origin.url(""), |_| {}).await;
     let url = proxy.url("/v");
     for lang in ["en", "fr", "en", "fr"] {
-        let r = curl(&url, &["--compressed", "-H", &format!("Accept-Language: {lang}")]).await;
+        let r = curl(
+            &url,
+            &["--compressed", "-H", &format!("Accept-Language: {lang}")],
+        )
+        .await;
         assert!(String::from_utf8_lossy(&r.body).starts_with(&format!("language {lang} ")));
         let vary = r.header("vary").unwrap().to_ascii_lowercase();
-        assert!(vary.contains("accept-language") && vary.contains("accept-encoding"), "{vary}");
+        assert!(
+            vary.contains("accept-language") && vary.contains("accept-encoding"),
+            "{vary}"
+        );
     }
     assert_eq!(origin.hits(), 2);
 }
@@ -104,15 +153,24 @@ async fn vary_keeps_variants_apart() {
 async fn concurrent_misses_make_one_origin_request() {
     let origin = origin(|_| {
         std::thread::sleep(Duration::from_millis(300));
-        response(200, &[("content-type", "text/html"), ("cache-control", "max-age=60")], page(7))
+        response(
+            200,
+            &[
+                ("content-type", "text/html"),
+                ("cache-control", "max-age=60"),
+            ],
+            page(7),
+        )
     })
     .await;
     let proxy = start_proxy(&origin.url(""), |_| {}).await;
     let url = proxy.url("/slow");
-    let clients: Vec<_> = (0..8).map(|_| {
-        let url = url.clone();
-        tokio::spawn(async move { curl(&url, &["--compressed"]).await })
-    }).collect();
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { curl(&url, &["--compressed"]).await })
+        })
+        .collect();
     for c in clients {
         assert_eq!(c.await.unwrap().body, page(7).as_bytes());
     }
@@ -129,13 +187,30 @@ async fn origin_encodings_pass_through_or_are_decoded() {
             .spawn()
             .unwrap();
         use std::io::Write;
-        child.stdin.take().unwrap().write_all(page(3).as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(page(3).as_bytes())
+            .unwrap();
         child.wait_with_output().unwrap().stdout
     };
     let body = bytes::Bytes::from(gz);
     let origin = origin(move |req| {
-        let cc = if req.uri().path() == "/stream" { "no-store" } else { "max-age=60" };
-        response(200, &[("content-type", "text/html"), ("content-encoding", "gzip"), ("cache-control", cc)], body.clone())
+        let cc = if req.uri().path() == "/stream" {
+            "no-store"
+        } else {
+            "max-age=60"
+        };
+        response(
+            200,
+            &[
+                ("content-type", "text/html"),
+                ("content-encoding", "gzip"),
+                ("cache-control", cc),
+            ],
+            body.clone(),
+        )
     })
     .await;
     let proxy = start_proxy(&origin.url(""), |c| c.limits.max_buffered_body = 1024).await;
@@ -163,18 +238,51 @@ async fn forwarding_headers_and_unsafe_methods() {
     let log = seen.clone();
     let origin = origin(move |req| {
         let h = req.headers();
-        let get = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-        log.lock().unwrap().push((req.method().to_string(), get("host"), get("via"), get("x-forwarded-for"), get("x-forwarded-proto"), get("x-forwarded-host"), get("connection")));
-        response(200, &[("content-type", "text/plain"), ("cache-control", "max-age=60")], "ok")
+        let get = |n: &str| {
+            h.get(n)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
+        log.lock().unwrap().push((
+            req.method().to_string(),
+            get("host"),
+            get("via"),
+            get("x-forwarded-for"),
+            get("x-forwarded-proto"),
+            get("x-forwarded-host"),
+            get("connection"),
+        ));
+        response(
+            200,
+            &[
+                ("content-type", "text/plain"),
+                ("cache-control", "max-age=60"),
+            ],
+            "ok",
+        )
     })
     .await;
     let proxy = start_proxy(&origin.url(""), |_| {}).await;
-    curl(&proxy.url("/x"), &["-H", "Connection: keep-alive, X-Secret", "-H", "X-Secret: 1"]).await;
+    curl(
+        &proxy.url("/x"),
+        &[
+            "-H",
+            "Connection: keep-alive, X-Secret",
+            "-H",
+            "X-Secret: 1",
+        ],
+    )
+    .await;
     let r = curl(&proxy.url("/x"), &[]).await;
     assert_eq!(r.header("cache-status"), Some("wirefold; hit"));
     curl(&proxy.url("/x"), &["-X", "POST", "-d", "a=1"]).await;
     let r = curl(&proxy.url("/x"), &[]).await;
-    assert_eq!(r.header("cache-status"), Some("wirefold; fwd=miss; stored"), "POST invalidated the entry");
+    assert_eq!(
+        r.header("cache-status"),
+        Some("wirefold; fwd=miss; stored"),
+        "POST invalidated the entry"
+    );
     let seen = seen.lock().unwrap();
     let (method, host, via, xff, proto, xfh, conn) = &seen[0];
     assert_eq!(method, "GET");
@@ -189,7 +297,17 @@ async fn forwarding_headers_and_unsafe_methods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_survives_restart() {
-    let origin = origin(|_| response(200, &[("content-type", "text/html"), ("cache-control", "max-age=600")], page(9))).await;
+    let origin = origin(|_| {
+        response(
+            200,
+            &[
+                ("content-type", "text/html"),
+                ("cache-control", "max-age=600"),
+            ],
+            page(9),
+        )
+    })
+    .await;
     let data = tempfile::tempdir().unwrap();
     for round in 0..2 {
         let mut config = test_config(data.path());
@@ -197,7 +315,11 @@ async fn cache_survives_restart() {
         let running = proxy::start(config).await.unwrap();
         let r = curl(&format!("http://{}/p", running.addr), &["--compressed"]).await;
         assert_eq!(r.body, page(9).as_bytes());
-        let expected = if round == 0 { "wirefold; fwd=miss; stored" } else { "wirefold; hit" };
+        let expected = if round == 0 {
+            "wirefold; fwd=miss; stored"
+        } else {
+            "wirefold; hit"
+        };
         assert_eq!(r.header("cache-status"), Some(expected));
         running.shutdown().await;
     }

@@ -44,9 +44,16 @@ fn chromium() -> Option<PathBuf> {
         return None;
     }
     let on_path = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).map(|dir| dir.join("chromium")).collect::<Vec<_>>())
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("chromium"))
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default();
-    let found = on_path.into_iter().chain([PathBuf::from("/usr/bin/chromium")]).find(|p| p.is_file());
+    let found = on_path
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin/chromium")])
+        .find(|p| p.is_file());
     match found {
         Some(path) => Some(path),
         None => panic!(
@@ -91,9 +98,13 @@ fn signal_group(group: u32, signal: &str) {
 /// DOM after the load (plus `budget_ms` of virtual time).
 async fn dump_dom(exe: &Path, profile: &Path, url: &str, budget_ms: u32) -> String {
     let mut cmd = chromium_command(exe, profile);
-    cmd.arg(format!("--virtual-time-budget={budget_ms}")).arg("--dump-dom").arg(url);
+    cmd.arg(format!("--virtual-time-budget={budget_ms}"))
+        .arg("--dump-dom")
+        .arg(url);
     let started = std::time::Instant::now();
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("{} starts: {e}", exe.display()));
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} starts: {e}", exe.display()));
     let group = child.id().expect("chromium has a pid");
     let outcome = tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await;
     // Helpers left behind (zygote, utility processes) are in the group we created.
@@ -103,7 +114,11 @@ async fn dump_dom(exe: &Path, profile: &Path, url: &str, budget_ms: u32) -> Stri
         Err(_) => panic!("chromium did not finish loading {url} within {RUN_LIMIT:?}"),
     };
     let dom = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("chromium loaded {url} in {:.1} s ({} bytes of DOM)", started.elapsed().as_secs_f64(), dom.len());
+    eprintln!(
+        "chromium loaded {url} in {:.1} s ({} bytes of DOM)",
+        started.elapsed().as_secs_f64(),
+        dom.len()
+    );
     assert!(
         out.status.success() && dom.contains("<html"),
         "chromium failed on {url}: {}\nstderr:\n{}",
@@ -126,12 +141,16 @@ impl Session {
     async fn start(exe: &Path, profile: &Path) -> Session {
         let mut cmd = chromium_command(exe, profile);
         cmd.arg("--remote-debugging-port=0").arg("about:blank");
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{} starts: {e}", exe.display()));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} starts: {e}", exe.display()));
         let group = child.id().expect("chromium has a pid");
         let file = profile.join("DevToolsActivePort");
         let started = std::time::Instant::now();
         let port = loop {
-            let port = std::fs::read_to_string(&file).ok().and_then(|t| t.lines().next().and_then(|l| l.trim().parse::<u16>().ok()));
+            let port = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|t| t.lines().next().and_then(|l| l.trim().parse::<u16>().ok()));
             if let Some(port) = port {
                 break port;
             }
@@ -144,14 +163,26 @@ impl Session {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        eprintln!("chromium session up in {:.1} s", started.elapsed().as_secs_f64());
+        eprintln!(
+            "chromium session up in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
         Session { child, group, port }
     }
 
     /// Opens `url` in a new tab (a browser-initiated navigation, like typing it).
     async fn open(&self, url: &str) {
-        let r = curl(&format!("http://127.0.0.1:{}/json/new?{url}", self.port), &["-X", "PUT"]).await;
-        assert_eq!(r.status, 200, "DevTools /json/new: {}", String::from_utf8_lossy(&r.body));
+        let r = curl(
+            &format!("http://127.0.0.1:{}/json/new?{url}", self.port),
+            &["-X", "PUT"],
+        )
+        .await;
+        assert_eq!(
+            r.status,
+            200,
+            "DevTools /json/new: {}",
+            String::from_utf8_lossy(&r.body)
+        );
     }
 
     /// (url, title) of every page tab.
@@ -162,7 +193,12 @@ impl Session {
             .into_iter()
             .flatten()
             .filter(|t| t["type"] == "page")
-            .map(|t| (t["url"].as_str().unwrap_or_default().to_string(), t["title"].as_str().unwrap_or_default().to_string()))
+            .map(|t| {
+                (
+                    t["url"].as_str().unwrap_or_default().to_string(),
+                    t["title"].as_str().unwrap_or_default().to_string(),
+                )
+            })
             .collect()
     }
 
@@ -192,7 +228,9 @@ impl Session {
 
     /// A clean shutdown (SIGTERM to the browser), then whatever is left of its group.
     async fn close(mut self) {
-        let _ = std::process::Command::new("kill").args(["-TERM", &self.group.to_string()]).status();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.group.to_string()])
+            .status();
         let _ = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
         signal_group(self.group, "KILL");
     }
@@ -236,7 +274,10 @@ struct Exchange {
 }
 
 fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    fields.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    fields
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
 impl Exchange {
@@ -255,7 +296,9 @@ async fn recorder(target: SocketAddr) -> Recorder {
     let list = connections.clone();
     tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
-            let Ok(server) = TcpStream::connect(target).await else { continue };
+            let Ok(server) = TcpStream::connect(target).await else {
+                continue;
+            };
             let connection = Arc::new(Connection::default());
             list.lock().unwrap().push(connection.clone());
             let (client_read, client_write) = client.into_split();
@@ -269,7 +312,11 @@ async fn recorder(target: SocketAddr) -> Recorder {
 }
 
 /// Copies `from` to `to`, recording each chunk before it is passed on.
-async fn pump(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, record: &Mutex<Vec<u8>>) {
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    record: &Mutex<Vec<u8>>,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
@@ -298,8 +345,17 @@ impl Recorder {
             let down = c.down.lock().unwrap().clone();
             let requests = parse_requests(&up);
             let responses = parse_responses(&down);
-            for ((method, target, request), (status, response, body_len)) in requests.into_iter().zip(responses) {
-                all.push(Exchange { method, target, request, status, response, body_len });
+            for ((method, target, request), (status, response, body_len)) in
+                requests.into_iter().zip(responses)
+            {
+                all.push(Exchange {
+                    method,
+                    target,
+                    request,
+                    status,
+                    response,
+                    body_len,
+                });
             }
         }
         all
@@ -307,7 +363,10 @@ impl Recorder {
 
     /// Exchanges for `path` (exact request target).
     fn exchanges_for(&self, path: &str) -> Vec<Exchange> {
-        self.exchanges().into_iter().filter(|e| e.target == path).collect()
+        self.exchanges()
+            .into_iter()
+            .filter(|e| e.target == path)
+            .collect()
     }
 }
 
@@ -334,7 +393,9 @@ fn parse_requests(mut data: &[u8]) -> Vec<(String, String, Fields)> {
         let mut parts = line.split_whitespace();
         let method = parts.next().unwrap_or_default().to_string();
         let target = parts.next().unwrap_or_default().to_string();
-        let body: usize = field(&fields, "content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let body: usize = field(&fields, "content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         data = &data[(len + body).min(data.len())..];
         out.push((method, target, fields));
     }
@@ -345,27 +406,41 @@ fn parse_requests(mut data: &[u8]) -> Vec<(String, String, Fields)> {
 fn parse_responses(mut data: &[u8]) -> Vec<(u16, Fields, usize)> {
     let mut out = Vec::new();
     while let Some(((line, fields), len)) = parse_head(data) {
-        let status: u16 = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         data = &data[len..];
         if (100..200).contains(&status) {
             continue;
         }
         let body_len = if status == 204 || status == 304 {
             0
-        } else if field(&fields, "transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
+        } else if field(&fields, "transfer-encoding")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"))
+        {
             let mut total = 0;
             loop {
-                let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else { return out };
+                let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else {
+                    return out;
+                };
                 let size_text = String::from_utf8_lossy(&data[..eol]).into_owned();
-                let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+                let size =
+                    usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+                        .unwrap_or(0);
                 data = &data[eol + 2..];
                 if size == 0 {
                     // Trailers, then the empty line.
-                    let Some(end) = data.windows(2).position(|w| w == b"\r\n") else { return out };
+                    let Some(end) = data.windows(2).position(|w| w == b"\r\n") else {
+                        return out;
+                    };
                     let end = if end == 0 {
                         2
                     } else {
-                        data.windows(4).position(|w| w == b"\r\n\r\n").map_or(data.len(), |p| p + 4)
+                        data.windows(4)
+                            .position(|w| w == b"\r\n\r\n")
+                            .map_or(data.len(), |p| p + 4)
                     };
                     data = &data[end.min(data.len())..];
                     break;
@@ -378,7 +453,9 @@ fn parse_responses(mut data: &[u8]) -> Vec<(u16, Fields, usize)> {
                 data = &data[size + 2..];
             }
             total
-        } else if let Some(n) = field(&fields, "content-length").and_then(|v| v.parse::<usize>().ok()) {
+        } else if let Some(n) =
+            field(&fields, "content-length").and_then(|v| v.parse::<usize>().ok())
+        {
             let n = n.min(data.len());
             data = &data[n..];
             n
@@ -429,8 +506,12 @@ fn script_page(v: u32) -> String {
 /// A page of realistic size: a corpus spec page shown as text (so it loads nothing
 /// from the network), with a version marker.
 fn document_page(v: u32) -> Vec<u8> {
-    let source = String::from_utf8_lossy(&corpus_file(if v == 1 { PAGE_V1 } else { PAGE_V2 })).into_owned();
-    let escaped = source.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let source =
+        String::from_utf8_lossy(&corpus_file(if v == 1 { PAGE_V1 } else { PAGE_V2 })).into_owned();
+    let escaped = source
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
     format!(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>page-v{v}</title></head>\n\
          <body><h1 id=\"version\">page-v{v}</h1>\n<pre>{escaped}</pre>\n</body></html>\n"
@@ -445,7 +526,16 @@ async fn metrics_text(proxy: &Proxy) -> String {
 fn describe(exchanges: &[Exchange]) -> String {
     exchanges
         .iter()
-        .map(|e| format!("{} {} -> {} ce={:?} len={}", e.method, e.target, e.status, e.response("content-encoding"), e.body_len))
+        .map(|e| {
+            format!(
+                "{} {} -> {} ce={:?} len={}",
+                e.method,
+                e.target,
+                e.status,
+                e.response("content-encoding"),
+                e.body_len
+            )
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -465,11 +555,21 @@ async fn versioned_script_scenario(coding: &'static str) {
     let state = page_version.clone();
     let (s1, s2) = (v1.clone(), v2.clone());
     let origin = origin(move |req| {
-        let js = [("content-type", "application/javascript"), ("cache-control", "max-age=3600")];
+        let js = [
+            ("content-type", "application/javascript"),
+            ("cache-control", "max-age=3600"),
+        ];
         match req.uri().path() {
             "/" => {
                 let v = *state.lock().unwrap();
-                response(200, &[("content-type", "text/html; charset=utf-8"), ("cache-control", "no-cache")], script_page(v))
+                response(
+                    200,
+                    &[
+                        ("content-type", "text/html; charset=utf-8"),
+                        ("cache-control", "no-cache"),
+                    ],
+                    script_page(v),
+                )
             }
             "/js/app.v1.js" => response(200, &js, s1.clone()),
             "/js/app.v2.js" => response(200, &js, s2.clone()),
@@ -477,17 +577,29 @@ async fn versioned_script_scenario(coding: &'static str) {
         }
     })
     .await;
-    let proxy = start_proxy(&origin.url(""), |c| c.delta.dictionary_codings = coding.to_string()).await;
+    let proxy = start_proxy(&origin.url(""), |c| {
+        c.delta.dictionary_codings = coding.to_string()
+    })
+    .await;
     let relay = recorder(proxy.running.addr).await;
     let profile = tempfile::tempdir().unwrap();
 
     // Load 1: v1 arrives announced as a dictionary for every version of the script.
     let dom = dump_dom(&exe, profile.path(), &relay.url("/"), 5000).await;
-    assert!(dom.contains(&format!("data-result=\"{}\"", script_result(1))), "load 1 ran v1:\n{dom}");
+    assert!(
+        dom.contains(&format!("data-result=\"{}\"", script_result(1))),
+        "load 1 ran v1:\n{dom}"
+    );
     let first = relay.exchanges_for("/js/app.v1.js");
-    let first = first.first().unwrap_or_else(|| panic!("Chromium fetched v1:\n{}", describe(&relay.exchanges())));
+    let first = first
+        .first()
+        .unwrap_or_else(|| panic!("Chromium fetched v1:\n{}", describe(&relay.exchanges())));
     assert_eq!(first.status, 200);
-    assert_eq!(first.response("use-as-dictionary"), Some("match=\"/js/app.*.js\""), "{first:#?}");
+    assert_eq!(
+        first.response("use-as-dictionary"),
+        Some("match=\"/js/app.*.js\""),
+        "{first:#?}"
+    );
 
     // The origin moves the page to v2.
     *page_version.lock().unwrap() = 2;
@@ -495,7 +607,9 @@ async fn versioned_script_scenario(coding: &'static str) {
     // Load 2, same profile: Chromium offers v1 as a dictionary and decodes the delta.
     let dom = dump_dom(&exe, profile.path(), &relay.url("/"), 5000).await;
     let exchanges = relay.exchanges_for("/js/app.v2.js");
-    let second = exchanges.first().unwrap_or_else(|| panic!("Chromium fetched v2:\n{}", describe(&relay.exchanges())));
+    let second = exchanges
+        .first()
+        .unwrap_or_else(|| panic!("Chromium fetched v2:\n{}", describe(&relay.exchanges())));
     eprintln!("[{coding}] Chromium's request for /js/app.v2.js:");
     for (k, v) in &second.request {
         eprintln!("    {k}: {v}");
@@ -509,7 +623,10 @@ async fn versioned_script_scenario(coding: &'static str) {
         v2.len()
     );
     let accept = second.request("accept-encoding").unwrap_or_default();
-    assert!(accept.split(',').any(|t| t.trim() == coding), "Chromium offers {coding}: {accept:?}");
+    assert!(
+        accept.split(',').any(|t| t.trim() == coding),
+        "Chromium offers {coding}: {accept:?}"
+    );
     assert_eq!(
         second.request("available-dictionary"),
         Some(format!(":{}:", sha256_b64(&v1)).as_str()),
@@ -517,14 +634,29 @@ async fn versioned_script_scenario(coding: &'static str) {
         second.request
     );
     assert_eq!(second.status, 200);
-    assert_eq!(second.response("content-encoding"), Some(coding), "{second:#?}");
-    assert!(second.body_len * 5 < v2.len(), "the delta pays: {} bytes for {}", second.body_len, v2.len());
+    assert_eq!(
+        second.response("content-encoding"),
+        Some(coding),
+        "{second:#?}"
+    );
+    assert!(
+        second.body_len * 5 < v2.len(),
+        "the delta pays: {} bytes for {}",
+        second.body_len,
+        v2.len()
+    );
     assert!(
         dom.contains(&format!("data-result=\"{}\"", script_result(2))),
         "load 2 ran the new script (decoded from {coding}):\n{dom}"
     );
     let metrics = metrics_text(&proxy).await;
-    assert!(metric(&metrics, &format!("wirefold_body_bytes_sent_total{{mechanism=\"{coding}\"")) > 0.0, "{metrics}");
+    assert!(
+        metric(
+            &metrics,
+            &format!("wirefold_body_bytes_sent_total{{mechanism=\"{coding}\"")
+        ) > 0.0,
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -551,7 +683,14 @@ async fn chromium_uses_the_derived_dictionary_of_a_no_cache_page() {
     let origin = origin(move |req| match req.uri().path() {
         "/page" => {
             let v = *state.lock().unwrap();
-            response(200, &[("content-type", "text/html; charset=utf-8"), ("cache-control", "no-cache")], document_page(v))
+            response(
+                200,
+                &[
+                    ("content-type", "text/html; charset=utf-8"),
+                    ("cache-control", "no-cache"),
+                ],
+                document_page(v),
+            )
         }
         _ => response(404, &[("content-type", "text/plain")], "not found"),
     })
@@ -566,28 +705,56 @@ async fn chromium_uses_the_derived_dictionary_of_a_no_cache_page() {
     // Load 1: the page links its derived dictionary; Chromium fetches it after load,
     // at idle time, in real time.
     session.open(&relay.url("/page")).await;
-    assert!(session.wait_for_title("page-v1", limit).await, "load 1 shows v1: {:?}", session.tabs().await);
+    assert!(
+        session.wait_for_title("page-v1", limit).await,
+        "load 1 shows v1: {:?}",
+        session.tabs().await
+    );
     let dictionary_fetched = || {
         relay.exchanges().iter().any(|e| {
             e.target.starts_with("/.wirefold/dict/")
                 && e.body_len > 0
-                && (e.response("transfer-encoding").is_some() || Some(e.body_len) == e.response("content-length").and_then(|v| v.parse().ok()))
+                && (e.response("transfer-encoding").is_some()
+                    || Some(e.body_len)
+                        == e.response("content-length").and_then(|v| v.parse().ok()))
         })
     };
     let started = std::time::Instant::now();
     let fetched = session.wait_until(dictionary_fetched, limit).await;
-    eprintln!("load 1 exchanges (dictionary fetched {:.1} s after the title showed):\n{}", started.elapsed().as_secs_f64(), describe(&relay.exchanges()));
+    eprintln!(
+        "load 1 exchanges (dictionary fetched {:.1} s after the title showed):\n{}",
+        started.elapsed().as_secs_f64(),
+        describe(&relay.exchanges())
+    );
     let page = relay.exchanges_for("/page");
     let first = page.first().expect("Chromium loaded the page");
-    assert!(first.response("use-as-dictionary").is_none(), "instantly stale: no Use-As-Dictionary: {first:#?}");
-    let link = first.response("link").expect("the page links a dictionary").to_string();
+    assert!(
+        first.response("use-as-dictionary").is_none(),
+        "instantly stale: no Use-As-Dictionary: {first:#?}"
+    );
+    let link = first
+        .response("link")
+        .expect("the page links a dictionary")
+        .to_string();
     eprintln!("load 1: Link: {link}");
-    let dict_path = link.trim_start_matches('<').split('>').next().unwrap().to_string();
-    assert!(fetched, "Chromium did not fetch the linked dictionary {dict_path} within {limit:?} of real time");
+    let dict_path = link
+        .trim_start_matches('<')
+        .split('>')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(
+        fetched,
+        "Chromium did not fetch the linked dictionary {dict_path} within {limit:?} of real time"
+    );
     let dict = relay.exchanges_for(&dict_path);
     let dict = dict.first().expect("the fetch is for the linked URL");
     assert_eq!(dict.status, 200);
-    assert_eq!(dict.response("use-as-dictionary"), Some("match=\"/page\", match-dest=(\"document\")"), "{dict:#?}");
+    assert_eq!(
+        dict.response("use-as-dictionary"),
+        Some("match=\"/page\", match-dest=(\"document\")"),
+        "{dict:#?}"
+    );
     eprintln!("Chromium's dictionary fetch:");
     for (k, v) in &dict.request {
         eprintln!("    {k}: {v}");
@@ -617,11 +784,32 @@ async fn chromium_uses_the_derived_dictionary_of_a_no_cache_page() {
         v2.len()
     );
     assert_eq!(pages.len(), 2, "{}", describe(&relay.exchanges()));
-    assert_eq!(second.request("available-dictionary"), Some(format!(":{}:", sha256_b64(&v1)).as_str()), "{:#?}", second.request);
-    assert!(second.request("accept-encoding").unwrap_or_default().split(',').any(|t| t.trim() == "dcz"));
-    assert_eq!(second.response("content-encoding"), Some("dcz"), "{second:#?}");
-    assert!(second.body_len * 5 < v2.len(), "the delta pays: {} bytes for {}", second.body_len, v2.len());
+    assert_eq!(
+        second.request("available-dictionary"),
+        Some(format!(":{}:", sha256_b64(&v1)).as_str()),
+        "{:#?}",
+        second.request
+    );
+    assert!(second
+        .request("accept-encoding")
+        .unwrap_or_default()
+        .split(',')
+        .any(|t| t.trim() == "dcz"));
+    assert_eq!(
+        second.response("content-encoding"),
+        Some("dcz"),
+        "{second:#?}"
+    );
+    assert!(
+        second.body_len * 5 < v2.len(),
+        "the delta pays: {} bytes for {}",
+        second.body_len,
+        v2.len()
+    );
     assert!(shown, "load 2 shows v2 (decoded from dcz): tabs {tabs:?}");
     let metrics = metrics_text(&proxy).await;
-    assert!(metric(&metrics, "wirefold_body_bytes_sent_total{mechanism=\"dcz\"") > 0.0, "{metrics}");
+    assert!(
+        metric(&metrics, "wirefold_body_bytes_sent_total{mechanism=\"dcz\"") > 0.0,
+        "{metrics}"
+    );
 }

@@ -129,7 +129,17 @@ fn body_text(body: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_request_head_gets_400_and_the_server_keeps_serving() {
-    let origin = origin(|_| response(200, &[("content-type", "text/plain"), ("cache-control", "no-store")], "fine")).await;
+    let origin = origin(|_| {
+        response(
+            200,
+            &[
+                ("content-type", "text/plain"),
+                ("cache-control", "no-store"),
+            ],
+            "fine",
+        )
+    })
+    .await;
     let proxy = start_proxy(&origin.url(""), |_| {}).await;
     let garbage: [&[u8]; 4] = [
         b"\x01\x02 this is not http\r\n\r\n",
@@ -139,11 +149,24 @@ async fn malformed_request_head_gets_400_and_the_server_keeps_serving() {
     ];
     for (i, request) in garbage.iter().enumerate() {
         let reply = exchange(proxy.running.addr, request).await;
-        assert_eq!(status_of(&reply), Some(400), "request {i}: {:?}", body_text(&reply));
+        assert_eq!(
+            status_of(&reply),
+            Some(400),
+            "request {i}: {:?}",
+            body_text(&reply)
+        );
         let ok = curl(&proxy.url("/"), &[]).await;
-        assert_eq!((ok.status, ok.body.as_slice()), (200, &b"fine"[..]), "after malformed request {i}");
+        assert_eq!(
+            (ok.status, ok.body.as_slice()),
+            (200, &b"fine"[..]),
+            "after malformed request {i}"
+        );
     }
-    assert_eq!(origin.hits(), garbage.len(), "malformed requests never reach the origin");
+    assert_eq!(
+        origin.hits(),
+        garbage.len(),
+        "malformed requests never reach the origin"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,7 +177,12 @@ async fn oversized_request_head_gets_431() {
     request.extend(std::iter::repeat_n(b'a', 100 * 1024));
     request.extend_from_slice(b"\r\n\r\n");
     let reply = exchange(proxy.running.addr, &request).await;
-    assert_eq!(status_of(&reply), Some(431), "{:?}", body_text(&reply[..reply.len().min(200)]));
+    assert_eq!(
+        status_of(&reply),
+        Some(431),
+        "{:?}",
+        body_text(&reply[..reply.len().min(200)])
+    );
 
     // Many small fields adding up past the limit as well.
     let mut request = b"GET / HTTP/1.1\r\nHost: x\r\n".to_vec();
@@ -163,7 +191,12 @@ async fn oversized_request_head_gets_431() {
     }
     request.extend_from_slice(b"\r\n");
     let reply = exchange(proxy.running.addr, &request).await;
-    assert_eq!(status_of(&reply), Some(431), "{:?}", body_text(&reply[..reply.len().min(200)]));
+    assert_eq!(
+        status_of(&reply),
+        Some(431),
+        "{:?}",
+        body_text(&reply[..reply.len().min(200)])
+    );
 
     let ok = curl(&proxy.url("/"), &[]).await;
     assert_eq!(ok.status, 200);
@@ -181,7 +214,12 @@ enum Ending {
 
 /// Connects, sends `prefix`, then trickles `trickle` one byte per 100 ms; returns how
 /// the connection ended within `give_up`, and when.
-async fn slow_client(addr: SocketAddr, prefix: &'static [u8], trickle: &'static [u8], give_up: Duration) -> (Ending, Duration, Vec<u8>) {
+async fn slow_client(
+    addr: SocketAddr,
+    prefix: &'static [u8],
+    trickle: &'static [u8],
+    give_up: Duration,
+) -> (Ending, Duration, Vec<u8>) {
     let started = Instant::now();
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut rd, mut wr) = stream.into_split();
@@ -199,7 +237,9 @@ async fn slow_client(addr: SocketAddr, prefix: &'static [u8], trickle: &'static 
     let mut seen = Vec::new();
     let mut buf = [0u8; 1024];
     let ending = loop {
-        match tokio::time::timeout(give_up.saturating_sub(started.elapsed()), rd.read(&mut buf)).await {
+        match tokio::time::timeout(give_up.saturating_sub(started.elapsed()), rd.read(&mut buf))
+            .await
+        {
             Err(_) => break Ending::StillOpen,
             Ok(Ok(0)) | Ok(Err(_)) => break Ending::Closed,
             Ok(Ok(n)) => seen.extend_from_slice(&buf[..n]),
@@ -217,23 +257,38 @@ async fn slow_clients_are_cut_off_at_the_header_timeout() {
     let give_up = Duration::from_secs(5); // 10x the timeout: generous, never exact
 
     let cases: [(&str, &'static [u8], &'static [u8]); 4] = [
-        ("partial head, then silence", b"GET / HTTP/1.1\r\nHost: x\r\n", b""),
-        ("partial head, then a byte every 100 ms", b"GET / HTTP/1.1\r\nHost: x\r\n", b"X-Slow: aaaaaaaa\r\n"),
+        (
+            "partial head, then silence",
+            b"GET / HTTP/1.1\r\nHost: x\r\n",
+            b"",
+        ),
+        (
+            "partial head, then a byte every 100 ms",
+            b"GET / HTTP/1.1\r\nHost: x\r\n",
+            b"X-Slow: aaaaaaaa\r\n",
+        ),
         ("connected, nothing sent", b"", b""),
-        ("part of the HTTP/2 preface, then silence", b"PRI * HTTP/2.0\r\n", b""),
+        (
+            "part of the HTTP/2 preface, then silence",
+            b"PRI * HTTP/2.0\r\n",
+            b"",
+        ),
     ];
     let clients: Vec<_> = cases
         .iter()
         .map(|(name, prefix, trickle)| {
             let (prefix, trickle) = (*prefix, *trickle);
-            (*name, tokio::spawn(async move {
-                if trickle.is_empty() {
-                    // No trickle: send the prefix and wait.
-                    slow_client_silent(addr, prefix, give_up).await
-                } else {
-                    slow_client(addr, prefix, trickle, give_up).await
-                }
-            }))
+            (
+                *name,
+                tokio::spawn(async move {
+                    if trickle.is_empty() {
+                        // No trickle: send the prefix and wait.
+                        slow_client_silent(addr, prefix, give_up).await
+                    } else {
+                        slow_client(addr, prefix, trickle, give_up).await
+                    }
+                }),
+            )
         })
         .collect();
 
@@ -250,21 +305,38 @@ async fn slow_clients_are_cut_off_at_the_header_timeout() {
         if ending != Ending::Closed {
             failures.push(format!("{name}: still open after {took:?}"));
         } else if !seen.is_empty() {
-            assert_eq!(status_of(&seen), Some(408), "{name}: only a 408 may precede the close: {:?}", body_text(&seen));
+            assert_eq!(
+                status_of(&seen),
+                Some(408),
+                "{name}: only a 408 may precede the close: {:?}",
+                body_text(&seen)
+            );
         }
     }
-    assert!(failures.is_empty(), "slow clients not cut off: {failures:#?}");
+    assert!(
+        failures.is_empty(),
+        "slow clients not cut off: {failures:#?}"
+    );
     assert_eq!(origin.hits(), 3);
 }
 
-async fn slow_client_silent(addr: SocketAddr, prefix: &'static [u8], give_up: Duration) -> (Ending, Duration, Vec<u8>) {
+async fn slow_client_silent(
+    addr: SocketAddr,
+    prefix: &'static [u8],
+    give_up: Duration,
+) -> (Ending, Duration, Vec<u8>) {
     let started = Instant::now();
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream.write_all(prefix).await.unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 1024];
     let ending = loop {
-        match tokio::time::timeout(give_up.saturating_sub(started.elapsed()), stream.read(&mut buf)).await {
+        match tokio::time::timeout(
+            give_up.saturating_sub(started.elapsed()),
+            stream.read(&mut buf),
+        )
+        .await
+        {
             Err(_) => break Ending::StillOpen,
             Ok(Ok(0)) | Ok(Err(_)) => break Ending::Closed,
             Ok(Ok(n)) => seen.extend_from_slice(&buf[..n]),
@@ -288,7 +360,11 @@ async fn refused_origin_connection_is_a_502_and_counted() {
     let posted = curl(&proxy.url("/form"), &["-X", "POST", "--data", "a=1"]).await;
     assert_eq!(posted.status, 502);
     let metrics = metrics_text(&proxy).await;
-    assert_eq!(metric(&metrics, "wirefold_origin_errors_total{result=\"connect\"}"), 2.0, "{metrics}");
+    assert_eq!(
+        metric(&metrics, "wirefold_origin_errors_total{result=\"connect\"}"),
+        2.0,
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,13 +382,32 @@ async fn origin_reset_mid_body_is_a_502_and_not_cached() {
     let proxy = start_proxy(&format!("http://{addr}"), |_| {}).await;
     for attempt in 1..=2 {
         let fetched = curl(&proxy.url("/big"), &[]).await;
-        assert_eq!(fetched.status, 502, "attempt {attempt}: {:?}", body_text(&fetched.body));
-        assert!(body_text(&fetched.body).starts_with("wirefold: "), "{:?}", body_text(&fetched.body));
-        assert_ne!(fetched.header("cache-status").map(|s| s.contains("hit")), Some(true));
-        assert_eq!(connections.load(Ordering::SeqCst), attempt, "each attempt goes to the origin");
+        assert_eq!(
+            fetched.status,
+            502,
+            "attempt {attempt}: {:?}",
+            body_text(&fetched.body)
+        );
+        assert!(
+            body_text(&fetched.body).starts_with("wirefold: "),
+            "{:?}",
+            body_text(&fetched.body)
+        );
+        assert_ne!(
+            fetched.header("cache-status").map(|s| s.contains("hit")),
+            Some(true)
+        );
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            attempt,
+            "each attempt goes to the origin"
+        );
     }
     let metrics = metrics_text(&proxy).await;
-    assert!(metric(&metrics, "wirefold_origin_errors_total{result=\"body\"}") >= 2.0, "{metrics}");
+    assert!(
+        metric(&metrics, "wirefold_origin_errors_total{result=\"body\"}") >= 2.0,
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,24 +424,44 @@ async fn origin_reset_mid_stream_aborts_the_client_transfer() {
         reset(stream);
     })
     .await;
-    let proxy = start_proxy(&format!("http://{addr}"), |c| c.limits.max_buffered_body = 16 * 1024).await;
+    let proxy = start_proxy(&format!("http://{addr}"), |c| {
+        c.limits.max_buffered_body = 16 * 1024
+    })
+    .await;
     for attempt in 1..=2 {
         let out = tokio::process::Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "--max-time", "10", "-w", "%{http_code} %{size_download}"])
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "--max-time",
+                "10",
+                "-w",
+                "%{http_code} %{size_download}",
+            ])
             .arg(proxy.url("/streamed"))
             .output()
             .await
             .unwrap();
         let report = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(!out.status.success(), "attempt {attempt}: curl must see the transfer fail, saw {report}");
-        assert_eq!(connections.load(Ordering::SeqCst), attempt, "nothing was cached");
+        assert!(
+            !out.status.success(),
+            "attempt {attempt}: curl must see the transfer fail, saw {report}"
+        );
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            attempt,
+            "nothing was cached"
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_origin_response_is_a_502() {
     let (addr, connections) = counting_raw_origin(|mut stream| async move {
-        let _ = stream.write_all(b"HELLO THERE \x01\x02\r\nnonsense\r\n\r\n").await;
+        let _ = stream
+            .write_all(b"HELLO THERE \x01\x02\r\nnonsense\r\n\r\n")
+            .await;
         let _ = stream.shutdown().await;
     })
     .await;
@@ -354,10 +469,19 @@ async fn malformed_origin_response_is_a_502() {
     let fetched = curl(&proxy.url("/x"), &[]).await;
     assert_eq!(fetched.status, 502, "{:?}", body_text(&fetched.body));
     let text = body_text(&fetched.body);
-    assert!(text.starts_with("wirefold: origin sent an invalid response"), "{text}");
+    assert!(
+        text.starts_with("wirefold: origin sent an invalid response"),
+        "{text}"
+    );
     assert!(connections.load(Ordering::SeqCst) >= 1);
     let metrics = metrics_text(&proxy).await;
-    assert!(metric(&metrics, "wirefold_origin_errors_total{result=\"protocol\"}") >= 1.0, "{metrics}");
+    assert!(
+        metric(
+            &metrics,
+            "wirefold_origin_errors_total{result=\"protocol\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -373,8 +497,17 @@ async fn short_content_length_is_a_502_and_nothing_is_cached() {
     let proxy = start_proxy(&format!("http://{addr}"), |_| {}).await;
     for attempt in 1..=2 {
         let fetched = curl(&proxy.url("/short"), &[]).await;
-        assert_eq!(fetched.status, 502, "attempt {attempt}: {:?}", body_text(&fetched.body));
-        assert_eq!(connections.load(Ordering::SeqCst), attempt, "nothing was cached");
+        assert_eq!(
+            fetched.status,
+            502,
+            "attempt {attempt}: {:?}",
+            body_text(&fetched.body)
+        );
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            attempt,
+            "nothing was cached"
+        );
     }
 }
 
@@ -382,16 +515,28 @@ async fn short_content_length_is_a_502_and_nothing_is_cached() {
 async fn origin_too_slow_for_the_head_is_a_504() {
     let (addr, _) = counting_raw_origin(|mut stream| async move {
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nlate").await;
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nlate")
+            .await;
     })
     .await;
-    let proxy = start_proxy(&format!("http://{addr}"), |c| c.upstream.header_timeout_ms = 300).await;
+    let proxy = start_proxy(&format!("http://{addr}"), |c| {
+        c.upstream.header_timeout_ms = 300
+    })
+    .await;
     let fetched = curl(&proxy.url("/slow"), &[]).await;
     assert_eq!(fetched.status, 504, "{:?}", body_text(&fetched.body));
     let text = body_text(&fetched.body);
-    assert!(text.starts_with("wirefold: origin did not answer"), "{text}");
+    assert!(
+        text.starts_with("wirefold: origin did not answer"),
+        "{text}"
+    );
     let metrics = metrics_text(&proxy).await;
-    assert_eq!(metric(&metrics, "wirefold_origin_errors_total{result=\"timeout\"}"), 1.0, "{metrics}");
+    assert_eq!(
+        metric(&metrics, "wirefold_origin_errors_total{result=\"timeout\"}"),
+        1.0,
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,7 +544,11 @@ async fn corrupt_origin_gzip_is_a_502_and_not_cached() {
     let origin = origin(|_| {
         response(
             200,
-            &[("content-type", "text/plain"), ("content-encoding", "gzip"), ("cache-control", "max-age=3600")],
+            &[
+                ("content-type", "text/plain"),
+                ("content-encoding", "gzip"),
+                ("cache-control", "max-age=3600"),
+            ],
             &b"\x1f\x8b this is certainly not deflate data \x00\xff\xfe"[..],
         )
     })
@@ -433,7 +582,11 @@ async fn decompression_bomb_fails_clearly() {
     let origin = origin(move |_| {
         response(
             200,
-            &[("content-type", "text/plain"), ("content-encoding", "gzip"), ("cache-control", "max-age=3600")],
+            &[
+                ("content-type", "text/plain"),
+                ("content-encoding", "gzip"),
+                ("cache-control", "max-age=3600"),
+            ],
             served.clone(),
         )
     })
@@ -443,7 +596,11 @@ async fn decompression_bomb_fails_clearly() {
     let proxy = start_proxy(&origin.url(""), |c| c.limits.max_decoded_body = 10 << 20).await;
     let fetched = curl(&proxy.url("/bomb"), &[]).await;
     assert_eq!(fetched.status, 502, "{} body bytes", fetched.body.len());
-    assert!(body_text(&fetched.body).contains("undecodable"), "{:?}", body_text(&fetched.body));
+    assert!(
+        body_text(&fetched.body).contains("undecodable"),
+        "{:?}",
+        body_text(&fetched.body)
+    );
 
     // Streamed (the encoded body exceeds the buffer): the stream is cut off with an
     // error, never ended as if complete.
@@ -461,16 +618,24 @@ async fn decompression_bomb_fails_clearly() {
         .output()
         .await
         .unwrap();
-    let received = std::fs::metadata(dir.path().join("body")).map(|m| m.len()).unwrap_or(0);
+    let received = std::fs::metadata(dir.path().join("body"))
+        .map(|m| m.len())
+        .unwrap_or(0);
     let code = String::from_utf8_lossy(&out.stdout).into_owned();
     let clean_200 = out.status.success() && code == "200";
-    eprintln!("streamed bomb: curl {:?}, status {code}, {received} bytes received", out.status.code());
+    eprintln!(
+        "streamed bomb: curl {:?}, status {code}, {received} bytes received",
+        out.status.code()
+    );
     assert!(
         !clean_200,
         "a bomb must not end as a complete 200: curl {:?} code {code}, {received} bytes",
         out.status
     );
-    assert!(received <= (11 << 20), "no more than the limit is sent: {received} bytes");
+    assert!(
+        received <= (11 << 20),
+        "no more than the limit is sent: {received} bytes"
+    );
 }
 
 // ---------------------------------------------------------------------------------
@@ -482,7 +647,9 @@ async fn corrupt_store_index_refuses_to_start_and_is_left_alone() {
     let store_dir = data.path().join("store");
     std::fs::create_dir_all(&store_dir).unwrap();
     let index = store_dir.join("index.redb");
-    let garbage: Vec<u8> = (0..8192u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let garbage: Vec<u8> = (0..8192u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     std::fs::write(&index, &garbage).unwrap();
 
     let mut config = support::test_config(data.path());
@@ -491,14 +658,23 @@ async fn corrupt_store_index_refuses_to_start_and_is_left_alone() {
         Ok(_) => panic!("a corrupt index must stop the start"),
         Err(e) => e.to_string(),
     };
-    assert!(err.contains(&index.display().to_string()), "the error names the file: {err}");
-    assert_eq!(std::fs::read(&index).unwrap(), garbage, "the corrupt file is left untouched");
+    assert!(
+        err.contains(&index.display().to_string()),
+        "the error names the file: {err}"
+    );
+    assert_eq!(
+        std::fs::read(&index).unwrap(),
+        garbage,
+        "the corrupt file is left untouched"
+    );
 }
 
 /// Every file under `dir`, recursively.
 fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
@@ -513,7 +689,14 @@ fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn damaged_blob_file_after_restart_is_refetched_never_served() {
     let origin = origin(|_| {
-        response(200, &[("content-type", "application/octet-stream"), ("cache-control", "max-age=3600")], item_body(7, 20_000))
+        response(
+            200,
+            &[
+                ("content-type", "application/octet-stream"),
+                ("cache-control", "max-age=3600"),
+            ],
+            item_body(7, 20_000),
+        )
     })
     .await;
     let data = tempfile::tempdir().unwrap();
@@ -525,7 +708,10 @@ async fn damaged_blob_file_after_restart_is_refetched_never_served() {
     .await;
     let first = curl(&proxy.url("/blob"), &[]).await;
     assert_eq!(first.status, 200);
-    let Proxy { running, data: _unused } = proxy;
+    let Proxy {
+        running,
+        data: _unused,
+    } = proxy;
     running.shutdown().await;
 
     // Same length, different bytes: only the hash check on read can tell.
@@ -540,8 +726,15 @@ async fn damaged_blob_file_after_restart_is_refetched_never_served() {
     let proxy = start_proxy(&origin.url(""), move |c| c.data_dir = data_dir).await;
     let again = curl(&proxy.url("/blob"), &[]).await;
     assert_eq!(again.status, 200);
-    assert!(again.body == item_body(7, 20_000), "never the damaged bytes");
-    assert_eq!(origin.hits(), 2, "the damaged copy was dropped and the origin asked again");
+    assert!(
+        again.body == item_body(7, 20_000),
+        "never the damaged bytes"
+    );
+    assert_eq!(
+        origin.hits(),
+        2,
+        "the damaged copy was dropped and the origin asked again"
+    );
 }
 
 /// Unmounts the tmpfs even when the test panics.
@@ -549,7 +742,10 @@ struct Mounted(std::path::PathBuf);
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
     }
 }
 
@@ -564,17 +760,30 @@ async fn disk_full_while_caching_serves_anyway() {
         .output();
     match mounted {
         Ok(out) if out.status.success() => {}
-        Ok(out) => return eprintln!("SKIP disk_full_while_caching_serves_anyway: mount failed: {}", String::from_utf8_lossy(&out.stderr)),
+        Ok(out) => {
+            return eprintln!(
+                "SKIP disk_full_while_caching_serves_anyway: mount failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        }
         Err(e) => return eprintln!("SKIP disk_full_while_caching_serves_anyway: mount: {e}"),
     }
     let _guard = Mounted(data.clone());
 
     const LEN: usize = 100 * 1024;
     let origin = origin(|req| {
-        let n: u32 = req.uri().path().trim_start_matches("/item/").parse().unwrap_or(0);
+        let n: u32 = req
+            .uri()
+            .path()
+            .trim_start_matches("/item/")
+            .parse()
+            .unwrap_or(0);
         response(
             200,
-            &[("content-type", "application/octet-stream"), ("cache-control", "max-age=3600")],
+            &[
+                ("content-type", "application/octet-stream"),
+                ("cache-control", "max-age=3600"),
+            ],
             item_body(n, LEN),
         )
     })
@@ -585,18 +794,27 @@ async fn disk_full_while_caching_serves_anyway() {
     for n in 0..ITEMS {
         let fetched = curl(&proxy.url(&format!("/item/{n}")), &[]).await;
         assert_eq!(fetched.status, 200, "item {n}");
-        assert!(fetched.body == item_body(n, LEN), "item {n}: body differs ({} bytes)", fetched.body.len());
+        assert!(
+            fetched.body == item_body(n, LEN),
+            "item {n}: body differs ({} bytes)",
+            fetched.body.len()
+        );
     }
     assert_eq!(origin.hits(), ITEMS as usize);
     let metrics = metrics_text(&proxy).await;
-    assert!(metric(&metrics, "wirefold_store_write_errors_total") > 0.0, "{metrics}");
+    assert!(
+        metric(&metrics, "wirefold_store_write_errors_total") > 0.0,
+        "{metrics}"
+    );
 
     // What was cached before the disk filled is still served from the cache.
     let first = curl(&proxy.url("/item/0"), &[]).await;
     assert_eq!(first.status, 200);
     assert!(first.body == item_body(0, LEN));
     assert!(
-        first.header("cache-status").is_some_and(|s| s.contains("hit")),
+        first
+            .header("cache-status")
+            .is_some_and(|s| s.contains("hit")),
         "item 0 served from the cache: {:?}",
         first.header("cache-status")
     );
@@ -605,7 +823,10 @@ async fn disk_full_while_caching_serves_anyway() {
     let last = curl(&proxy.url(&format!("/item/{}", ITEMS - 1)), &[]).await;
     assert_eq!(last.status, 200);
     assert!(last.body == item_body(ITEMS - 1, LEN));
-    let Proxy { running, data: _data } = proxy;
+    let Proxy {
+        running,
+        data: _data,
+    } = proxy;
     running.shutdown().await;
 }
 
@@ -628,18 +849,27 @@ async fn graceful_shutdown_finishes_in_flight_requests_and_refuses_new_ones() {
     let proxy_addr = proxy.running.addr;
     let in_flight = tokio::spawn(async move { curl(&url, &[]).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let Proxy { running, data: _data } = proxy;
-    tokio::time::timeout(Duration::from_secs(20), running.shutdown()).await.expect("shutdown drains in time");
+    let Proxy {
+        running,
+        data: _data,
+    } = proxy;
+    tokio::time::timeout(Duration::from_secs(20), running.shutdown())
+        .await
+        .expect("shutdown drains in time");
     let fetched = in_flight.await.unwrap();
     assert_eq!(fetched.status, 200);
     assert_eq!(fetched.body, body);
-    assert!(TcpStream::connect(proxy_addr).await.is_err(), "no new connections after shutdown");
+    assert!(
+        TcpStream::connect(proxy_addr).await.is_err(),
+        "no new connections after shutdown"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_upgrade_passes_through() {
     let (addr, _) = counting_raw_origin(|mut stream| async move {
-        let head = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        let head =
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
                     Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
         if stream.write_all(head.as_bytes()).await.is_err() {
             return;
@@ -672,7 +902,10 @@ async fn websocket_upgrade_passes_through() {
         .expect("a response head");
     let head = String::from_utf8_lossy(&head).into_owned();
     assert_eq!(status_of(head.as_bytes()), Some(101), "{head}");
-    assert!(head.to_ascii_lowercase().contains("upgrade: websocket"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("upgrade: websocket"),
+        "{head}"
+    );
     for message in [&b"hello through the proxy"[..], &[0u8, 1, 2, 255, 254][..]] {
         client.write_all(message).await.unwrap();
         let mut echoed = vec![0u8; message.len()];

@@ -25,15 +25,37 @@ async fn every_coding_decodes_with_the_reference_tools() {
     let server = start_root(dir.path(), |_| {}).await;
     let original = corpus_file(PAGE);
     for (token, tool) in [("br", "brotli"), ("zstd", "zstd"), ("gzip", "gzip")] {
-        let r = curl(&server.url("/index.html"), &["-H", &format!("Accept-Encoding: {token}")]).await;
+        let r = curl(
+            &server.url("/index.html"),
+            &["-H", &format!("Accept-Encoding: {token}")],
+        )
+        .await;
         assert_eq!(r.status, 200);
         assert_eq!(r.header("content-encoding"), Some(token));
-        assert!(r.header("vary").unwrap().to_ascii_lowercase().contains("accept-encoding"));
-        assert!(r.body.len() < original.len() / 3, "{token} should compress HTML well");
-        assert_eq!(r.header("content-length").unwrap(), r.body.len().to_string());
-        assert_eq!(decode_with_cli(tool, &r.body), original, "{tool} decodes our {token} body");
+        assert!(r
+            .header("vary")
+            .unwrap()
+            .to_ascii_lowercase()
+            .contains("accept-encoding"));
+        assert!(
+            r.body.len() < original.len() / 3,
+            "{token} should compress HTML well"
+        );
+        assert_eq!(
+            r.header("content-length").unwrap(),
+            r.body.len().to_string()
+        );
+        assert_eq!(
+            decode_with_cli(tool, &r.body),
+            original,
+            "{tool} decodes our {token} body"
+        );
         // curl's own decoder agrees.
-        let d = curl(&server.url("/index.html"), &["--compressed", "-H", &format!("Accept-Encoding: {token}")]).await;
+        let d = curl(
+            &server.url("/index.html"),
+            &["--compressed", "-H", &format!("Accept-Encoding: {token}")],
+        )
+        .await;
         assert_eq!(d.body, original);
     }
 }
@@ -44,15 +66,37 @@ async fn negotiation_follows_q_values_and_skips_what_does_not_pay() {
     let server = start_root(dir.path(), |_| {}).await;
     let coding = |ae: &'static str, path: &'static str| {
         let url = server.url(path);
-        async move { curl(&url, &["-H", &format!("Accept-Encoding: {ae}")]).await.header("content-encoding").map(str::to_string) }
+        async move {
+            curl(&url, &["-H", &format!("Accept-Encoding: {ae}")])
+                .await
+                .header("content-encoding")
+                .map(str::to_string)
+        }
     };
-    assert_eq!(coding("gzip, br", "/index.html").await.as_deref(), Some("br"));
-    assert_eq!(coding("gzip;q=1, br;q=0.5", "/index.html").await.as_deref(), Some("gzip"));
+    assert_eq!(
+        coding("gzip, br", "/index.html").await.as_deref(),
+        Some("br")
+    );
+    assert_eq!(
+        coding("gzip;q=1, br;q=0.5", "/index.html").await.as_deref(),
+        Some("gzip")
+    );
     assert_eq!(coding("*", "/index.html").await.as_deref(), Some("br"));
-    assert_eq!(coding("br;q=0, *", "/index.html").await.as_deref(), Some("zstd"));
+    assert_eq!(
+        coding("br;q=0, *", "/index.html").await.as_deref(),
+        Some("zstd")
+    );
     assert_eq!(coding("identity", "/index.html").await, None);
-    assert_eq!(coding("gzip, br", "/small.txt").await, None, "below min_size");
-    assert_eq!(coding("gzip, br", "/photo.jpg").await, None, "already compressed type");
+    assert_eq!(
+        coding("gzip, br", "/small.txt").await,
+        None,
+        "below min_size"
+    );
+    assert_eq!(
+        coding("gzip, br", "/photo.jpg").await,
+        None,
+        "already compressed type"
+    );
     let none = curl(&server.url("/index.html"), &[]).await;
     assert_eq!(none.header("content-encoding"), None);
     assert_eq!(none.body, corpus_file(PAGE));
@@ -62,7 +106,11 @@ async fn negotiation_follows_q_values_and_skips_what_does_not_pay() {
 async fn http2_cleartext_and_tls_alpn() {
     let dir = site();
     let server = start_root(dir.path(), |_| {}).await;
-    let r = curl(&server.url("/aria.js"), &["--http2-prior-knowledge", "--compressed"]).await;
+    let r = curl(
+        &server.url("/aria.js"),
+        &["--http2-prior-knowledge", "--compressed"],
+    )
+    .await;
     assert_eq!(r.version, "HTTP/2");
     assert_eq!(r.body, corpus_file(SCRIPT));
 
@@ -70,7 +118,11 @@ async fn http2_cleartext_and_tls_alpn() {
     let r = curl(&tls.url("/aria.js"), &["--http2", "--compressed"]).await;
     assert_eq!(r.version, "HTTP/2", "ALPN negotiates h2");
     assert_eq!(r.body, corpus_file(SCRIPT));
-    let r = curl(&tls.url("/aria.js"), &["--http1.1", "-H", "Accept-Encoding: zstd"]).await;
+    let r = curl(
+        &tls.url("/aria.js"),
+        &["--http1.1", "-H", "Accept-Encoding: zstd"],
+    )
+    .await;
     assert_eq!(r.version, "HTTP/1.1");
     assert_eq!(decode_with_cli("zstd", &r.body), corpus_file(SCRIPT));
 }
@@ -90,12 +142,33 @@ async fn validators_give_304_per_representation() {
     let br = curl(&url, &["-H", "Accept-Encoding: br"]).await;
     let br_etag = br.header("etag").unwrap().to_string();
     assert_ne!(br_etag, etag, "an encoding has its own validator");
-    assert!(br_etag.starts_with("W/") && br_etag.contains("-br"), "{br_etag}");
-    let r = curl(&url, &["-H", "Accept-Encoding: br", "-H", &format!("If-None-Match: {br_etag}")]).await;
+    assert!(
+        br_etag.starts_with("W/") && br_etag.contains("-br"),
+        "{br_etag}"
+    );
+    let r = curl(
+        &url,
+        &[
+            "-H",
+            "Accept-Encoding: br",
+            "-H",
+            &format!("If-None-Match: {br_etag}"),
+        ],
+    )
+    .await;
     assert_eq!(r.status, 304);
     assert_eq!(r.header("etag"), Some(br_etag.as_str()));
     // The identity validator does not match the br representation.
-    let r = curl(&url, &["-H", "Accept-Encoding: br", "-H", &format!("If-None-Match: {etag}")]).await;
+    let r = curl(
+        &url,
+        &[
+            "-H",
+            "Accept-Encoding: br",
+            "-H",
+            &format!("If-None-Match: {etag}"),
+        ],
+    )
+    .await;
     assert_eq!(r.status, 200);
 
     let lm = plain.header("last-modified").unwrap().to_string();
@@ -103,7 +176,11 @@ async fn validators_give_304_per_representation() {
     assert_eq!(r.status, 304);
 
     // A changed file gets a new validator and a fresh body.
-    std::fs::write(dir.path().join("index.html"), b"<p>changed, and long enough to matter maybe</p>").unwrap();
+    std::fs::write(
+        dir.path().join("index.html"),
+        b"<p>changed, and long enough to matter maybe</p>",
+    )
+    .unwrap();
     let r = curl(&url, &["-H", &format!("If-None-Match: {etag}")]).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body, b"<p>changed, and long enough to matter maybe</p>");
@@ -115,16 +192,34 @@ async fn single_byte_ranges_on_identity() {
     let server = start_root(dir.path(), |c| c.limits.max_buffered_body = 64 * 1024).await;
     let original = corpus_file(PAGE);
     let url = server.url("/index.html");
-    let r = curl(&url, &["-H", "Range: bytes=100-199", "-H", "Accept-Encoding: br"]).await;
+    let r = curl(
+        &url,
+        &["-H", "Range: bytes=100-199", "-H", "Accept-Encoding: br"],
+    )
+    .await;
     assert_eq!(r.status, 206);
-    assert_eq!(r.header("content-encoding"), None, "ranges are served on identity");
-    assert_eq!(r.header("content-range").unwrap(), format!("bytes 100-199/{}", original.len()));
+    assert_eq!(
+        r.header("content-encoding"),
+        None,
+        "ranges are served on identity"
+    );
+    assert_eq!(
+        r.header("content-range").unwrap(),
+        format!("bytes 100-199/{}", original.len())
+    );
     assert_eq!(r.body, &original[100..200]);
     let r = curl(&url, &["-H", "Range: bytes=-50"]).await;
     assert_eq!(r.body, &original[original.len() - 50..]);
-    let r = curl(&url, &["-H", &format!("Range: bytes={}-", original.len() + 10)]).await;
+    let r = curl(
+        &url,
+        &["-H", &format!("Range: bytes={}-", original.len() + 10)],
+    )
+    .await;
     assert_eq!(r.status, 416);
-    assert_eq!(r.header("content-range").unwrap(), format!("bytes */{}", original.len()));
+    assert_eq!(
+        r.header("content-range").unwrap(),
+        format!("bytes */{}", original.len())
+    );
     // Multiple ranges are answered with the whole body (allowed by RFC 9110).
     let r = curl(&url, &["-H", "Range: bytes=0-1,5-6"]).await;
     assert_eq!(r.status, 200);
@@ -132,7 +227,11 @@ async fn single_byte_ranges_on_identity() {
     // Larger than the buffer limit: streamed from disk, ranges still exact.
     let js = corpus_file(LARGE_SCRIPT);
     assert!(js.len() > 64 * 1024);
-    let r = curl(&server.url("/roles.js"), &["-H", "Range: bytes=70000-70099"]).await;
+    let r = curl(
+        &server.url("/roles.js"),
+        &["-H", "Range: bytes=70000-70099"],
+    )
+    .await;
     assert_eq!(r.status, 206);
     assert_eq!(r.body, &js[70000..70100]);
     let r = curl(&server.url("/roles.js"), &["--compressed"]).await;
@@ -149,10 +248,19 @@ async fn no_path_escapes_the_root() {
     std::os::unix::fs::symlink(outer.path().join("secret.txt"), root.join("link.txt")).unwrap();
     let server = start_root(&root, |_| {}).await;
     assert_eq!(curl(&server.url("/ok.txt"), &[]).await.body, b"fine");
-    for path in ["/../secret.txt", "/%2e%2e/secret.txt", "/%2e%2e%2fsecret.txt", "/link.txt", "/./../secret.txt"] {
+    for path in [
+        "/../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/%2e%2e%2fsecret.txt",
+        "/link.txt",
+        "/./../secret.txt",
+    ] {
         let r = curl(&server.url(path), &["--path-as-is"]).await;
         assert_eq!(r.status, 404, "{path}");
-        assert!(!String::from_utf8_lossy(&r.body).contains("secret"), "{path}");
+        assert!(
+            !String::from_utf8_lossy(&r.body).contains("secret"),
+            "{path}"
+        );
     }
     let r = curl(&server.url("/ok.txt"), &["-X", "POST"]).await;
     assert_eq!(r.status, 405);
@@ -167,7 +275,9 @@ async fn head_matches_get_without_a_body() {
     // The first answer is the quick level and a kept level may replace it at any
     // moment: HEAD must match the GET just before or just after it.
     let before = curl(&server.url("/index.html"), &["-H", "Accept-Encoding: gzip"]).await;
-    let mut tcp = tokio::net::TcpStream::connect(server.running.addr).await.unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(server.running.addr)
+        .await
+        .unwrap();
     tcp.write_all(b"HEAD /index.html HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n").await.unwrap();
     let mut raw = Vec::new();
     tcp.read_to_end(&mut raw).await.unwrap();
@@ -177,8 +287,12 @@ async fn head_matches_get_without_a_body() {
     assert_eq!(rest, "", "no body after the head");
     let after = curl(&server.url("/index.html"), &["-H", "Accept-Encoding: gzip"]).await;
     let lower = head.to_ascii_lowercase();
-    let length_of = |r: &Fetched| format!("content-length: {}", r.header("content-length").unwrap());
-    assert!(lower.contains(&length_of(&before)) || lower.contains(&length_of(&after)), "{head}");
+    let length_of =
+        |r: &Fetched| format!("content-length: {}", r.header("content-length").unwrap());
+    assert!(
+        lower.contains(&length_of(&before)) || lower.contains(&length_of(&after)),
+        "{head}"
+    );
     assert!(lower.contains("content-encoding: gzip"));
 }
 
@@ -203,7 +317,10 @@ async fn repeated_requests_reuse_the_cached_encoding_and_metrics_say_so() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     let m = String::from_utf8(curl(&server.admin_url("/metrics"), &[]).await.body).unwrap();
-    assert!(metric(&m, "wirefold_encoding_cache_lookups_total{result=\"hit\"}") > 0.0, "{m}");
+    assert!(
+        metric(&m, "wirefold_encoding_cache_lookups_total{result=\"hit\"}") > 0.0,
+        "{m}"
+    );
     assert!(metric(&m, "wirefold_body_bytes_sent_total{mechanism=\"br\"") > 0.0);
     assert!(metric(&m, "wirefold_requests_total") >= 4.0);
     assert!(m.contains("wirefold_response_latency_seconds_bucket"));

@@ -181,7 +181,11 @@ impl Index {
     }
 
     /// Records whose keys start with `prefix`, in key order, at most `limit`.
-    pub(crate) fn records_with_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+    pub(crate) fn records_with_prefix(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         self.read(|txn| {
             let records = txn.open_table(RECORDS)?;
             let mut found = Vec::new();

@@ -275,7 +275,11 @@ impl Store {
     }
 
     /// Records whose keys start with `prefix`, in key order, at most `limit` of them.
-    pub fn records_with_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+    pub fn records_with_prefix(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         self.inner.index.records_with_prefix(prefix, limit)
     }
 
@@ -334,7 +338,12 @@ impl Store {
     /// [`Store::get_blob_in_memory`].
     pub fn get_encoding_in_memory(&self, source: &Hash, variant: &str) -> Option<Bytes> {
         let mut state = self.state();
-        let encoded = *state.encoding_names.get(source)?.iter().find(|(v, _)| v == variant).map(|(_, h)| h)?;
+        let encoded = *state
+            .encoding_names
+            .get(source)?
+            .iter()
+            .find(|(v, _)| v == variant)
+            .map(|(_, h)| h)?;
         let data = state.memory.get(&encoded).cloned()?;
         state.on_disk.touch(source);
         state.on_disk.touch(&encoded);
@@ -457,7 +466,10 @@ impl Store {
                 state.encoding_names.remove(hash);
             }
             let removed: HashSet<&Hash> = removal.blobs.iter().collect();
-            state.encoding_names.values_mut().for_each(|names| names.retain(|(_, h)| !removed.contains(h)));
+            state
+                .encoding_names
+                .values_mut()
+                .for_each(|names| names.retain(|(_, h)| !removed.contains(h)));
             state.records -= removal.records;
         }
         for hash in &removal.blobs {

@@ -424,12 +424,19 @@ fn handles_can_be_shared_across_threads() {
 #[test]
 fn hot_blobs_and_encodings_are_found_in_memory_and_forgotten_with_their_source() {
     let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig { max_bytes: 10_000, memory_bytes: 10_000, max_object_bytes: 10_000 };
+    let config = StoreConfig {
+        max_bytes: 10_000,
+        memory_bytes: 10_000,
+        max_object_bytes: 10_000,
+    };
     let store = Store::open(dir.path(), config).unwrap();
     let source = store.put_blob(&[1u8; 3000]).unwrap();
     assert_eq!(store.get_blob_in_memory(&source).unwrap().len(), 3000);
     store.put_encoding(&source, "br-11", &[2u8; 100]).unwrap();
-    assert_eq!(store.get_encoding_in_memory(&source, "br-11").unwrap(), vec![2u8; 100]);
+    assert_eq!(
+        store.get_encoding_in_memory(&source, "br-11").unwrap(),
+        vec![2u8; 100]
+    );
     assert!(store.get_encoding_in_memory(&source, "gzip-9").is_none());
     // Push the source out of the byte budget: its encoding goes with it, in memory too.
     for i in 0..4u8 {
@@ -447,7 +454,12 @@ fn records_are_listed_by_prefix() {
     for key in ["hist:a/1", "hist:a/2", "hist:b/1", "http:a/1"] {
         store.put_record(key, key.as_bytes(), &[]).unwrap();
     }
-    let keys: Vec<String> = store.records_with_prefix("hist:a/", 10).unwrap().into_iter().map(|(k, _)| k).collect();
+    let keys: Vec<String> = store
+        .records_with_prefix("hist:a/", 10)
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
     assert_eq!(keys, ["hist:a/1", "hist:a/2"]);
     assert_eq!(store.records_with_prefix("hist:", 2).unwrap().len(), 2);
     assert!(store.records_with_prefix("none:", 10).unwrap().is_empty());

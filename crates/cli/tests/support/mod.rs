@@ -5,7 +5,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 
 pub fn wirefold(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wirefold")).args(args).output().expect("wirefold runs")
+    Command::new(env!("CARGO_BIN_EXE_wirefold"))
+        .args(args)
+        .output()
+        .expect("wirefold runs")
 }
 
 /// A started `wirefold` process; killed on drop if still running.
@@ -41,10 +44,16 @@ pub fn start(args: &[&str], marker: &str) -> Started {
 
 /// The first `http://` URL in a line, without a trailing slash or parenthesis.
 pub fn url_in(line: &str) -> String {
-    line.split_whitespace().find(|w| w.starts_with("http://")).expect("a URL").trim_end_matches(['/', ')']).to_string()
+    line.split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("a URL")
+        .trim_end_matches(['/', ')'])
+        .to_string()
 }
 
 pub fn corpus_file(relative: &str) -> Vec<u8> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus").join(relative);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/corpus")
+        .join(relative);
     std::fs::read(&path).unwrap_or_else(|e| panic!("corpus file {}: {e}", path.display()))
 }

@@ -59,7 +59,11 @@ fn draw(path: &Path, tcp: &Tcp, rows: &[DocumentRow]) -> Result<(), Box<dyn std:
         ("with inline download", BLUE, |r| r.rtts_with),
     ];
     for (label, color, rtts) in series {
-        let points = order.iter().enumerate().map(|(i, r)| (i, rtts(r))).collect();
+        let points = order
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (i, rtts(r)))
+            .collect();
         crate::plot::marked_line(&mut chart, points, label, color)?;
     }
     crate::plot::finish(&mut chart, &root)

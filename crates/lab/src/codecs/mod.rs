@@ -16,9 +16,9 @@ use serde::Serialize;
 
 use crate::corpus::{self, ContentType, CorpusFile};
 use crate::report::{self, Row, TextLayout};
+use crate::timing::{median_cpu_time, Repeats};
 use crate::{LabError, OutputFormat};
 use setting::Setting;
-use crate::timing::{median_cpu_time, Repeats};
 
 #[derive(Debug, clap::Args)]
 pub struct CodecsArgs {

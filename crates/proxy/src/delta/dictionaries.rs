@@ -23,7 +23,10 @@ fn record_key(hash: &Hash) -> String {
 }
 
 fn load(store: &Store, hash: &Hash) -> Result<Registration, StoreError> {
-    Ok(store.get_record(&record_key(hash))?.and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default())
+    Ok(store
+        .get_record(&record_key(hash))?
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default())
 }
 
 fn save(store: &Store, hash: &Hash, registration: &Registration) -> Result<(), StoreError> {
@@ -42,7 +45,11 @@ pub fn register(store: &Store, hash: &Hash, site: &str) -> Result<(), StoreError
 }
 
 /// The dictionary's bytes, if `hash` is content of `site` still in the store.
-pub fn dictionary_for(store: &Store, hash: &Hash, site: &str) -> Result<Option<bytes::Bytes>, StoreError> {
+pub fn dictionary_for(
+    store: &Store,
+    hash: &Hash,
+    site: &str,
+) -> Result<Option<bytes::Bytes>, StoreError> {
     if !load(store, hash)?.sites.iter().any(|s| s == site) {
         return Ok(None);
     }
@@ -74,9 +81,15 @@ pub fn pattern_for(config: &DeltaConfig, path: &str, query: Option<&str>) -> Str
 
 /// Publishes `hash` (content of `site`) as a derived dictionary announced with
 /// `pattern`; returns the URL path it is served at.
-pub fn publish_derived(store: &Store, hash: &Hash, site: &str, pattern: &str) -> Result<String, StoreError> {
+pub fn publish_derived(
+    store: &Store,
+    hash: &Hash,
+    site: &str,
+    pattern: &str,
+) -> Result<String, StoreError> {
     let mut registration = load(store, hash)?;
-    let changed = !registration.sites.iter().any(|s| s == site) || registration.derived_pattern.as_deref() != Some(pattern);
+    let changed = !registration.sites.iter().any(|s| s == site)
+        || registration.derived_pattern.as_deref() != Some(pattern);
     if changed {
         if !registration.sites.iter().any(|s| s == site) {
             registration.sites.push(site.to_string());
@@ -90,9 +103,17 @@ pub fn publish_derived(store: &Store, hash: &Hash, site: &str, pattern: &str) ->
 /// The derived dictionary for pages matching `pattern` on `site`: the one published
 /// before while its content is still stored (a stable dictionary is fetched once,
 /// not after every change), else `current`, published now. Returns its URL path.
-pub fn current_derived(store: &Store, site: &str, pattern: &str, current: &Hash) -> Result<String, StoreError> {
+pub fn current_derived(
+    store: &Store,
+    site: &str,
+    pattern: &str,
+    current: &Hash,
+) -> Result<String, StoreError> {
     let key = format!("derived:{site}|{pattern}");
-    let published = store.get_record(&key)?.and_then(|v| String::from_utf8(v).ok()).and_then(|hex| hex.parse::<Hash>().ok());
+    let published = store
+        .get_record(&key)?
+        .and_then(|v| String::from_utf8(v).ok())
+        .and_then(|hex| hex.parse::<Hash>().ok());
     if let Some(hash) = published.filter(|h| store.has_blob(h)) {
         return Ok(format!("{DERIVED_PREFIX}{}", hash.to_hex()));
     }
@@ -102,9 +123,16 @@ pub fn current_derived(store: &Store, site: &str, pattern: &str, current: &Hash)
 }
 
 /// A derived dictionary to serve: its bytes and `match` pattern.
-pub fn derived(store: &Store, hash: &Hash, site: &str) -> Result<Option<(bytes::Bytes, String)>, StoreError> {
+pub fn derived(
+    store: &Store,
+    hash: &Hash,
+    site: &str,
+) -> Result<Option<(bytes::Bytes, String)>, StoreError> {
     let registration = load(store, hash)?;
-    let Some(pattern) = registration.derived_pattern.filter(|_| registration.sites.iter().any(|s| s == site)) else {
+    let Some(pattern) = registration
+        .derived_pattern
+        .filter(|_| registration.sites.iter().any(|s| s == site))
+    else {
         return Ok(None);
     };
     Ok(store.get_blob(hash)?.map(|bytes| (bytes, pattern)))
@@ -120,25 +148,47 @@ mod tests {
         let store = Store::open(dir.path(), store::StoreConfig::default()).unwrap();
         let hash = store.put_blob(b"shared words").unwrap();
         register(&store, &hash, "a.example").unwrap();
-        assert!(dictionary_for(&store, &hash, "a.example").unwrap().is_some());
-        assert!(dictionary_for(&store, &hash, "b.example").unwrap().is_none());
+        assert!(dictionary_for(&store, &hash, "a.example")
+            .unwrap()
+            .is_some());
+        assert!(dictionary_for(&store, &hash, "b.example")
+            .unwrap()
+            .is_none());
         assert!(derived(&store, &hash, "a.example").unwrap().is_none());
         let url = publish_derived(&store, &hash, "a.example", "/page").unwrap();
         assert_eq!(url, format!("{DERIVED_PREFIX}{}", hash.to_hex()));
-        assert_eq!(derived(&store, &hash, "a.example").unwrap().unwrap().1, "/page");
+        assert_eq!(
+            derived(&store, &hash, "a.example").unwrap().unwrap().1,
+            "/page"
+        );
     }
 
     #[test]
     fn patterns_prefer_configuration() {
         let mut config = DeltaConfig::default();
-        assert_eq!(pattern_for(&config, "/js/app.1a2b3c4d.js", None), "/js/app.*.js");
+        assert_eq!(
+            pattern_for(&config, "/js/app.1a2b3c4d.js", None),
+            "/js/app.*.js"
+        );
         assert_eq!(pattern_for(&config, "/search", Some("q=a")), "/search?*");
         config.cluster_params = vec!["lang".into()];
-        assert_eq!(pattern_for(&config, "/search", Some("q=a&lang=en")), "/search?*lang=en*");
-        assert!(wirefold_http::url_pattern::matches("/search?*lang=en*", "/search?q=b&lang=en"));
-        assert!(!wirefold_http::url_pattern::matches("/search?*lang=en*", "/search?q=b&lang=fr"));
+        assert_eq!(
+            pattern_for(&config, "/search", Some("q=a&lang=en")),
+            "/search?*lang=en*"
+        );
+        assert!(wirefold_http::url_pattern::matches(
+            "/search?*lang=en*",
+            "/search?q=b&lang=en"
+        ));
+        assert!(!wirefold_http::url_pattern::matches(
+            "/search?*lang=en*",
+            "/search?q=b&lang=fr"
+        ));
         config.cluster_params.clear();
-        config.pattern.push(crate::config::PatternRule { prefix: "/js/".into(), pattern: "/js/*".into() });
+        config.pattern.push(crate::config::PatternRule {
+            prefix: "/js/".into(),
+            pattern: "/js/*".into(),
+        });
         assert_eq!(pattern_for(&config, "/js/app.1a2b3c4d.js", None), "/js/*");
     }
 }

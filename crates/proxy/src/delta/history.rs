@@ -40,12 +40,21 @@ pub fn load(store: &Store, resource: &str) -> Result<History, StoreError> {
 /// Makes `version` the newest; an instance seen before moves to the front rather
 /// than appearing twice. Keeps at most `keep` versions and `keep_bytes` bytes (the
 /// newest always). Returns whether the newest instance changed.
-pub fn record(store: &Store, resource: &str, version: Version, keep: usize, keep_bytes: u64) -> Result<bool, StoreError> {
+pub fn record(
+    store: &Store,
+    resource: &str,
+    version: Version,
+    keep: usize,
+    keep_bytes: u64,
+) -> Result<bool, StoreError> {
     let mut history = load(store, resource)?;
     if history.versions.first() == Some(&version) {
         return Ok(false);
     }
-    let changed = history.versions.first().is_none_or(|newest| newest.hash != version.hash);
+    let changed = history
+        .versions
+        .first()
+        .is_none_or(|newest| newest.hash != version.hash);
     history.versions.retain(|v| v.hash != version.hash);
     history.versions.insert(0, version);
     let mut bytes = 0;
@@ -71,12 +80,15 @@ impl History {
     /// listed: a base it holds.
     pub fn base_for(&self, held: &[EntityTag], current: &Hash) -> Option<&Version> {
         let current = current.to_hex();
-        self.versions.iter().filter(|v| v.hash != current).find(|v| {
-            v.etag
-                .as_deref()
-                .and_then(EntityTag::parse)
-                .is_some_and(|tag| held.iter().any(|h| h.weak_eq(&tag)))
-        })
+        self.versions
+            .iter()
+            .filter(|v| v.hash != current)
+            .find(|v| {
+                v.etag
+                    .as_deref()
+                    .and_then(EntityTag::parse)
+                    .is_some_and(|tag| held.iter().any(|h| h.weak_eq(&tag)))
+            })
     }
 }
 
@@ -85,7 +97,12 @@ mod tests {
     use super::*;
 
     fn version(n: u8, size: u64) -> Version {
-        Version { hash: Hash::of(&[n]).to_hex(), etag: Some(format!("\"v{n}\"")), time: n as u64, size }
+        Version {
+            hash: Hash::of(&[n]).to_hex(),
+            etag: Some(format!("\"v{n}\"")),
+            time: n as u64,
+            size,
+        }
     }
 
     #[test]
@@ -93,24 +110,41 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), store::StoreConfig::default()).unwrap();
         assert!(record(&store, "r", version(1, 10), 3, 1000).unwrap());
-        assert!(!record(&store, "r", version(1, 10), 3, 1000).unwrap(), "identical successive instances are one");
+        assert!(
+            !record(&store, "r", version(1, 10), 3, 1000).unwrap(),
+            "identical successive instances are one"
+        );
         for n in 2..=5 {
             assert!(record(&store, "r", version(n, 10), 3, 1000).unwrap());
         }
         let h = load(&store, "r").unwrap();
-        assert_eq!(h.versions.iter().map(|v| v.time).collect::<Vec<_>>(), vec![5, 4, 3]);
+        assert_eq!(
+            h.versions.iter().map(|v| v.time).collect::<Vec<_>>(),
+            vec![5, 4, 3]
+        );
         record(&store, "r", version(9, 995), 3, 1000).unwrap();
         assert_eq!(load(&store, "r").unwrap().versions.len(), 1, "byte bound");
         record(&store, "r", version(7, 2000), 3, 1000).unwrap();
-        assert_eq!(load(&store, "r").unwrap().versions.len(), 1, "the newest is always kept");
+        assert_eq!(
+            load(&store, "r").unwrap().versions.len(),
+            1,
+            "the newest is always kept"
+        );
     }
 
     #[test]
     fn finds_a_base_the_client_holds() {
-        let h = History { versions: vec![version(3, 1), version(2, 1), version(1, 1)] };
+        let h = History {
+            versions: vec![version(3, 1), version(2, 1), version(1, 1)],
+        };
         let current = Hash::of(&[3]);
-        let held = [EntityTag::parse("\"v1\"").unwrap(), EntityTag::parse("W/\"v3\"").unwrap()];
+        let held = [
+            EntityTag::parse("\"v1\"").unwrap(),
+            EntityTag::parse("W/\"v3\"").unwrap(),
+        ];
         assert_eq!(h.base_for(&held, &current).unwrap().time, 1);
-        assert!(h.base_for(&[EntityTag::parse("\"v9\"").unwrap()], &current).is_none());
+        assert!(h
+            .base_for(&[EntityTag::parse("\"v9\"").unwrap()], &current)
+            .is_none());
     }
 }

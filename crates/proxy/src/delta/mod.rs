@@ -36,7 +36,10 @@ pub enum DeltaChoice {
     /// RFC 3229: answered as `226 IM Used`, `IM: vcdiff`, `Delta-Base: base_etag`.
     Vcdiff { body: Bytes, base_etag: String },
     /// RFC 9842: `Content-Encoding: dcb|dcz` against the client's dictionary.
-    Dictionary { coding: DictionaryCoding, body: Bytes },
+    Dictionary {
+        coding: DictionaryCoding,
+        body: Bytes,
+    },
 }
 
 impl DeltaChoice {
@@ -74,14 +77,40 @@ pub async fn choose(
         return None; // it holds the current instance: `respond` answers 304
     }
     if config.vcdiff && !held.is_empty() && accepts_im(request, "vcdiff") {
-        best = vcdiff(p, &store, &ctx.resource, hash, content, &held, plain_len, link).await;
+        best = vcdiff(
+            p,
+            &store,
+            &ctx.resource,
+            hash,
+            content,
+            &held,
+            plain_len,
+            link,
+        )
+        .await;
     }
 
-    let offered = config.dictionary_preference().into_iter().find(|c| ctx.profile.accept_encoding.accepts_token(c.token()));
-    if let (true, Some(coding), Some(dictionary_hash)) = (config.dictionaries, offered, available_dictionary(request)) {
+    let offered = config
+        .dictionary_preference()
+        .into_iter()
+        .find(|c| ctx.profile.accept_encoding.accepts_token(c.token()));
+    if let (true, Some(coding), Some(dictionary_hash)) =
+        (config.dictionaries, offered, available_dictionary(request))
+    {
         if dictionary_allowed(request, headers) {
             let limit = best.as_ref().map_or(plain_len, DeltaChoice::body_len);
-            let found = dictionary(p, &store, &ctx.site, hash, content, Hash(dictionary_hash), coding, limit, link).await;
+            let found = dictionary(
+                p,
+                &store,
+                &ctx.site,
+                hash,
+                content,
+                Hash(dictionary_hash),
+                coding,
+                limit,
+                link,
+            )
+            .await;
             if found.is_some() {
                 best = found;
             }
@@ -114,13 +143,26 @@ async fn vcdiff(
     .ok()??;
     let (base_hash, base_etag, base) = base;
     let input = (base.len() + content.len()) as u64;
-    if !link.worth_computing(Work::Vcdiff, input, plain_len as u64) && store.get_encoding_in_memory(&hash, &vcdiff_variant(&base_hash)).is_none() {
+    if !link.worth_computing(Work::Vcdiff, input, plain_len as u64)
+        && store
+            .get_encoding_in_memory(&hash, &vcdiff_variant(&base_hash))
+            .is_none()
+    {
         return None;
     }
     let target = content.clone();
     let produce: Produce = Arc::new(move |_| codec::vcdiff::encode(&base, &target));
     let name = vcdiff_variant(&base_hash);
-    let body = cached_variant(p, hash, input as usize, Arc::new(move |_| name.clone()), None, 0, produce).await;
+    let body = cached_variant(
+        p,
+        hash,
+        input as usize,
+        Arc::new(move |_| name.clone()),
+        None,
+        0,
+        produce,
+    )
+    .await;
     (body.len() < plain_len).then_some(DeltaChoice::Vcdiff { body, base_etag })
 }
 
@@ -135,8 +177,14 @@ fn with_codings_removed(listed: Vec<EntityTag>) -> Vec<EntityTag> {
         .collect();
     let mut held = listed.clone();
     for tag in listed {
-        if let Some(opaque) = suffixes.iter().find_map(|s| tag.opaque.strip_suffix(s.as_str())) {
-            held.push(EntityTag { weak: tag.weak, opaque: opaque.to_string() });
+        if let Some(opaque) = suffixes
+            .iter()
+            .find_map(|s| tag.opaque.strip_suffix(s.as_str()))
+        {
+            held.push(EntityTag {
+                weak: tag.weak,
+                opaque: opaque.to_string(),
+            });
         }
     }
     held
@@ -169,20 +217,32 @@ async fn dictionary(
     link: Link,
 ) -> Option<DeltaChoice> {
     let (store_ref, site) = (store.clone(), site.to_string());
-    let dictionary = tokio::task::spawn_blocking(move || dictionaries::dictionary_for(&store_ref, &dictionary_hash, &site))
-        .await
-        .ok()?
-        .ok()??;
+    let dictionary = tokio::task::spawn_blocking(move || {
+        dictionaries::dictionary_for(&store_ref, &dictionary_hash, &site)
+    })
+    .await
+    .ok()?
+    .ok()??;
     let (quick, best) = dictionary_levels(coding);
     let input = (dictionary.len() + content.len()) as u64;
-    let quick_work = Work::Dictionary { coding, level: quick };
-    let name_of: crate::pipeline::encode::VariantName = Arc::new(move |level| dictionary_variant(coding, &dictionary_hash, level));
-    let already = store.get_encoding_in_memory(&hash, &name_of(best)).is_some() || store.get_encoding_in_memory(&hash, &name_of(quick)).is_some();
+    let quick_work = Work::Dictionary {
+        coding,
+        level: quick,
+    };
+    let name_of: crate::pipeline::encode::VariantName =
+        Arc::new(move |level| dictionary_variant(coding, &dictionary_hash, level));
+    let already = store
+        .get_encoding_in_memory(&hash, &name_of(best))
+        .is_some()
+        || store
+            .get_encoding_in_memory(&hash, &name_of(quick))
+            .is_some();
     if !already && !link.worth_computing(quick_work, input, limit as u64) {
         return None;
     }
     let target = content.clone();
-    let produce: Produce = Arc::new(move |level| codec::dictionary::encode(coding, level, &dictionary, &target));
+    let produce: Produce =
+        Arc::new(move |level| codec::dictionary::encode(coding, level, &dictionary, &target));
     let body = cached_variant(p, hash, input as usize, name_of, Some(quick), best, produce).await;
     (body.len() < limit).then_some(DeltaChoice::Dictionary { coding, body })
 }
@@ -200,7 +260,10 @@ pub fn dictionary_levels(coding: DictionaryCoding) -> (u32, u32) {
 pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMap, hash: Hash) {
     let config = &p.config.delta;
     let Some(store) = p.store.clone() else { return };
-    if !config.enabled || !config.dictionaries || headers.contains_key(wirefold_http::dictionary::USE_AS_DICTIONARY) {
+    if !config.enabled
+        || !config.dictionaries
+        || headers.contains_key(wirefold_http::dictionary::USE_AS_DICTIONARY)
+    {
         return;
     }
     let uri = &ctx.profile.uri;
@@ -216,7 +279,8 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
             None => {
                 let dest: &[&str] = if html { &["document"] } else { &[] };
                 let value = use_as_dictionary(&pattern(), dest, None);
-                p.dictionary_links.put_use_as(&ctx.resource, html, value.clone());
+                p.dictionary_links
+                    .put_use_as(&ctx.resource, html, value.clone());
                 value
             }
         };
@@ -240,7 +304,8 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
                 let mut links = Vec::new();
                 links.extend(training::trained_for(&store, &site, &path));
                 if derive {
-                    links.extend(dictionaries::current_derived(&store, &site, &pattern, &hash).ok());
+                    links
+                        .extend(dictionaries::current_derived(&store, &site, &pattern, &hash).ok());
                 }
                 links
             })
@@ -248,7 +313,9 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
             .unwrap_or_default();
             let values: Vec<HeaderValue> = links
                 .iter()
-                .filter_map(|url| HeaderValue::from_str(&format!("<{url}>; rel=\"compression-dictionary\"")).ok())
+                .filter_map(|url| {
+                    HeaderValue::from_str(&format!("<{url}>; rel=\"compression-dictionary\"")).ok()
+                })
                 .collect();
             p.dictionary_links.put(memo_key, values.clone());
             values
@@ -265,7 +332,9 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
 /// served resources (a function of the resource and the configuration).
 #[derive(Default)]
 pub struct LinkMemo {
-    entries: std::sync::Mutex<std::collections::HashMap<LinkKey, (std::time::Instant, Vec<HeaderValue>)>>,
+    entries: std::sync::Mutex<
+        std::collections::HashMap<LinkKey, (std::time::Instant, Vec<HeaderValue>)>,
+    >,
     /// resource → (whether it was HTML, the value).
     use_as: std::sync::Mutex<std::collections::HashMap<String, (bool, Option<HeaderValue>)>>,
 }
@@ -280,7 +349,10 @@ impl LinkMemo {
     /// The `Link` field values (`<url>; rel="compression-dictionary"`) for a page.
     fn get(&self, key: &LinkKey) -> Option<Vec<HeaderValue>> {
         let entries = self.entries.lock().expect("link memo poisoned");
-        entries.get(key).filter(|(at, _)| at.elapsed() < LINK_MEMO_TTL).map(|(_, links)| links.clone())
+        entries
+            .get(key)
+            .filter(|(at, _)| at.elapsed() < LINK_MEMO_TTL)
+            .map(|(_, links)| links.clone())
     }
 
     fn put(&self, key: LinkKey, links: Vec<HeaderValue>) {
@@ -294,7 +366,9 @@ impl LinkMemo {
     /// The memoized `Use-As-Dictionary` value of (resource, is HTML), if known.
     fn use_as(&self, resource: &str, html: bool) -> Option<Option<HeaderValue>> {
         let memo = self.use_as.lock().expect("link memo poisoned");
-        memo.get(resource).filter(|(was_html, _)| *was_html == html).map(|(_, value)| value.clone())
+        memo.get(resource)
+            .filter(|(was_html, _)| *was_html == html)
+            .map(|(_, value)| value.clone())
     }
 
     fn put_use_as(&self, resource: &str, html: bool, value: Option<HeaderValue>) {
@@ -328,5 +402,9 @@ fn is_html(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("text/html"))
+        .is_some_and(|ct| {
+            ct.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/html")
+        })
 }

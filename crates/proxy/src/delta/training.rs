@@ -42,27 +42,40 @@ fn list_key(site: &str) -> String {
 pub fn train(store: &Store, site: &str, pattern: &str, max_size: usize) -> Result<Trained, String> {
     let prefix = format!("hist:{site}/");
     let mut samples: Vec<(u64, bytes::Bytes)> = Vec::new();
-    for (key, value) in store.records_with_prefix(&prefix, MAX_SAMPLES).map_err(|e| e.to_string())? {
+    for (key, value) in store
+        .records_with_prefix(&prefix, MAX_SAMPLES)
+        .map_err(|e| e.to_string())?
+    {
         let path_and_query = &key["hist:".len() + site.len()..];
         let path = path_and_query.split('?').next().unwrap_or(path_and_query);
         if !wirefold_http::url_pattern::matches(pattern, path) {
             continue;
         }
-        let Ok(history) = serde_json::from_slice::<History>(&value) else { continue };
-        let Some(newest) = history.versions.first() else { continue };
-        if let Some(bytes) = newest.hash().and_then(|h| store.get_blob(&h).ok().flatten()) {
+        let Ok(history) = serde_json::from_slice::<History>(&value) else {
+            continue;
+        };
+        let Some(newest) = history.versions.first() else {
+            continue;
+        };
+        if let Some(bytes) = newest
+            .hash()
+            .and_then(|h| store.get_blob(&h).ok().flatten())
+        {
             samples.push((newest.time, bytes));
         }
     }
     if samples.is_empty() {
-        return Err(format!("no stored pages of {site} match `{pattern}`: browse or fetch some first"));
+        return Err(format!(
+            "no stored pages of {site} match `{pattern}`: browse or fetch some first"
+        ));
     }
     samples.sort_by_key(|(time, _)| *time);
     let sample_bytes = samples.iter().map(|(_, b)| b.len() as u64).sum();
     let refs: Vec<&[u8]> = samples.iter().map(|(_, b)| b.as_ref()).collect();
     let dictionary = codec::dictionary::train(&refs, max_size).map_err(|e| e.to_string())?;
     let hash = store.put_blob(&dictionary).map_err(|e| e.to_string())?;
-    let url = dictionaries::publish_derived(store, &hash, site, pattern).map_err(|e| e.to_string())?;
+    let url =
+        dictionaries::publish_derived(store, &hash, site, pattern).map_err(|e| e.to_string())?;
     let mut list: TrainedList = store
         .get_record(&list_key(site))
         .map_err(|e| e.to_string())?
@@ -71,7 +84,9 @@ pub fn train(store: &Store, site: &str, pattern: &str, max_size: usize) -> Resul
     list.dictionaries.retain(|(p, _)| p != pattern);
     list.dictionaries.push((pattern.to_string(), hash.to_hex()));
     let value = serde_json::to_vec(&list).expect("lists serialize");
-    store.put_record(&list_key(site), &value, &[]).map_err(|e| e.to_string())?;
+    store
+        .put_record(&list_key(site), &value, &[])
+        .map_err(|e| e.to_string())?;
     Ok(Trained {
         site: site.to_string(),
         pattern: pattern.to_string(),
@@ -86,7 +101,8 @@ pub fn train(store: &Store, site: &str, pattern: &str, max_size: usize) -> Resul
 /// The URL of the trained dictionary whose pattern matches `path` (the longest
 /// pattern wins), if its content is still stored.
 pub fn trained_for(store: &Store, site: &str, path: &str) -> Option<String> {
-    let list: TrainedList = serde_json::from_slice(&store.get_record(&list_key(site)).ok()??).ok()?;
+    let list: TrainedList =
+        serde_json::from_slice(&store.get_record(&list_key(site)).ok()??).ok()?;
     list.dictionaries
         .iter()
         .filter(|(pattern, _)| wirefold_http::url_pattern::matches(pattern, path))

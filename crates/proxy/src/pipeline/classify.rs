@@ -41,6 +41,9 @@ impl ClientProfile {
     }
 
     pub fn path_and_query(&self) -> &str {
-        self.uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/")
+        self.uri
+            .path_and_query()
+            .map(|pq| pq.as_str())
+            .unwrap_or("/")
     }
 }

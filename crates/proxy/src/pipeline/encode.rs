@@ -23,8 +23,8 @@ use wirefold_http::cache_control::CacheControl;
 
 use super::{Instance, InstanceBody, Pipeline, Provenance, RequestContext, StreamCoding};
 use crate::body::{self, Body};
-use crate::delta::{self, DeltaChoice};
 use crate::config::{CodingList, CompressionProfile};
+use crate::delta::{self, DeltaChoice};
 
 /// The representation `respond` sends.
 pub struct Representation {
@@ -64,7 +64,9 @@ pub enum SentCoding {
     Dictionary(DictionaryCoding),
     /// An RFC 3229 delta (`226 IM Used`, `IM: vcdiff`) against the instance with
     /// this validator.
-    Vcdiff { base_etag: String },
+    Vcdiff {
+        base_etag: String,
+    },
 }
 
 impl SentCoding {
@@ -90,7 +92,14 @@ pub struct BackgroundJobs {
 /// Runs on every instance that has a body; never fails (an encoding problem falls
 /// back to identity, a corrupt origin stream ends the body with an error).
 pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> Representation {
-    let Instance { status, mut headers, body, provenance, reusable, last_modified } = instance;
+    let Instance {
+        status,
+        mut headers,
+        body,
+        provenance,
+        reusable,
+        last_modified,
+    } = instance;
     let compression = &p.config.compression;
     let no_transform = CacheControl::from_headers(&headers).no_transform;
     let profile = headers
@@ -98,7 +107,12 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
         .and_then(|v| v.to_str().ok())
         .and_then(|ct| compression.profile_for(ct))
         .filter(|_| compression.enabled && !no_transform)
-        .filter(|_| !matches!(status, StatusCode::PARTIAL_CONTENT | StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED));
+        .filter(|_| {
+            !matches!(
+                status,
+                StatusCode::PARTIAL_CONTENT | StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED
+            )
+        });
     let big_enough = |len: u64| len >= compression.min_size as u64;
     let accept = &ctx.profile.accept_encoding;
     let pick = |list: &CodingList| -> Option<(ContentCoding, u32)> {
@@ -126,17 +140,29 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
             let choice = profile
                 .filter(|_| negotiable && !ctx.profile.wants_range)
                 .and_then(|prof| {
-                    let list = if reusable { &prof.cached } else { &prof.on_the_fly };
+                    let list = if reusable {
+                        &prof.cached
+                    } else {
+                        &prof.on_the_fly
+                    };
                     pick(list).map(|choice| (prof, choice))
                 });
             let (plain, sent) = match choice {
                 None => (bytes.clone(), SentCoding::Identity),
-                Some((prof, (coding, level))) if reusable => {
-                    (cached_compression(p, prof, hash, &bytes, coding, level).await, SentCoding::Encoded(coding))
-                }
-                Some((_, (coding, level))) => (compress_once(coding, level, bytes.clone()).await, SentCoding::Encoded(coding)),
+                Some((prof, (coding, level))) if reusable => (
+                    cached_compression(p, prof, hash, &bytes, coding, level).await,
+                    SentCoding::Encoded(coding),
+                ),
+                Some((_, (coding, level))) => (
+                    compress_once(coding, level, bytes.clone()).await,
+                    SentCoding::Encoded(coding),
+                ),
             };
-            let deltas_apply = reusable && negotiable && status == StatusCode::OK && !ctx.profile.wants_range && p.config.delta.enabled;
+            let deltas_apply = reusable
+                && negotiable
+                && status == StatusCode::OK
+                && !ctx.profile.wants_range
+                && p.config.delta.enabled;
             let delta = match deltas_apply {
                 true => delta::choose(p, ctx, &headers, hash, &bytes, plain.len()).await,
                 false => None,
@@ -145,53 +171,112 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
                 delta::announce(p, ctx, &mut headers, hash).await;
             }
             let mut whole = match delta {
-                Some(DeltaChoice::Dictionary { coding, body }) => {
-                    rep(RepresentationBody::Whole(body), SentCoding::Dictionary(coding), true, Some(len))
-                }
+                Some(DeltaChoice::Dictionary { coding, body }) => rep(
+                    RepresentationBody::Whole(body),
+                    SentCoding::Dictionary(coding),
+                    true,
+                    Some(len),
+                ),
                 Some(DeltaChoice::Vcdiff { body, base_etag }) => {
-                    let mut r = rep(RepresentationBody::Whole(body), SentCoding::Vcdiff { base_etag }, true, Some(len));
+                    let mut r = rep(
+                        RepresentationBody::Whole(body),
+                        SentCoding::Vcdiff { base_etag },
+                        true,
+                        Some(len),
+                    );
                     r.status = StatusCode::IM_USED;
                     r
                 }
-                None => rep(RepresentationBody::Whole(plain), sent, negotiable, Some(len)),
+                None => rep(
+                    RepresentationBody::Whole(plain),
+                    sent,
+                    negotiable,
+                    Some(len),
+                ),
             };
             whole.instance_hash = Some(hash);
             whole
         }
-        InstanceBody::Stream { body, coding, length } => match coding {
-            StreamCoding::Unknown(value) => {
-                rep(RepresentationBody::Stream { body, length }, SentCoding::Origin(value), false, None)
-            }
+        InstanceBody::Stream {
+            body,
+            coding,
+            length,
+        } => match coding {
+            StreamCoding::Unknown(value) => rep(
+                RepresentationBody::Stream { body, length },
+                SentCoding::Origin(value),
+                false,
+                None,
+            ),
             StreamCoding::Known(origin_coding) if no_transform || accept.accepts(origin_coding) => {
                 let value = HeaderValue::from_static(origin_coding.token());
-                rep(RepresentationBody::Stream { body, length }, SentCoding::Origin(value), profile.is_some(), None)
+                rep(
+                    RepresentationBody::Stream { body, length },
+                    SentCoding::Origin(value),
+                    profile.is_some(),
+                    None,
+                )
             }
             StreamCoding::Known(origin_coding) => {
                 let target = profile.and_then(|prof| pick(&prof.on_the_fly));
-                let transform = Transform::new(Some((origin_coding, p.config.limits.max_decoded_body)), target);
+                let transform = Transform::new(
+                    Some((origin_coding, p.config.limits.max_decoded_body)),
+                    target,
+                );
                 let body = transform.apply(body);
                 let sent = target.map_or(SentCoding::Identity, |(c, _)| SentCoding::Encoded(c));
-                rep(RepresentationBody::Stream { body, length: None }, sent, profile.is_some(), None)
+                rep(
+                    RepresentationBody::Stream { body, length: None },
+                    sent,
+                    profile.is_some(),
+                    None,
+                )
             }
             StreamCoding::Identity => {
                 let negotiable = profile.is_some() && length.is_none_or(big_enough);
-                match profile.filter(|_| negotiable).and_then(|prof| pick(&prof.on_the_fly)) {
+                match profile
+                    .filter(|_| negotiable)
+                    .and_then(|prof| pick(&prof.on_the_fly))
+                {
                     Some(target) => {
                         let body = Transform::new(None, Some(target)).apply(body);
-                        rep(RepresentationBody::Stream { body, length: None }, SentCoding::Encoded(target.0), true, length)
+                        rep(
+                            RepresentationBody::Stream { body, length: None },
+                            SentCoding::Encoded(target.0),
+                            true,
+                            length,
+                        )
                     }
-                    None => rep(RepresentationBody::Stream { body, length }, SentCoding::Identity, negotiable, length),
+                    None => rep(
+                        RepresentationBody::Stream { body, length },
+                        SentCoding::Identity,
+                        negotiable,
+                        length,
+                    ),
                 }
             }
         },
         InstanceBody::File { file, len } => {
             let negotiable = profile.is_some() && big_enough(len);
-            match profile.filter(|_| negotiable && !ctx.profile.wants_range).and_then(|prof| pick(&prof.on_the_fly)) {
+            match profile
+                .filter(|_| negotiable && !ctx.profile.wants_range)
+                .and_then(|prof| pick(&prof.on_the_fly))
+            {
                 Some(target) => {
                     let body = Transform::new(None, Some(target)).apply(body::file(file, 0, len));
-                    rep(RepresentationBody::Stream { body, length: None }, SentCoding::Encoded(target.0), true, Some(len))
+                    rep(
+                        RepresentationBody::Stream { body, length: None },
+                        SentCoding::Encoded(target.0),
+                        true,
+                        Some(len),
+                    )
                 }
-                None => rep(RepresentationBody::File { file, len }, SentCoding::Identity, negotiable, Some(len)),
+                None => rep(
+                    RepresentationBody::File { file, len },
+                    SentCoding::Identity,
+                    negotiable,
+                    Some(len),
+                ),
             }
         }
     };
@@ -241,7 +326,11 @@ pub(crate) async fn cached_variant(
     }
     let quick = quick.filter(|q| *q != best).map(|q| (q, name(q)));
     let (wanted_hit, quick_hit) = tokio::task::spawn_blocking({
-        let (store, wanted, quick_name) = (store.clone(), wanted.clone(), quick.as_ref().map(|(_, n)| n.clone()));
+        let (store, wanted, quick_name) = (
+            store.clone(),
+            wanted.clone(),
+            quick.as_ref().map(|(_, n)| n.clone()),
+        );
         move || {
             let wanted_hit = store.get_encoding(&hash, &wanted).ok().flatten();
             let quick_hit = match (&wanted_hit, quick_name) {
@@ -279,16 +368,32 @@ fn keep_variant(p: &Pipeline, store: store::Store, hash: Hash, variant: String, 
     p.background.spawn_blocking(move || {
         if let Err(e) = store.put_encoding(&hash, &variant, &made) {
             errors.inc();
-            if !matches!(e, store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)) {
+            if !matches!(
+                e,
+                store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)
+            ) {
                 tracing::warn!(error = %e, variant, "derived body not kept");
             }
         }
     });
 }
 
-fn start_background_variant(p: &Pipeline, store: store::Store, hash: Hash, variant: String, level: u32, produce: Produce) {
+fn start_background_variant(
+    p: &Pipeline,
+    store: store::Store,
+    hash: Hash,
+    variant: String,
+    level: u32,
+    produce: Produce,
+) {
     let job = (hash, variant.clone());
-    if !p.encode_jobs.running.lock().expect("jobs poisoned").insert(job.clone()) {
+    if !p
+        .encode_jobs
+        .running
+        .lock()
+        .expect("jobs poisoned")
+        .insert(job.clone())
+    {
         return;
     }
     let errors = p.metrics.store_write_errors.clone();
@@ -297,7 +402,10 @@ fn start_background_variant(p: &Pipeline, store: store::Store, hash: Hash, varia
         let made = produce(level);
         if let Err(e) = store.put_encoding(&hash, &variant, &made) {
             errors.inc();
-            if !matches!(e, store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)) {
+            if !matches!(
+                e,
+                store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)
+            ) {
                 tracing::warn!(error = %e, variant, "background encoding not kept");
             }
         }
@@ -307,8 +415,21 @@ fn start_background_variant(p: &Pipeline, store: store::Store, hash: Hash, varia
 
 /// Plain compression of reusable content at `level`, answering at the profile's
 /// `on_the_fly` level meanwhile when that is lower.
-async fn cached_compression(p: &Pipeline, profile: &CompressionProfile, hash: Hash, bytes: &Bytes, coding: ContentCoding, level: u32) -> Bytes {
-    let quick = profile.on_the_fly.0.iter().find(|(c, _)| *c == coding).map(|(_, l)| *l).filter(|l| *l < level);
+async fn cached_compression(
+    p: &Pipeline,
+    profile: &CompressionProfile,
+    hash: Hash,
+    bytes: &Bytes,
+    coding: ContentCoding,
+    level: u32,
+) -> Bytes {
+    let quick = profile
+        .on_the_fly
+        .0
+        .iter()
+        .find(|(c, _)| *c == coding)
+        .map(|(_, l)| *l)
+        .filter(|l| *l < level);
     let content = bytes.clone();
     let produce: Produce = Arc::new(move |l| codec::compress(coding, l, &content));
     let name: VariantName = Arc::new(move |l| delta::compression_variant(coding, l));
@@ -374,7 +495,9 @@ impl Transform {
         tokio::spawn(async move {
             let mut transform = self;
             loop {
-                let Some(frame) = body.frame().await else { break };
+                let Some(frame) = body.frame().await else {
+                    break;
+                };
                 let data = match frame {
                     Ok(frame) => match frame.into_data() {
                         Ok(data) => data,
@@ -405,7 +528,9 @@ impl Transform {
                     }
                 }
             }
-            let tail = tokio::task::spawn_blocking(move || transform.finish()).await.expect("codecs do not panic");
+            let tail = tokio::task::spawn_blocking(move || transform.finish())
+                .await
+                .expect("codecs do not panic");
             let _ = match tail {
                 Ok(out) if out.is_empty() => Ok(()),
                 Ok(out) => tx.send(Ok(Bytes::from(out))).await,

@@ -21,8 +21,8 @@ use wirefold_http::dictionary::{use_as_dictionary, USE_AS_DICTIONARY};
 use super::remember::{self, StorePlan};
 use super::{Instance, InstanceBody, Pipeline, Provenance, RequestContext, Source, StreamCoding};
 use crate::body::{self, Body};
-use crate::delta::dictionaries::{self, DERIVED_PREFIX};
 use crate::cache::{self, CacheEntry, HotEntries, LeaderGuard, Role, StoredResponse};
+use crate::delta::dictionaries::{self, DERIVED_PREFIX};
 use crate::files::{FileContent, FileSource};
 use crate::origin::{clean_response_head, ConnInfo, Origin, OriginError};
 use crate::pipeline::respond::error_response;
@@ -37,7 +37,11 @@ pub struct Fetched<'a> {
 
 impl Fetched<'_> {
     fn plain(instance: Instance) -> Self {
-        Fetched { instance, store_plan: None, leader: None }
+        Fetched {
+            instance,
+            store_plan: None,
+            leader: None,
+        }
     }
 }
 
@@ -72,29 +76,59 @@ pub async fn fetch<'a>(
 
 impl Fetched<'_> {
     fn plain_file((instance, store_plan): (Instance, Option<StorePlan>)) -> Self {
-        Fetched { instance, store_plan, leader: None }
+        Fetched {
+            instance,
+            store_plan,
+            leader: None,
+        }
     }
 }
 
 /// A derived dictionary, served by wirefold itself: long-lived, content addressed,
 /// announced for the pages it was derived from.
-async fn derived_dictionary(p: &Pipeline, ctx: &RequestContext, hex: &str) -> Result<Instance, Response<Body>> {
+async fn derived_dictionary(
+    p: &Pipeline,
+    ctx: &RequestContext,
+    hex: &str,
+) -> Result<Instance, Response<Body>> {
     let not_found = || error_response(StatusCode::NOT_FOUND, "no such dictionary");
-    let (Ok(hash), Some(store)) = (hex.parse::<Hash>(), p.store.clone()) else { return Err(not_found()) };
+    let (Ok(hash), Some(store)) = (hex.parse::<Hash>(), p.store.clone()) else {
+        return Err(not_found());
+    };
     if !ctx.profile.is_get_or_head() {
         return Err(not_found());
     }
     let site = ctx.site.clone();
-    let found = tokio::task::spawn_blocking(move || dictionaries::derived(&store, &hash, &site)).await;
-    let Ok(Ok(Some((bytes, pattern)))) = found else { return Err(not_found()) };
+    let found =
+        tokio::task::spawn_blocking(move || dictionaries::derived(&store, &hash, &site)).await;
+    let Ok(Ok(Some((bytes, pattern)))) = found else {
+        return Err(not_found());
+    };
     let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=31536000, immutable"));
-    headers.insert(header::ETAG, HeaderValue::from_str(&EntityTag::strong(content_etag(&hash)).to_string()).expect("etag is a valid header"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=31536000, immutable"),
+    );
+    headers.insert(
+        header::ETAG,
+        HeaderValue::from_str(&EntityTag::strong(content_etag(&hash)).to_string())
+            .expect("etag is a valid header"),
+    );
     if let Some(value) = use_as_dictionary(&pattern, &["document"], None) {
         headers.insert(USE_AS_DICTIONARY, value);
     }
-    Ok(Instance { status: StatusCode::OK, headers, body: InstanceBody::Whole { bytes, hash }, provenance: Provenance::File, reusable: true, last_modified: None })
+    Ok(Instance {
+        status: StatusCode::OK,
+        headers,
+        body: InstanceBody::Whole { bytes, hash },
+        provenance: Provenance::File,
+        reusable: true,
+        last_modified: None,
+    })
 }
 
 async fn fetch_file(
@@ -104,8 +138,12 @@ async fn fetch_file(
 ) -> Result<(Instance, Option<StorePlan>), Response<Body>> {
     let profile = &ctx.profile;
     if !profile.is_get_or_head() {
-        let mut r = error_response(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD are served from a root");
-        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        let mut r = error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "only GET and HEAD are served from a root",
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return Err(r);
     }
     let Some(found) = files.resolve(profile.uri.path()) else {
@@ -119,32 +157,68 @@ async fn fetch_file(
             error_response(StatusCode::NOT_FOUND, "not found")
         })?;
     let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(&found.content_type).expect("mime is a valid header"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(&found.content_type).expect("mime is a valid header"),
+    );
     headers.insert(
         header::LAST_MODIFIED,
-        HeaderValue::from_str(&httpdate::fmt_http_date(found.modified)).expect("http date is a valid header"),
+        HeaderValue::from_str(&httpdate::fmt_http_date(found.modified))
+            .expect("http date is a valid header"),
     );
     let path = profile.uri.path();
     let versioned = wirefold_http::url_pattern::is_versioned(path);
     let files_config = &p.config.files;
-    let cache_control = if versioned { &files_config.versioned_cache_control } else { &files_config.cache_control };
+    let cache_control = if versioned {
+        &files_config.versioned_cache_control
+    } else {
+        &files_config.cache_control
+    };
     if let Ok(value) = HeaderValue::from_str(cache_control) {
         headers.insert(header::CACHE_CONTROL, value);
     }
     let (body, etag, store_plan) = match content {
-        FileContent::Whole { bytes, hash, from_store } => {
-            let text = p.config.compression.profile_for(&found.content_type).is_some();
+        FileContent::Whole {
+            bytes,
+            hash,
+            from_store,
+        } => {
+            let text = p
+                .config
+                .compression
+                .profile_for(&found.content_type)
+                .is_some();
             let resource = text.then(|| ctx.resource.clone());
-            let plan = (!from_store).then(|| StorePlan::Body { bytes: bytes.clone(), resource });
-            (InstanceBody::Whole { bytes, hash }, EntityTag::strong(content_etag(&hash)), plan)
+            let plan = (!from_store).then(|| StorePlan::Body {
+                bytes: bytes.clone(),
+                resource,
+            });
+            (
+                InstanceBody::Whole { bytes, hash },
+                EntityTag::strong(content_etag(&hash)),
+                plan,
+            )
         }
         FileContent::Large(file) => {
-            let mtime = found.modified.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            let mtime = found
+                .modified
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default();
             let etag = EntityTag::strong(format!("{:x}-{:x}", found.len, mtime.as_nanos()));
-            (InstanceBody::File { file, len: found.len }, etag, None)
+            (
+                InstanceBody::File {
+                    file,
+                    len: found.len,
+                },
+                etag,
+                None,
+            )
         }
     };
-    headers.insert(header::ETAG, HeaderValue::from_str(&etag.to_string()).expect("etag is a valid header"));
+    headers.insert(
+        header::ETAG,
+        HeaderValue::from_str(&etag.to_string()).expect("etag is a valid header"),
+    );
     Ok((
         Instance {
             status: StatusCode::OK,
@@ -180,7 +254,9 @@ async fn fetch_origin<'a>(
     if !uses_cache {
         let unsafe_method = !profile.method.is_safe();
         let fetched = pass_through(p, origin, ctx.conn, req).await?;
-        if unsafe_method && (fetched.instance.status.is_success() || fetched.instance.status.is_redirection()) {
+        if unsafe_method
+            && (fetched.instance.status.is_success() || fetched.instance.status.is_redirection())
+        {
             remember::invalidate(p, &key).await;
         }
         return Ok(fetched);
@@ -192,7 +268,8 @@ async fn fetch_origin<'a>(
         let freshness = stored.freshness();
         let age = freshness.current_age(now);
         let hash = stored.body_hash().expect("lookup checked the body hash");
-        let cached = |provenance| cached_instance(&stored, headers.clone(), bytes.clone(), hash, provenance);
+        let cached =
+            |provenance| cached_instance(&stored, headers.clone(), bytes.clone(), hash, provenance);
         match reuse(&freshness, &response_cc, &profile.cache_control, now) {
             Reuse::Fresh => {
                 p.metrics.cache_result("hit");
@@ -200,21 +277,45 @@ async fn fetch_origin<'a>(
             }
             Reuse::StaleWhileRevalidate => {
                 p.metrics.cache_result("stale");
-                spawn_revalidation(p.clone(), key, stored.clone(), profile.headers.clone(), ctx.conn);
+                spawn_revalidation(
+                    p.clone(),
+                    key,
+                    stored.clone(),
+                    profile.headers.clone(),
+                    ctx.conn,
+                );
                 return Ok(Fetched::plain(cached(Provenance::Stale { age })));
             }
             Reuse::MustRevalidate if profile.cache_control.only_if_cached => {
-                return Err(error_response(StatusCode::GATEWAY_TIMEOUT, "only-if-cached: no fresh stored response"));
+                return Err(error_response(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "only-if-cached: no fresh stored response",
+                ));
             }
             Reuse::MustRevalidate => {
                 let request_cc = profile.cache_control.clone();
-                return match revalidate(p, origin, &key, &stored, &profile.headers, ctx.conn).await {
-                    Ok(fetched) if serve_stale_instead(&fetched.instance, &freshness, &response_cc, &request_cc) => {
+                return match revalidate(p, origin, &key, &stored, &profile.headers, ctx.conn).await
+                {
+                    Ok(fetched)
+                        if serve_stale_instead(
+                            &fetched.instance,
+                            &freshness,
+                            &response_cc,
+                            &request_cc,
+                        ) =>
+                    {
                         p.metrics.cache_result("stale");
                         Ok(Fetched::plain(cached(Provenance::Stale { age })))
                     }
                     Ok(fetched) => Ok(fetched),
-                    Err(e) if may_serve_stale_on_error(&freshness, &response_cc, &request_cc, SystemTime::now()) => {
+                    Err(e)
+                        if may_serve_stale_on_error(
+                            &freshness,
+                            &response_cc,
+                            &request_cc,
+                            SystemTime::now(),
+                        ) =>
+                    {
                         tracing::warn!(key, error = %e, "origin failed; serving stale (stale-if-error)");
                         p.metrics.cache_result("stale");
                         Ok(Fetched::plain(cached(Provenance::Stale { age })))
@@ -226,7 +327,10 @@ async fn fetch_origin<'a>(
     }
 
     if profile.cache_control.only_if_cached {
-        return Err(error_response(StatusCode::GATEWAY_TIMEOUT, "only-if-cached: nothing stored"));
+        return Err(error_response(
+            StatusCode::GATEWAY_TIMEOUT,
+            "only-if-cached: nothing stored",
+        ));
     }
     // A range or a HEAD on a miss goes upstream as asked; the next full GET fills the cache.
     if profile.wants_range || profile.method == Method::HEAD {
@@ -236,12 +340,17 @@ async fn fetch_origin<'a>(
     let leader = match p.inflight.join(&key) {
         Role::Leader(guard) => Some(guard),
         Role::Follower(rx) => {
-            cache::wait_for_leader(rx, Duration::from_millis(p.config.upstream.header_timeout_ms)).await;
+            cache::wait_for_leader(
+                rx,
+                Duration::from_millis(p.config.upstream.header_timeout_ms),
+            )
+            .await;
             if let Some((stored, headers, bytes)) = lookup(p, &key, &profile.headers).await {
                 p.metrics.cache_result("coalesced");
                 let hash = stored.body_hash().expect("lookup checked the body hash");
                 let age = stored.age(SystemTime::now());
-                let instance = cached_instance(&stored, headers, bytes, hash, Provenance::Hit { age });
+                let instance =
+                    cached_instance(&stored, headers, bytes, hash, Provenance::Hit { age });
                 return Ok(Fetched::plain(instance));
             }
             None
@@ -250,18 +359,40 @@ async fn fetch_origin<'a>(
     p.metrics.cache_result("miss");
     let upstream = cache_fill_request(&profile.headers, &profile.uri, None);
     let request_time = SystemTime::now();
-    let (response, latency) = send(p, origin, upstream, ctx.conn).await.map_err(|e| origin_failure(&e))?;
-    let mut fetched = admit(p, Method::GET, Some(&key), &profile.headers, response, request_time).await?;
+    let (response, latency) = send(p, origin, upstream, ctx.conn)
+        .await
+        .map_err(|e| origin_failure(&e))?;
+    let mut fetched = admit(
+        p,
+        Method::GET,
+        Some(&key),
+        &profile.headers,
+        response,
+        request_time,
+    )
+    .await?;
     p.metrics.origin_latency.observe(latency.as_secs_f64());
     fetched.leader = leader;
     Ok(fetched)
 }
 
-fn serve_stale_instead(fresh: &Instance, freshness: &Freshness, response_cc: &CacheControl, request_cc: &CacheControl) -> bool {
-    fresh.status.is_server_error() && may_serve_stale_on_error(freshness, response_cc, request_cc, SystemTime::now())
+fn serve_stale_instead(
+    fresh: &Instance,
+    freshness: &Freshness,
+    response_cc: &CacheControl,
+    request_cc: &CacheControl,
+) -> bool {
+    fresh.status.is_server_error()
+        && may_serve_stale_on_error(freshness, response_cc, request_cc, SystemTime::now())
 }
 
-fn cached_instance(stored: &StoredResponse, headers: HeaderMap, bytes: Bytes, hash: Hash, provenance: Provenance) -> Instance {
+fn cached_instance(
+    stored: &StoredResponse,
+    headers: HeaderMap,
+    bytes: Bytes,
+    hash: Hash,
+    provenance: Provenance,
+) -> Instance {
     let last_modified = last_modified(&headers);
     Instance {
         status: stored.status(),
@@ -283,11 +414,18 @@ fn last_modified(headers: &HeaderMap) -> Option<SystemTime> {
 /// The stored response matching this request, with its fields and body; `None` on a
 /// miss or when the body is gone (evicted or found corrupt). A hot entry with a hot
 /// body is answered here; otherwise the index is read on the blocking pool.
-async fn lookup(p: &Pipeline, key: &str, request: &HeaderMap) -> Option<(StoredResponse, HeaderMap, Bytes)> {
+async fn lookup(
+    p: &Pipeline,
+    key: &str,
+    request: &HeaderMap,
+) -> Option<(StoredResponse, HeaderMap, Bytes)> {
     let store = p.store.clone()?;
     if let Some(hot) = p.hot.get(key) {
         let (stored, headers) = hot.find(request)?;
-        if let Some(bytes) = stored.body_hash().and_then(|h| store.get_blob_in_memory(&h)) {
+        if let Some(bytes) = stored
+            .body_hash()
+            .and_then(|h| store.get_blob_in_memory(&h))
+        {
             return Some((stored.clone(), headers.clone(), bytes));
         }
     }
@@ -307,14 +445,25 @@ async fn lookup(p: &Pipeline, key: &str, request: &HeaderMap) -> Option<(StoredR
 
 /// The request a cache fill or revalidation sends: the client's fields without its
 /// own conditionals, our accepted codings, and the stored validators if revalidating.
-fn cache_fill_request(client: &HeaderMap, uri: &http::Uri, validators_from: Option<&HeaderMap>) -> Request<Body> {
-    let mut req = Request::builder().method(Method::GET).uri(uri.clone()).body(body::empty()).expect("valid parts");
+fn cache_fill_request(
+    client: &HeaderMap,
+    uri: &http::Uri,
+    validators_from: Option<&HeaderMap>,
+) -> Request<Body> {
+    let mut req = Request::builder()
+        .method(Method::GET)
+        .uri(uri.clone())
+        .body(body::empty())
+        .expect("valid parts");
     let headers = req.headers_mut();
     *headers = client.clone();
     for name in CLIENT_CONDITIONALS {
         headers.remove(name);
     }
-    headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(UPSTREAM_ACCEPT_ENCODING));
+    headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static(UPSTREAM_ACCEPT_ENCODING),
+    );
     if let Some(stored) = validators_from {
         if let Some(etag) = stored.get(header::ETAG) {
             headers.insert(header::IF_NONE_MATCH, etag.clone());
@@ -326,7 +475,12 @@ fn cache_fill_request(client: &HeaderMap, uri: &http::Uri, validators_from: Opti
     req
 }
 
-async fn send(p: &Pipeline, origin: &Origin, req: Request<Body>, conn: ConnInfo) -> Result<(Response<Body>, Duration), OriginError> {
+async fn send(
+    p: &Pipeline,
+    origin: &Origin,
+    req: Request<Body>,
+    conn: ConnInfo,
+) -> Result<(Response<Body>, Duration), OriginError> {
     let result = origin.send(origin.prepare(req, conn)).await;
     if let Err(e) = &result {
         p.metrics.origin_error(e.kind());
@@ -341,11 +495,18 @@ fn origin_failure(e: &OriginError) -> Response<Body> {
 }
 
 /// Forwards a request as it is and streams the answer back; nothing is stored.
-async fn pass_through<'a>(p: &Pipeline, origin: &Origin, conn: ConnInfo, req: Request<Body>) -> Result<Fetched<'a>, Response<Body>> {
+async fn pass_through<'a>(
+    p: &Pipeline,
+    origin: &Origin,
+    conn: ConnInfo,
+    req: Request<Body>,
+) -> Result<Fetched<'a>, Response<Body>> {
     let request_headers = req.headers().clone();
     let method = req.method().clone();
     let request_time = SystemTime::now();
-    let (response, latency) = send(p, origin, req, conn).await.map_err(|e| origin_failure(&e))?;
+    let (response, latency) = send(p, origin, req, conn)
+        .await
+        .map_err(|e| origin_failure(&e))?;
     p.metrics.origin_latency.observe(latency.as_secs_f64());
     let mut fetched = admit(p, method, None, &request_headers, response, request_time).await?;
     fetched.instance.provenance = Provenance::Bypass;
@@ -363,22 +524,32 @@ async fn revalidate<'a>(
     conn: ConnInfo,
 ) -> Result<Fetched<'a>, OriginError> {
     let stored_headers = stored.headers();
-    let uri: http::Uri = key_path(key).parse().unwrap_or_else(|_| http::Uri::from_static("/"));
+    let uri: http::Uri = key_path(key)
+        .parse()
+        .unwrap_or_else(|_| http::Uri::from_static("/"));
     let upstream = cache_fill_request(client, &uri, Some(&stored_headers));
     let request_time = SystemTime::now();
     let (response, latency) = send(p, origin, upstream, conn).await?;
     p.metrics.origin_latency.observe(latency.as_secs_f64());
     if response.status() != StatusCode::NOT_MODIFIED {
         p.metrics.cache_result("miss");
-        return admit(p, Method::GET, Some(key), client, response, request_time).await.map_err(|r| {
-            OriginError::Protocol(format!("response rejected with status {}", r.status()))
-        });
+        return admit(p, Method::GET, Some(key), client, response, request_time)
+            .await
+            .map_err(|r| {
+                OriginError::Protocol(format!("response rejected with status {}", r.status()))
+            });
     }
     p.metrics.cache_result("revalidated");
     let mut headers = stored_headers;
     let mut update = response.into_parts().0.headers;
     clean_response_head(&mut update);
-    let freshness = Freshness::updated_from_304(stored.status(), &mut headers, &update, request_time, SystemTime::now());
+    let freshness = Freshness::updated_from_304(
+        stored.status(),
+        &mut headers,
+        &update,
+        request_time,
+        SystemTime::now(),
+    );
     let mut refreshed = stored.clone();
     refreshed.set_headers(&headers);
     refreshed.set_freshness(&freshness);
@@ -388,14 +559,26 @@ async fn revalidate<'a>(
         .zip(refreshed.body_hash())
         .and_then(|(store, hash)| store.get_blob(&hash).ok().flatten());
     let Some(bytes) = bytes else {
-        return Err(OriginError::Protocol("stored body vanished during revalidation".into()));
+        return Err(OriginError::Protocol(
+            "stored body vanished during revalidation".into(),
+        ));
     };
     let hash = refreshed.body_hash().expect("checked above");
     let age = freshness.current_age(SystemTime::now());
-    let instance = cached_instance(&refreshed, headers, bytes, hash, Provenance::Revalidated { age });
+    let instance = cached_instance(
+        &refreshed,
+        headers,
+        bytes,
+        hash,
+        Provenance::Revalidated { age },
+    );
     Ok(Fetched {
         instance,
-        store_plan: Some(StorePlan::CacheEntry { key: key.to_string(), response: refreshed, body: None }),
+        store_plan: Some(StorePlan::CacheEntry {
+            key: key.to_string(),
+            response: refreshed,
+            body: None,
+        }),
         leader: None,
     })
 }
@@ -406,10 +589,18 @@ fn key_path(key: &str) -> &str {
     rest.find('/').map(|i| &rest[i..]).unwrap_or("/")
 }
 
-fn spawn_revalidation(p: Arc<Pipeline>, key: String, stored: StoredResponse, client: HeaderMap, conn: ConnInfo) {
+fn spawn_revalidation(
+    p: Arc<Pipeline>,
+    key: String,
+    stored: StoredResponse,
+    client: HeaderMap,
+    conn: ConnInfo,
+) {
     let background = p.background.clone();
     background.spawn(async move {
-        let Source::Origin(origin) = &p.source else { return };
+        let Source::Origin(origin) = &p.source else {
+            return;
+        };
         let leader = match p.inflight.join(&key) {
             Role::Leader(guard) => guard,
             Role::Follower(_) => return, // someone is already refreshing it
@@ -444,9 +635,8 @@ async fn admit<'a>(
     let headers = &mut parts.headers;
     let last_modified = last_modified(headers);
     let secondary_key = cache::secondary_key(headers, request);
-    let storable = key.is_some()
-        && secondary_key.is_some()
-        && is_storable(&method, request, status, headers);
+    let storable =
+        key.is_some() && secondary_key.is_some() && is_storable(&method, request, status, headers);
 
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -472,19 +662,35 @@ async fn admit<'a>(
     headers.remove(header::CONTENT_ENCODING);
     let limit = p.config.limits.max_buffered_body;
     let fits = declared_length.is_none_or(|len| len <= limit as u64);
-    if !fits || status == StatusCode::PARTIAL_CONTENT || matches!(coding, StreamCoding::Unknown(_)) {
-        return Ok(Fetched::plain(stream_instance(parts, body, coding, declared_length, last_modified)));
+    if !fits || status == StatusCode::PARTIAL_CONTENT || matches!(coding, StreamCoding::Unknown(_))
+    {
+        return Ok(Fetched::plain(stream_instance(
+            parts,
+            body,
+            coding,
+            declared_length,
+            last_modified,
+        )));
     }
     let bytes = match body::read_up_to(body, limit).await {
         Ok(body::ReadUpTo::Complete(bytes)) => bytes,
         Ok(body::ReadUpTo::Partial(prefix, rest)) => {
             let body = body::prepend(prefix, rest);
-            return Ok(Fetched::plain(stream_instance(parts, body, coding, declared_length, last_modified)));
+            return Ok(Fetched::plain(stream_instance(
+                parts,
+                body,
+                coding,
+                declared_length,
+                last_modified,
+            )));
         }
         Err(e) => {
             p.metrics.origin_error("body");
             tracing::warn!(error = %e, "origin response body failed");
-            return Err(error_response(StatusCode::BAD_GATEWAY, &format!("origin response body failed: {e}")));
+            return Err(error_response(
+                StatusCode::BAD_GATEWAY,
+                &format!("origin response body failed: {e}"),
+            ));
         }
     };
     let max_decoded = p.config.limits.max_decoded_body;
@@ -492,14 +698,18 @@ async fn admit<'a>(
         StreamCoding::Known(c) => Some(c),
         _ => None,
     };
-    let (bytes, hash) = tokio::task::spawn_blocking(move || decode_and_hash(decoded_coding, bytes, max_decoded))
-        .await
-        .expect("decoding does not panic")
-        .map_err(|e| {
-            p.metrics.origin_error("body");
-            tracing::warn!(error = %e, "origin body failed to decode");
-            error_response(StatusCode::BAD_GATEWAY, &format!("origin sent an undecodable body: {e}"))
-        })?;
+    let (bytes, hash) =
+        tokio::task::spawn_blocking(move || decode_and_hash(decoded_coding, bytes, max_decoded))
+            .await
+            .expect("decoding does not panic")
+            .map_err(|e| {
+                p.metrics.origin_error("body");
+                tracing::warn!(error = %e, "origin body failed to decode");
+                error_response(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("origin sent an undecodable body: {e}"),
+                )
+            })?;
     if decoded_coding.is_some() {
         weaken_etag(headers);
     }
@@ -507,7 +717,11 @@ async fn admit<'a>(
         (true, Some(key), Some(secondary_key)) => {
             let freshness = Freshness::new(status, headers, request_time, response_time);
             let response = StoredResponse::new(secondary_key, status, headers, hash, &freshness);
-            Some(StorePlan::CacheEntry { key: key.to_string(), response, body: Some(bytes.clone()) })
+            Some(StorePlan::CacheEntry {
+                key: key.to_string(),
+                response,
+                body: Some(bytes.clone()),
+            })
         }
         _ => None,
     };
@@ -516,7 +730,9 @@ async fn admit<'a>(
             status,
             headers: parts.headers,
             body: InstanceBody::Whole { bytes, hash },
-            provenance: Provenance::Fetched { stored: store_plan.is_some() },
+            provenance: Provenance::Fetched {
+                stored: store_plan.is_some(),
+            },
             reusable: store_plan.is_some(),
             last_modified,
         },
@@ -535,7 +751,11 @@ fn stream_instance(
     Instance {
         status: parts.status,
         headers: parts.headers,
-        body: InstanceBody::Stream { body, coding, length },
+        body: InstanceBody::Stream {
+            body,
+            coding,
+            length,
+        },
         provenance: Provenance::Fetched { stored: false },
         reusable: false,
         last_modified,
@@ -543,18 +763,31 @@ fn stream_instance(
 }
 
 fn stream_coding(value: Option<&HeaderValue>) -> StreamCoding {
-    let Some(value) = value else { return StreamCoding::Identity };
-    let Ok(text) = value.to_str() else { return StreamCoding::Unknown(value.clone()) };
-    let codings: Vec<&str> = text.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
+    let Some(value) = value else {
+        return StreamCoding::Identity;
+    };
+    let Ok(text) = value.to_str() else {
+        return StreamCoding::Unknown(value.clone());
+    };
+    let codings: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect();
     match codings.as_slice() {
         [] => StreamCoding::Identity,
         [one] if one.eq_ignore_ascii_case("identity") => StreamCoding::Identity,
-        [one] => ContentCoding::from_token(one).map_or_else(|| StreamCoding::Unknown(value.clone()), StreamCoding::Known),
+        [one] => ContentCoding::from_token(one)
+            .map_or_else(|| StreamCoding::Unknown(value.clone()), StreamCoding::Known),
         _ => StreamCoding::Unknown(value.clone()),
     }
 }
 
-fn decode_and_hash(coding: Option<ContentCoding>, bytes: Bytes, limit: usize) -> Result<(Bytes, Hash), codec::DecodeError> {
+fn decode_and_hash(
+    coding: Option<ContentCoding>,
+    bytes: Bytes,
+    limit: usize,
+) -> Result<(Bytes, Hash), codec::DecodeError> {
     let bytes = match coding {
         Some(c) => Bytes::from(codec::decompress(c, &bytes, limit)?),
         None => bytes,
@@ -566,11 +799,21 @@ fn decode_and_hash(coding: Option<ContentCoding>, bytes: Bytes, limit: usize) ->
 /// The origin's strong validator named its encoded bytes; after decoding, only a weak
 /// claim of equivalence remains true.
 fn weaken_etag(headers: &mut HeaderMap) {
-    let Some(tag) = headers.get(header::ETAG).and_then(|v| v.to_str().ok()).and_then(EntityTag::parse) else {
+    let Some(tag) = headers
+        .get(header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .and_then(EntityTag::parse)
+    else {
         return;
     };
     if !tag.weak {
-        let weak = EntityTag { weak: true, opaque: tag.opaque };
-        headers.insert(header::ETAG, HeaderValue::from_str(&weak.to_string()).expect("etag is a valid header"));
+        let weak = EntityTag {
+            weak: true,
+            opaque: tag.opaque,
+        };
+        headers.insert(
+            header::ETAG,
+            HeaderValue::from_str(&weak.to_string()).expect("etag is a valid header"),
+        );
     }
 }

@@ -89,7 +89,11 @@ pub enum InstanceBody {
     /// The decoded content, whole, and its SHA-256.
     Whole { bytes: Bytes, hash: Hash },
     /// A stream carrying `coding`; `length` is its encoded length when known.
-    Stream { body: Body, coding: StreamCoding, length: Option<u64> },
+    Stream {
+        body: Body,
+        coding: StreamCoding,
+        length: Option<u64>,
+    },
     /// A large file, identity, streamed from disk (seekable for ranges).
     File { file: tokio::fs::File, len: u64 },
     /// No body (HEAD answered upstream, 204, 304).
@@ -124,7 +128,12 @@ pub enum Provenance {
 }
 
 impl Pipeline {
-    pub fn new(config: Arc<Config>, source: Source, store: Option<Store>, metrics: Arc<Metrics>) -> Pipeline {
+    pub fn new(
+        config: Arc<Config>,
+        source: Source,
+        store: Option<Store>,
+        metrics: Arc<Metrics>,
+    ) -> Pipeline {
         Pipeline {
             config,
             source,
@@ -143,18 +152,34 @@ impl Pipeline {
         let started = Instant::now();
         let method = req.method().clone();
         let response = self.run_stages(req, conn, started).await;
-        self.metrics.record_request(&method, response.status(), started.elapsed());
+        self.metrics
+            .record_request(&method, response.status(), started.elapsed());
         response
     }
 
-    async fn run_stages(self: &Arc<Self>, req: Request<Body>, conn: ConnInfo, started: Instant) -> Response<Body> {
+    async fn run_stages(
+        self: &Arc<Self>,
+        req: Request<Body>,
+        conn: ConnInfo,
+        started: Instant,
+    ) -> Response<Body> {
         let profile = classify::classify(&req);
         let site = match &self.source {
-            Source::Origin(origin) => origin.upstream_host(&profile.headers).to_str().unwrap_or_default().to_string(),
+            Source::Origin(origin) => origin
+                .upstream_host(&profile.headers)
+                .to_str()
+                .unwrap_or_default()
+                .to_string(),
             Source::Files(_) => "root".to_string(),
         };
         let resource = format!("{site}{}", profile.path_and_query());
-        let ctx = RequestContext { profile, site, resource, conn, started };
+        let ctx = RequestContext {
+            profile,
+            site,
+            resource,
+            conn,
+            started,
+        };
         let fetched = match fetch::fetch(self, &ctx, req).await {
             Ok(fetched) => fetched,
             Err(response) => return response,

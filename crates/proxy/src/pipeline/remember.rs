@@ -15,14 +15,25 @@ use crate::delta::{dictionaries, history};
 /// What to write.
 pub enum StorePlan {
     /// A cache entry for `key`; `body` is `None` when only the head changed (a 304).
-    CacheEntry { key: String, response: StoredResponse, body: Option<Bytes> },
+    CacheEntry {
+        key: String,
+        response: StoredResponse,
+        body: Option<Bytes>,
+    },
     /// A file version's content, kept by its hash; a version (delta base) of
     /// `resource` when that is given (text files).
-    Body { bytes: Bytes, resource: Option<String> },
+    Body {
+        bytes: Bytes,
+        resource: Option<String>,
+    },
 }
 
 pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
-    let Fetched { instance, store_plan, leader } = fetched;
+    let Fetched {
+        instance,
+        store_plan,
+        leader,
+    } = fetched;
     if let (Some(plan), Some(store)) = (store_plan, p.store.clone()) {
         let delta = p.config.delta.clone();
         let compression = p.config.compression.clone();
@@ -33,37 +44,63 @@ pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
                 .is_some_and(|ct| compression.profile_for(ct).is_some())
         };
         // A cache entry written comes back, to be kept hot.
-        let written = tokio::task::spawn_blocking(move || -> Result<Option<(String, CacheEntry)>, store::StoreError> {
-            match plan {
-                StorePlan::Body { bytes, resource: None } => store.put_blob(&bytes).map(|_| None),
-                StorePlan::Body { bytes, resource: Some(resource) } => {
-                    let hash = store.put_blob(&bytes)?;
-                    let etag = Some(format!("\"{}\"", super::fetch::content_etag(&hash)));
-                    let version = history::Version { hash: hash.to_hex(), etag, time: now_unix(), size: bytes.len() as u64 };
-                    remember_version(&store, &delta, &resource, version).map(|_| None)
-                }
-                StorePlan::CacheEntry { key, response, body } => {
-                    if let Some(bytes) = &body {
-                        store.put_blob(bytes)?;
+        let written = tokio::task::spawn_blocking(
+            move || -> Result<Option<(String, CacheEntry)>, store::StoreError> {
+                match plan {
+                    StorePlan::Body {
+                        bytes,
+                        resource: None,
+                    } => store.put_blob(&bytes).map(|_| None),
+                    StorePlan::Body {
+                        bytes,
+                        resource: Some(resource),
+                    } => {
+                        let hash = store.put_blob(&bytes)?;
+                        let etag = Some(format!("\"{}\"", super::fetch::content_etag(&hash)));
+                        let version = history::Version {
+                            hash: hash.to_hex(),
+                            etag,
+                            time: now_unix(),
+                            size: bytes.len() as u64,
+                        };
+                        remember_version(&store, &delta, &resource, version).map(|_| None)
                     }
-                    let mut entry = store
-                        .get_record(&key)?
-                        .and_then(|r| CacheEntry::decode(&r))
-                        .unwrap_or_default();
-                    let headers = response.headers();
-                    let new_version = body.as_ref().filter(|_| text(&headers)).and_then(|bytes| {
-                        let etag = headers.get(http::header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_string);
-                        Some(history::Version { hash: response.body_hash()?.to_hex(), etag, time: now_unix(), size: bytes.len() as u64 })
-                    });
-                    entry.upsert(response);
-                    store.put_record(&key, &entry.encode(), &entry.bodies())?;
-                    if let Some(version) = new_version {
-                        remember_version(&store, &delta, resource_of(&key), version)?;
+                    StorePlan::CacheEntry {
+                        key,
+                        response,
+                        body,
+                    } => {
+                        if let Some(bytes) = &body {
+                            store.put_blob(bytes)?;
+                        }
+                        let mut entry = store
+                            .get_record(&key)?
+                            .and_then(|r| CacheEntry::decode(&r))
+                            .unwrap_or_default();
+                        let headers = response.headers();
+                        let new_version =
+                            body.as_ref().filter(|_| text(&headers)).and_then(|bytes| {
+                                let etag = headers
+                                    .get(http::header::ETAG)
+                                    .and_then(|v| v.to_str().ok())
+                                    .map(str::to_string);
+                                Some(history::Version {
+                                    hash: response.body_hash()?.to_hex(),
+                                    etag,
+                                    time: now_unix(),
+                                    size: bytes.len() as u64,
+                                })
+                            });
+                        entry.upsert(response);
+                        store.put_record(&key, &entry.encode(), &entry.bodies())?;
+                        if let Some(version) = new_version {
+                            remember_version(&store, &delta, resource_of(&key), version)?;
+                        }
+                        Ok(Some((key, entry)))
                     }
-                    Ok(Some((key, entry)))
                 }
-            }
-        })
+            },
+        )
         .await
         .expect("store writes do not panic");
         match written {
@@ -97,7 +134,12 @@ pub async fn invalidate(p: &Pipeline, key: &str) {
 
 /// Appends a new instance to its resource's history and registers it as a possible
 /// dictionary for its site.
-pub(crate) fn remember_version(store: &store::Store, delta: &DeltaConfig, resource: &str, version: history::Version) -> Result<(), store::StoreError> {
+pub(crate) fn remember_version(
+    store: &store::Store,
+    delta: &DeltaConfig,
+    resource: &str,
+    version: history::Version,
+) -> Result<(), store::StoreError> {
     if !delta.enabled {
         return Ok(());
     }
@@ -110,5 +152,7 @@ pub(crate) fn remember_version(store: &store::Store, delta: &DeltaConfig, resour
 }
 
 pub(crate) fn now_unix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

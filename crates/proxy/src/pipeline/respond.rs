@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{self, HeaderName, HeaderValue};
-use http::{HeaderMap, Method, Response, StatusCode};
 use codec::dictionary::DictionaryCoding;
 use codec::ContentCoding;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Response, StatusCode};
 use wirefold_http::conditional::{evaluate, EntityTag, IfNoneMatch, Precondition};
+use wirefold_http::delta::{A_IM, DELTA_BASE, IM};
 use wirefold_http::digest::{digest_value, WIREFOLD_DIGEST};
 use wirefold_http::range::{content_range, range_for, unsatisfied_range, RangeRequest};
-use wirefold_http::delta::{A_IM, DELTA_BASE, IM};
 use wirefold_http::vary::add_field;
 
 use super::encode::{Representation, RepresentationBody, SentCoding};
@@ -34,7 +34,17 @@ const NOT_MODIFIED_FIELDS: [HeaderName; 8] = [
 ];
 
 pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) -> Response<Body> {
-    let Representation { status, mut headers, body, coding, negotiated, original_len, instance_hash, provenance, last_modified } = rep;
+    let Representation {
+        status,
+        mut headers,
+        body,
+        coding,
+        negotiated,
+        original_len,
+        instance_hash,
+        provenance,
+        last_modified,
+    } = rep;
     let request = &ctx.profile;
     // Up to 8 fields are added below (digest, Vary, Age, Cache-Status, Content-Encoding,
     // Content-Length, Accept-Ranges, …): one allocation now instead of a rehash midway.
@@ -57,43 +67,77 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
         // coding, or whole from a 226, it needs nothing new, and the 304 names the
         // validator it listed. Other clients revalidate the representation sent.
         let delta_aware = request.headers.contains_key(A_IM);
-        let held = instance_etag.as_ref().filter(|_| delta_aware).and_then(|instance| held_copy(&request.headers, instance));
-        match evaluate(&request.method, &request.headers, held.as_ref().or(etag.as_ref()), last_modified) {
+        let held = instance_etag
+            .as_ref()
+            .filter(|_| delta_aware)
+            .and_then(|instance| held_copy(&request.headers, instance));
+        match evaluate(
+            &request.method,
+            &request.headers,
+            held.as_ref().or(etag.as_ref()),
+            last_modified,
+        ) {
             Precondition::Proceed => {}
             Precondition::NotModified => return not_modified(&headers, held),
-            Precondition::Failed => return error_response(StatusCode::PRECONDITION_FAILED, "precondition failed"),
+            Precondition::Failed => {
+                return error_response(StatusCode::PRECONDITION_FAILED, "precondition failed")
+            }
         }
     }
 
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|ct| ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .map(|ct| {
+            ct.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
         .unwrap_or_default();
     match &coding {
         SentCoding::Identity => {}
         SentCoding::Encoded(c) => {
-            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(c.token()));
+            headers.insert(
+                header::CONTENT_ENCODING,
+                HeaderValue::from_static(c.token()),
+            );
         }
         SentCoding::Origin(value) => {
             headers.insert(header::CONTENT_ENCODING, value.clone());
         }
         SentCoding::Dictionary(c) => {
-            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(c.token()));
+            headers.insert(
+                header::CONTENT_ENCODING,
+                HeaderValue::from_static(c.token()),
+            );
         }
         SentCoding::Vcdiff { base_etag } => {
             headers.insert(IM, HeaderValue::from_static("vcdiff"));
             // The base as the client listed it: it may hold it under a coding's validator.
-            let listed = EntityTag::parse(base_etag).and_then(|base| held_copy(&request.headers, &base));
-            if let Ok(base) = HeaderValue::from_str(&listed.map_or_else(|| base_etag.clone(), |tag| tag.to_string())) {
+            let listed =
+                EntityTag::parse(base_etag).and_then(|base| held_copy(&request.headers, &base));
+            if let Ok(base) = HeaderValue::from_str(
+                &listed.map_or_else(|| base_etag.clone(), |tag| tag.to_string()),
+            ) {
                 headers.insert(DELTA_BASE, base);
             }
             // Legacy caches must not store a delta; delta-aware ones may (RFC 3229 §10.8).
-            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store, im"));
+            headers.insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("no-store, im"),
+            );
         }
     }
-    let rangeable = status == StatusCode::OK && coding == SentCoding::Identity && request.method == Method::GET;
-    let accounting = Accounting { metrics: p.metrics.clone(), mechanism: coding.mechanism(), content_type, original_len };
+    let rangeable =
+        status == StatusCode::OK && coding == SentCoding::Identity && request.method == Method::GET;
+    let accounting = Accounting {
+        metrics: p.metrics.clone(),
+        mechanism: coding.mechanism(),
+        content_type,
+        original_len,
+    };
     let is_head = request.method == Method::HEAD;
 
     let (status, body, length) = match body {
@@ -103,8 +147,18 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
             if rangeable || status == StatusCode::OK && coding == SentCoding::Identity {
                 headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
             }
-            match range(rangeable, &request.headers, len, etag.as_ref(), last_modified, &mut headers) {
-                Some(RangeRequest::Single { start, end_inclusive }) => {
+            match range(
+                rangeable,
+                &request.headers,
+                len,
+                etag.as_ref(),
+                last_modified,
+                &mut headers,
+            ) {
+                Some(RangeRequest::Single {
+                    start,
+                    end_inclusive,
+                }) => {
                     let part = bytes.slice(start as usize..=end_inclusive as usize);
                     let n = part.len() as u64;
                     accounting.record(n);
@@ -119,11 +173,25 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
         }
         RepresentationBody::File { file, len } => {
             headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-            match range(rangeable, &request.headers, len, etag.as_ref(), last_modified, &mut headers) {
-                Some(RangeRequest::Single { start, end_inclusive }) => {
+            match range(
+                rangeable,
+                &request.headers,
+                len,
+                etag.as_ref(),
+                last_modified,
+                &mut headers,
+            ) {
+                Some(RangeRequest::Single {
+                    start,
+                    end_inclusive,
+                }) => {
                     let n = end_inclusive - start + 1;
                     accounting.record(n);
-                    (StatusCode::PARTIAL_CONTENT, body::file(file, start, n), Some(n))
+                    (
+                        StatusCode::PARTIAL_CONTENT,
+                        body::file(file, start, n),
+                        Some(n),
+                    )
                 }
                 Some(_) => return range_not_satisfiable(len),
                 None => {
@@ -149,30 +217,47 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
 /// appended and is weakened (levels may differ between responses), so no cache
 /// confuses representations and the client's revalidation maps back to it.
 fn representation_etag(headers: &mut HeaderMap, coding: &SentCoding) -> Option<EntityTag> {
-    let tag = headers.get(header::ETAG).and_then(|v| v.to_str().ok()).and_then(EntityTag::parse)?;
+    let tag = headers
+        .get(header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .and_then(EntityTag::parse)?;
     let token = match coding {
         SentCoding::Encoded(c) => c.token(),
         SentCoding::Dictionary(c) => c.token(),
         // An origin's own coding keeps its validator; a 226 names the new instance.
-        SentCoding::Identity | SentCoding::Origin(_) | SentCoding::Vcdiff { .. } => return Some(tag),
+        SentCoding::Identity | SentCoding::Origin(_) | SentCoding::Vcdiff { .. } => {
+            return Some(tag)
+        }
     };
-    let tag = EntityTag { weak: true, opaque: format!("{}-{}", tag.opaque, token) };
-    headers.insert(header::ETAG, HeaderValue::from_str(&tag.to_string()).expect("etag is a valid header"));
+    let tag = EntityTag {
+        weak: true,
+        opaque: format!("{}-{}", tag.opaque, token),
+    };
+    headers.insert(
+        header::ETAG,
+        HeaderValue::from_str(&tag.to_string()).expect("etag is a valid header"),
+    );
     Some(tag)
 }
 
 /// The validator in the request's `If-None-Match` that names `instance`: as is, or
 /// as [`representation_etag`] suffixed it for a coding.
 fn held_copy(request: &HeaderMap, instance: &EntityTag) -> Option<EntityTag> {
-    let Some(IfNoneMatch::Tags(tags)) = IfNoneMatch::from_headers(request) else { return None };
-    tags.into_iter().find(|tag| match tag.opaque.strip_prefix(instance.opaque.as_str()) {
-        Some("") => true,
-        Some(rest) => {
-            let token = rest.strip_prefix('-').unwrap_or_default();
-            tag.weak && (ContentCoding::from_token(token).is_some() || DictionaryCoding::from_token(token).is_some())
-        }
-        None => false,
-    })
+    let Some(IfNoneMatch::Tags(tags)) = IfNoneMatch::from_headers(request) else {
+        return None;
+    };
+    tags.into_iter().find(
+        |tag| match tag.opaque.strip_prefix(instance.opaque.as_str()) {
+            Some("") => true,
+            Some(rest) => {
+                let token = rest.strip_prefix('-').unwrap_or_default();
+                tag.weak
+                    && (ContentCoding::from_token(token).is_some()
+                        || DictionaryCoding::from_token(token).is_some())
+            }
+            None => false,
+        },
+    )
 }
 
 fn range(
@@ -188,9 +273,15 @@ fn range(
     }
     match range_for(request, len, etag, last_modified) {
         RangeRequest::Full => None,
-        single @ RangeRequest::Single { start, end_inclusive } => {
+        single @ RangeRequest::Single {
+            start,
+            end_inclusive,
+        } => {
             let value = content_range(start, end_inclusive, len);
-            headers.insert(header::CONTENT_RANGE, HeaderValue::from_str(&value).expect("content-range is valid"));
+            headers.insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&value).expect("content-range is valid"),
+            );
             Some(single)
         }
         RangeRequest::Unsatisfiable => Some(RangeRequest::Unsatisfiable),
@@ -243,7 +334,10 @@ fn add_cache_status(headers: &mut HeaderMap, provenance: Provenance) {
         Provenance::Bypass => "wirefold; fwd=bypass",
         Provenance::File => return,
     };
-    headers.insert(HeaderName::from_static("cache-status"), HeaderValue::from_static(status));
+    headers.insert(
+        HeaderName::from_static("cache-status"),
+        HeaderValue::from_static(status),
+    );
 }
 
 /// A short plain-text error from wirefold itself; never cached.
@@ -251,7 +345,10 @@ pub fn error_response(status: StatusCode, message: &str) -> Response<Body> {
     let mut response = Response::new(body::full(format!("wirefold: {message}\n")));
     *response.status_mut() = status;
     let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
@@ -267,7 +364,8 @@ struct Accounting {
 impl Accounting {
     fn record(&self, sent: u64) {
         let original = self.original_len.unwrap_or(sent);
-        self.metrics.record_body(self.mechanism, &self.content_type, original, sent);
+        self.metrics
+            .record_body(self.mechanism, &self.content_type, original, sent);
     }
 
     /// Wraps a stream so its size is recorded when it ends (or is dropped).

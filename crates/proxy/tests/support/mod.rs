@@ -16,10 +16,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use wirefold_proxy::config::Config;
 
+use tokio::net::{TcpListener, TcpStream};
 /// The crate under test, by its short name.
 #[allow(unused_imports)]
 pub use wirefold_proxy as proxy;
-use tokio::net::{TcpListener, TcpStream};
 
 /// A started accelerator and the directory holding its store.
 pub struct Proxy {
@@ -82,7 +82,9 @@ impl Origin {
     }
 }
 
-pub async fn origin(handler: impl Fn(Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync + 'static) -> Origin {
+pub async fn origin(
+    handler: impl Fn(Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync + 'static,
+) -> Origin {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
@@ -98,7 +100,9 @@ pub async fn origin(handler: impl Fn(Request<Incoming>) -> Response<Full<Bytes>>
                     let response = handler(req);
                     async move { Ok::<_, Infallible>(response) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
             });
         }
     });
@@ -127,7 +131,11 @@ pub fn dead_address() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
-pub fn response(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+pub fn response(
+    status: u16,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
     let mut r = Response::builder().status(status);
     for (k, v) in headers {
         r = r.header(*k, *v);
@@ -146,7 +154,10 @@ pub struct Fetched {
 
 impl Fetched {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -157,12 +168,24 @@ pub async fn curl(url: &str, args: &[&str]) -> Fetched {
     let head = dir.path().join("head");
     let body = dir.path().join("body");
     let mut cmd = tokio::process::Command::new("curl");
-    cmd.args(["-s", "-S", "-k", "--max-time", "30", "-D"]).arg(&head).arg("-o").arg(&body);
+    cmd.args(["-s", "-S", "-k", "--max-time", "30", "-D"])
+        .arg(&head)
+        .arg("-o")
+        .arg(&body);
     cmd.args(args).arg(url);
     let out = cmd.output().await.expect("curl runs");
-    assert!(out.status.success(), "curl {url} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "curl {url} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let head = std::fs::read_to_string(&head).unwrap();
-    let block = head.trim_end().rsplit("\r\n\r\n").next().unwrap().to_string();
+    let block = head
+        .trim_end()
+        .rsplit("\r\n\r\n")
+        .next()
+        .unwrap()
+        .to_string();
     let mut lines = block.lines();
     let status_line = lines.next().unwrap_or_default();
     let mut parts = status_line.split_whitespace();
@@ -172,7 +195,12 @@ pub async fn curl(url: &str, args: &[&str]) -> Fetched {
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect();
-    Fetched { status, version, headers, body: std::fs::read(&body).unwrap_or_default() }
+    Fetched {
+        status,
+        version,
+        headers,
+        body: std::fs::read(&body).unwrap_or_default(),
+    }
 }
 
 /// Decodes `data` with a reference command-line tool (`gzip`, `brotli`, `zstd`).
@@ -190,13 +218,19 @@ pub fn decode_with_cli(tool: &str, data: &[u8]) -> Vec<u8> {
     let writer = std::thread::spawn(move || stdin.write_all(&data));
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap().unwrap();
-    assert!(out.status.success(), "{tool} -d failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{tool} -d failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out.stdout
 }
 
 /// A real page from the shared corpus, or `None` when the corpus is not beside the repo.
 pub fn corpus_file(relative: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus").join(relative);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/corpus")
+        .join(relative);
     std::fs::read(&path).unwrap_or_else(|e| panic!("corpus file {}: {e}", path.display()))
 }
 
