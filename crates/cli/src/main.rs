@@ -20,7 +20,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// The accelerator in front of an origin (--origin) or serving a directory (--root).
+    /// The accelerator in front of an origin (--origin), serving a directory (--root),
+    /// or as the server proxy of a proxy pair (--link).
     Serve(ServeArgs),
     /// A built-in sample site that changes while it runs, served through the accelerator.
     Demo {
@@ -124,6 +125,13 @@ struct ServeArgs {
     /// Log format: human or json [default: human].
     #[arg(long, value_parser = ["human", "json"])]
     log_format: Option<String>,
+    /// Accept client proxies' links (`wirefold client`); without --origin or --root,
+    /// fetch from whatever origin each link request names.
+    #[arg(long)]
+    link: bool,
+    /// Require this token from client proxies (`wirefold client --link-token`).
+    #[arg(long, requires = "link")]
+    link_token: Option<String>,
     /// Validate the configuration, explain any error, and exit.
     #[arg(long)]
     check_config: bool,
@@ -161,6 +169,12 @@ impl ServeArgs {
             config.tls.self_signed = false;
             config.tls.cert = Some(cert.clone());
             config.tls.key = Some(key.clone());
+        }
+        if self.link {
+            config.link.enabled = true;
+        }
+        if let Some(token) = &self.link_token {
+            config.link.token = Some(token.clone());
         }
         if let Some(format) = &self.log_format {
             config.log_format = if format == "json" {

@@ -31,6 +31,7 @@ pub struct Config {
     pub compression: CompressionConfig,
     pub delta: DeltaConfig,
     pub files: FilesConfig,
+    pub link: LinkConfig,
 }
 
 impl Default for Config {
@@ -49,6 +50,7 @@ impl Default for Config {
             compression: CompressionConfig::default(),
             delta: DeltaConfig::default(),
             files: FilesConfig::default(),
+            link: LinkConfig::default(),
         }
     }
 }
@@ -83,7 +85,8 @@ pub enum LogFormat {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
-    /// Generate a certificate for `localhost` and `127.0.0.1` at start-up.
+    /// Generate a certificate for `localhost` and `127.0.0.1` at start-up, published
+    /// as `<data_dir>/self-signed-cert.pem`.
     pub self_signed: bool,
     /// PEM certificate chain.
     pub cert: Option<PathBuf>,
@@ -365,6 +368,42 @@ impl DeltaConfig {
     }
 }
 
+/// The server proxy's end of the proxy pair (`docs/link-protocol.md`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LinkConfig {
+    /// Accept link requests from client proxies. Without `origin` or `root`, a link
+    /// server fetches from whatever origin each link request names.
+    pub enabled: bool,
+    /// When set, link requests must carry it in `wirefold-link` (a server that fetches
+    /// any URL must not be open to anyone who reaches it).
+    pub token: Option<String>,
+    /// Stream a held instance the client lacks while the origin is consulted.
+    pub optimistic: bool,
+    /// Skip the optimistic send when the host's origin wait so far averages less than
+    /// this: the stale bytes could not get far before the answer, and cannot pay.
+    pub min_origin_wait_ms: u64,
+    /// Decoded bytes per STALE_DATA frame: the granularity at which a stale stream
+    /// can stop.
+    pub stale_chunk_bytes: usize,
+    /// The link bandwidth the cost model assumes until the connection's own
+    /// delivery rate is known, in bits per second.
+    pub assumed_bandwidth_bps: u64,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            enabled: false,
+            token: None,
+            optimistic: true,
+            min_origin_wait_ms: 100,
+            stale_chunk_bytes: 16 * 1024,
+            assumed_bandwidth_bps: 10_000_000,
+        }
+    }
+}
+
 /// A configuration error, naming the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -396,10 +435,12 @@ impl Config {
     pub fn check(&self) -> Result<(), ConfigError> {
         let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
         match (&self.origin, &self.root) {
+            (None, None) if self.link.enabled => {}
             (None, None) => {
                 return invalid(
                     "origin",
-                    "set `origin` (reverse proxy) or `root` (file server)".into(),
+                    "set `origin` (reverse proxy), `root` (file server) or `link.enabled` (server proxy)"
+                        .into(),
                 )
             }
             (Some(_), Some(_)) => {
@@ -484,6 +525,26 @@ impl Config {
         if self.delta.history == 0 {
             return invalid("delta.history", "must be at least 1".into());
         }
+        if let Some(token) = &self.link.token {
+            if token.is_empty() || token == "1" || http::HeaderValue::from_str(token).is_err() {
+                return invalid(
+                    "link.token",
+                    "must be a non-empty header-safe string other than `1`".into(),
+                );
+            }
+        }
+        if !(1024..=frame_limit()).contains(&self.link.stale_chunk_bytes) {
+            return invalid(
+                "link.stale_chunk_bytes",
+                format!("must be between 1024 and {}", frame_limit()),
+            );
+        }
+        if self.link.assumed_bandwidth_bps == 0 {
+            return invalid(
+                "link.assumed_bandwidth_bps",
+                "must be greater than 0".into(),
+            );
+        }
         for rule in &self.delta.pattern {
             if !rule.prefix.starts_with('/') || !rule.pattern.starts_with('/') {
                 return invalid(
@@ -507,6 +568,11 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A stale chunk's zstd output must fit one frame even when incompressible.
+fn frame_limit() -> usize {
+    crate::link::frame::MAX_PAYLOAD / 2
 }
 
 #[cfg(test)]

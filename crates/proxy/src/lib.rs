@@ -11,6 +11,7 @@ pub mod delta;
 pub mod demo;
 pub mod files;
 mod first_bytes;
+pub mod forward;
 pub mod get;
 pub mod link;
 pub mod metrics;
@@ -18,7 +19,7 @@ pub mod origin;
 pub mod pipeline;
 mod scan;
 pub mod server;
-mod tls;
+pub mod tls;
 mod upgrade;
 
 pub use config::Config;

@@ -47,6 +47,8 @@ pub struct Metrics {
     pub store_write_errors: Counter,
     /// Completed passes of the root scanner (encodings and deltas made ahead).
     pub root_scans: Counter,
+    /// Link responses by how they ended (confirm, delta, stale-delta, full, …).
+    pub link_outcomes: Family<ResultLabels, Counter>,
     /// Totals kept beside the families so the demo can print a summary cheaply.
     totals: Totals,
 }
@@ -130,9 +132,16 @@ impl Metrics {
             "Completed passes of the root scanner",
             root_scans.clone(),
         );
+        let link_outcomes = Family::default();
+        registry.register(
+            "link_responses",
+            "Link responses by outcome",
+            link_outcomes.clone(),
+        );
         Metrics {
             registry,
             root_scans,
+            link_outcomes,
             requests,
             bytes_original,
             bytes_sent,
@@ -182,6 +191,12 @@ impl Metrics {
     pub fn encoding_cache_result(&self, result: &'static str) {
         self.encoding_cache
             .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    pub fn link_outcome(&self, outcome: &'static str) {
+        self.link_outcomes
+            .get_or_create(&ResultLabels { result: outcome })
             .inc();
     }
 

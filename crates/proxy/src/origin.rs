@@ -19,7 +19,7 @@ use crate::config::UpstreamConfig;
 pub const VIA_VALUE: &str = "1.1 wirefold";
 
 pub struct Origin {
-    client: Client<HttpsConnector<HttpConnector>, Body>,
+    client: UpstreamClient,
     scheme: http::uri::Scheme,
     authority: http::uri::Authority,
     /// The origin URL's path, prefixed to every request path (no trailing slash).
@@ -67,25 +67,43 @@ impl OriginError {
 pub struct ConnInfo {
     pub peer: SocketAddr,
     pub tls: bool,
+    /// The accepted socket, for its kernel statistics (TCP_INFO); valid while the
+    /// connection is.
+    pub socket: Option<std::os::fd::RawFd>,
+}
+
+/// The pooled upstream client all origins of one server share.
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Body>;
+
+/// A pooled client configured by `cfg` (timeouts, extra roots).
+pub fn upstream_client(cfg: &UpstreamConfig) -> Result<UpstreamClient, String> {
+    let connector = connector(
+        cfg.ca_file.as_deref(),
+        Duration::from_millis(cfg.connect_timeout_ms),
+    )
+    .map_err(|e| format!("upstream.ca_file {e}"))?;
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build(connector))
 }
 
 impl Origin {
     pub fn new(origin: &str, cfg: &UpstreamConfig) -> Result<Origin, String> {
+        Origin::with_client(origin, cfg, upstream_client(cfg)?)
+    }
+
+    /// An origin reached through an existing pool (a server proxy fetching from many).
+    pub fn with_client(
+        origin: &str,
+        cfg: &UpstreamConfig,
+        client: UpstreamClient,
+    ) -> Result<Origin, String> {
         let uri: Uri = origin
             .parse()
             .map_err(|e| format!("origin `{origin}`: {e}"))?;
         let scheme = uri.scheme().cloned().ok_or("origin needs a scheme")?;
         let authority = uri.authority().cloned().ok_or("origin needs a host")?;
         let base_path = uri.path().trim_end_matches('/').to_string();
-
-        let connector = connector(
-            cfg.ca_file.as_deref(),
-            Duration::from_millis(cfg.connect_timeout_ms),
-        )
-        .map_err(|e| format!("upstream.ca_file {e}"))?;
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
 
         let host = match cfg.host.as_str() {
             "origin" => HostRule::Origin,

@@ -103,7 +103,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         None
     };
     let source = match (&config.origin, &config.root) {
-        (Some(origin), _) => Source::Origin(Box::new(
+        (Some(origin), _) => Source::Origin(Arc::new(
             Origin::new(origin, &config.upstream).map_err(StartError::Origin)?,
         )),
         (None, Some(root)) => {
@@ -112,10 +112,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                 source,
             })?)
         }
-        (None, None) => unreachable!("check() requires a mode"),
+        (None, None) => Source::Forward(Box::new(
+            crate::forward::ForwardOrigins::new(&config.upstream).map_err(StartError::Origin)?,
+        )),
     };
     let tls = if config.tls.enabled() {
-        Some(crate::tls::acceptor(&config.tls).map_err(StartError::Tls)?)
+        Some(crate::tls::acceptor(&config.tls, &config.data_dir).map_err(StartError::Tls)?)
     } else {
         None
     };
@@ -211,9 +213,14 @@ async fn accept_loop(
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);
+        let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
+        if pipeline.config.link.enabled {
+            crate::link::limit_unsent(socket);
+        }
         let conn = ConnInfo {
             peer,
             tls: tls.is_some(),
+            socket: Some(socket),
         };
         let service = {
             let pipeline = pipeline.clone();
@@ -271,10 +278,28 @@ async fn dispatch(
     req: Request<Incoming>,
     conn: ConnInfo,
 ) -> Response<Body> {
-    if let Source::Origin(origin) = &pipeline.source {
-        if wirefold_http::hop_by_hop::is_upgrade_request(req.headers()).is_some() {
+    if crate::link::serve::is_link_request(req.headers()) {
+        let started = std::time::Instant::now();
+        let method = req.method().clone();
+        let response = crate::link::serve::handle(pipeline, req.map(body::boxed), conn).await;
+        pipeline
+            .metrics
+            .record_request(&method, response.status(), started.elapsed());
+        return response;
+    }
+    match &pipeline.source {
+        Source::Origin(origin)
+            if wirefold_http::hop_by_hop::is_upgrade_request(req.headers()).is_some() =>
+        {
             return crate::upgrade::pass_through(origin, req, conn).await;
         }
+        Source::Forward(_) => {
+            return crate::pipeline::respond::error_response(
+                StatusCode::BAD_REQUEST,
+                "this server proxy answers link requests (wirefold-link) only",
+            );
+        }
+        _ => {}
     }
     pipeline.handle(req.map(body::boxed), conn).await
 }
@@ -386,6 +411,9 @@ async fn train_dictionary(pipeline: &Pipeline, query: &str) -> Result<String, St
             .unwrap_or_default()
             .to_string(),
         (None, Source::Files(_)) => "root".to_string(),
+        (None, Source::Forward(_)) => {
+            return Err("`site` is required: a server proxy serves many".into())
+        }
     };
     let store = pipeline
         .store

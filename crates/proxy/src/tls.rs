@@ -1,5 +1,6 @@
-//! TLS for the listener: a configured certificate, or one generated for local use.
-//! ALPN offers h2 and http/1.1.
+//! TLS for the listener: a configured certificate, or one generated for local use
+//! (written to `<data dir>/self-signed-cert.pem` so that clients, such as a client
+//! proxy, can trust it). ALPN offers h2 and http/1.1.
 
 use std::sync::Arc;
 
@@ -8,11 +9,18 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::TlsConfig;
 
-pub fn acceptor(cfg: &TlsConfig) -> Result<TlsAcceptor, String> {
+/// Where a generated certificate is published, under the data directory.
+pub const SELF_SIGNED_CERT_FILE: &str = "self-signed-cert.pem";
+
+pub fn acceptor(cfg: &TlsConfig, data_dir: &std::path::Path) -> Result<TlsAcceptor, String> {
     let (chain, key) = if cfg.self_signed {
         let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
         let generated = rcgen::generate_simple_self_signed(names)
             .map_err(|e| format!("generating a certificate: {e}"))?;
+        let published = data_dir.join(SELF_SIGNED_CERT_FILE);
+        std::fs::create_dir_all(data_dir)
+            .and_then(|()| std::fs::write(&published, generated.cert.pem()))
+            .map_err(|e| format!("writing {}: {e}", published.display()))?;
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
             generated.signing_key.serialize_der(),
         ));

@@ -21,7 +21,9 @@ use wirefold_http::dictionary::{use_as_dictionary, USE_AS_DICTIONARY};
 use super::remember::{self, StorePlan};
 use super::{Instance, InstanceBody, Pipeline, Provenance, RequestContext, Source, StreamCoding};
 use crate::body::{self, Body};
-use crate::cache::{self, CacheEntry, HotEntries, LeaderGuard, Role, StoredResponse};
+use crate::cache::{
+    self, resource_of, site_of, CacheEntry, HotEntries, LeaderGuard, Role, StoredResponse,
+};
 use crate::delta::dictionaries::{self, DERIVED_PREFIX};
 use crate::files::{FileContent, FileSource};
 use crate::origin::{clean_response_head, ConnInfo, Origin, OriginError};
@@ -71,6 +73,12 @@ pub async fn fetch<'a>(
     match &p.source {
         Source::Files(files) => fetch_file(p, files, ctx).await.map(Fetched::plain_file),
         Source::Origin(origin) => fetch_origin(p, origin, ctx, req).await,
+        Source::Forward(forward) => {
+            let origin = forward.origin(&ctx.site).map_err(|e| {
+                error_response(StatusCode::BAD_REQUEST, &format!("cannot forward: {e}"))
+            })?;
+            fetch_origin(p, &origin, ctx, req).await
+        }
     }
 }
 
@@ -598,14 +606,19 @@ fn spawn_revalidation(
 ) {
     let background = p.background.clone();
     background.spawn(async move {
-        let Source::Origin(origin) = &p.source else {
-            return;
+        let origin = match &p.source {
+            Source::Origin(origin) => origin.clone(),
+            Source::Forward(forward) => match forward.origin(site_of(resource_of(&key))) {
+                Ok(origin) => origin,
+                Err(_) => return,
+            },
+            Source::Files(_) => return,
         };
         let leader = match p.inflight.join(&key) {
             Role::Leader(guard) => guard,
             Role::Follower(_) => return, // someone is already refreshing it
         };
-        match revalidate(&p, origin, &key, &stored, &client, conn).await {
+        match revalidate(&p, &origin, &key, &stored, &client, conn).await {
             Ok(mut fetched) => {
                 fetched.leader = Some(leader);
                 // Drain a streamed body so a storable one completes; the client got the stale copy.

@@ -36,13 +36,16 @@ use crate::body::Body;
 use crate::cache::{HotEntries, Inflight};
 use crate::config::Config;
 use crate::files::FileSource;
+use crate::forward::ForwardOrigins;
 use crate::metrics::Metrics;
 use crate::origin::{ConnInfo, Origin};
 
 /// Where current instances come from.
 pub enum Source {
-    Origin(Box<Origin>),
+    Origin(Arc<Origin>),
     Files(FileSource),
+    /// The origin each request names in its absolute URI (a server proxy's link).
+    Forward(Box<ForwardOrigins>),
 }
 
 /// Everything the stages share for the life of the server.
@@ -57,6 +60,7 @@ pub struct Pipeline {
     pub(crate) dictionary_links: crate::delta::LinkMemo,
     pub(crate) encode_jobs: encode::BackgroundJobs,
     pub(crate) background: Background,
+    pub(crate) link: crate::link::serve::LinkServer,
 }
 
 /// Per-request state, built by `classify` and read by every later stage.
@@ -144,6 +148,7 @@ impl Pipeline {
             dictionary_links: crate::delta::LinkMemo::default(),
             encode_jobs: encode::BackgroundJobs::default(),
             background: Background::default(),
+            link: crate::link::serve::LinkServer::default(),
         }
     }
 
@@ -163,22 +168,9 @@ impl Pipeline {
         conn: ConnInfo,
         started: Instant,
     ) -> Response<Body> {
-        let profile = classify::classify(&req);
-        let site = match &self.source {
-            Source::Origin(origin) => origin
-                .upstream_host(&profile.headers)
-                .to_str()
-                .unwrap_or_default()
-                .to_string(),
-            Source::Files(_) => "root".to_string(),
-        };
-        let resource = format!("{site}{}", profile.path_and_query());
-        let ctx = RequestContext {
-            profile,
-            site,
-            resource,
-            conn,
-            started,
+        let ctx = match self.context(&req, conn, started) {
+            Ok(ctx) => ctx,
+            Err(message) => return respond::error_response(StatusCode::BAD_REQUEST, message),
         };
         let fetched = match fetch::fetch(self, &ctx, req).await {
             Ok(fetched) => fetched,
@@ -189,5 +181,34 @@ impl Pipeline {
         let instance = hint::hint(&ctx, instance);
         let representation = encode::encode(self, &ctx, instance).await;
         respond::respond(self, &ctx, representation).await
+    }
+
+    /// Classifies the request and names its site and resource. A forwarded request
+    /// must name an absolute `http://` or `https://` URI.
+    pub fn context(
+        &self,
+        req: &Request<Body>,
+        conn: ConnInfo,
+        started: Instant,
+    ) -> Result<RequestContext, &'static str> {
+        let profile = classify::classify(req);
+        let site = match &self.source {
+            Source::Origin(origin) => origin
+                .upstream_host(&profile.headers)
+                .to_str()
+                .unwrap_or_default()
+                .to_string(),
+            Source::Files(_) => "root".to_string(),
+            Source::Forward(_) => ForwardOrigins::site_of(&profile.uri)
+                .ok_or("a server proxy needs an absolute http:// or https:// URI")?,
+        };
+        let resource = format!("{site}{}", profile.path_and_query());
+        Ok(RequestContext {
+            profile,
+            site,
+            resource,
+            conn,
+            started,
+        })
     }
 }

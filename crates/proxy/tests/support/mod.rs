@@ -85,6 +85,14 @@ impl Origin {
 pub async fn origin(
     handler: impl Fn(Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync + 'static,
 ) -> Origin {
+    slow_origin(std::time::Duration::ZERO, handler).await
+}
+
+/// An origin that waits `delay` before each response head (a slow backend).
+pub async fn slow_origin(
+    delay: std::time::Duration,
+    handler: impl Fn(Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync + 'static,
+) -> Origin {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
@@ -98,7 +106,10 @@ pub async fn origin(
                 let service = service_fn(move |req| {
                     counter.fetch_add(1, Ordering::SeqCst);
                     let response = handler(req);
-                    async move { Ok::<_, Infallible>(response) }
+                    async move {
+                        tokio::time::sleep(delay).await;
+                        Ok::<_, Infallible>(response)
+                    }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)

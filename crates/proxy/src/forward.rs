@@ -1,0 +1,90 @@
+//! The origins of a server proxy: any `http://` or `https://` origin a link request
+//! names, each reached through one shared connection pool.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use http::Uri;
+
+use crate::config::UpstreamConfig;
+use crate::origin::{upstream_client, Origin, UpstreamClient};
+
+/// Origins are remembered up to this many; beyond it the map starts afresh (an
+/// `Origin` is a few fields over the shared pool, so rebuilding is cheap).
+const MAX_ORIGINS: usize = 4096;
+
+pub struct ForwardOrigins {
+    client: UpstreamClient,
+    config: UpstreamConfig,
+    origins: Mutex<HashMap<String, Arc<Origin>>>,
+}
+
+impl ForwardOrigins {
+    pub fn new(config: &UpstreamConfig) -> Result<ForwardOrigins, String> {
+        Ok(ForwardOrigins {
+            client: upstream_client(config)?,
+            config: config.clone(),
+            origins: Mutex::default(),
+        })
+    }
+
+    /// The site (cache and history namespace) of an absolute URI: its authority, with
+    /// `https:` in front for TLS origins. `None` for anything but absolute http(s).
+    pub fn site_of(uri: &Uri) -> Option<String> {
+        let authority = uri.authority()?.as_str().to_ascii_lowercase();
+        match uri.scheme_str()? {
+            "http" => Some(authority),
+            "https" => Some(format!("https:{authority}")),
+            _ => None,
+        }
+    }
+
+    /// The origin serving `site` (as [`site_of`](Self::site_of) made it).
+    pub fn origin(&self, site: &str) -> Result<Arc<Origin>, String> {
+        let mut origins = self.origins.lock().expect("origin map lock");
+        if let Some(origin) = origins.get(site) {
+            return Ok(origin.clone());
+        }
+        let url = match site.strip_prefix("https:") {
+            Some(authority) => format!("https://{authority}"),
+            None => format!("http://{site}"),
+        };
+        let origin = Arc::new(Origin::with_client(
+            &url,
+            &self.config,
+            self.client.clone(),
+        )?);
+        if origins.len() >= MAX_ORIGINS {
+            origins.clear();
+        }
+        origins.insert(site.to_string(), origin.clone());
+        Ok(origin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sites_keep_scheme_and_port_apart() {
+        let site = |u: &str| ForwardOrigins::site_of(&u.parse().unwrap());
+        assert_eq!(site("http://Example.com/a").as_deref(), Some("example.com"));
+        assert_eq!(
+            site("https://example.com:8443/").as_deref(),
+            Some("https:example.com:8443")
+        );
+        assert_eq!(site("/relative"), None);
+        assert_eq!(site("ftp://example.com/"), None);
+    }
+
+    #[tokio::test]
+    async fn origins_are_built_once_per_site() {
+        let forward = ForwardOrigins::new(&UpstreamConfig::default()).unwrap();
+        let a = forward.origin("https:example.com").unwrap();
+        let b = forward.origin("https:example.com").unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let target = a.target(&"/x?y".parse().unwrap());
+        assert_eq!(target.to_string(), "https://example.com/x?y");
+    }
+}

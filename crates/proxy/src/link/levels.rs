@@ -1,0 +1,132 @@
+//! How much compression the link affords: the link connection's own delivery rate
+//! (the kernel's TCP_INFO estimate, passive) put through the cost model.
+
+use codec::cost::{cpu_seconds, Link, Work};
+use codec::dictionary::DictionaryCoding;
+use codec::ContentCoding;
+
+/// zstd levels tried, best ratio first.
+const LEVELS: [u32; 5] = [19, 15, 9, 6, 3];
+/// A text body's typical compressed share (HTML and CSS under zstd: 0.15–0.2).
+const TYPICAL_RATIO: f64 = 0.2;
+/// Compression may take at most this share of the time its output spends on the link.
+const CPU_SHARE: f64 = 0.25;
+
+/// The levels for one response's link bodies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Levels {
+    /// Stale and full streams.
+    pub stream: u32,
+    /// Deltas (`dcz`), whose matcher also reads the base.
+    pub delta: u32,
+}
+
+/// The best levels whose CPU time stays within a quarter of the time the compressed
+/// body of `len` bytes takes on `link`.
+pub fn levels(link: Link, len: u64) -> Levels {
+    let budget = CPU_SHARE * link.transfer_seconds((len as f64 * TYPICAL_RATIO) as u64);
+    let pick = |work: fn(u32) -> Work, input: u64| {
+        LEVELS
+            .into_iter()
+            .find(|&level| cpu_seconds(work(level), input) <= budget)
+            .unwrap_or(LEVELS[LEVELS.len() - 1])
+    };
+    Levels {
+        stream: pick(
+            |level| Work::Compress {
+                coding: ContentCoding::Zstd,
+                level,
+            },
+            len,
+        ),
+        delta: pick(
+            |level| Work::Dictionary {
+                coding: DictionaryCoding::Dcz,
+                level,
+            },
+            2 * len,
+        ),
+    }
+}
+
+/// The link's rate: the socket's delivery rate when the kernel has measured one,
+/// else `assumed_bps`.
+pub fn link_for(socket: Option<std::os::fd::RawFd>, assumed_bps: u64) -> Link {
+    match socket.and_then(delivery_rate) {
+        Some(bytes_per_second) if bytes_per_second > 0 => Link {
+            bytes_per_second: bytes_per_second as f64,
+        },
+        _ => Link::from_bits_per_second(assumed_bps),
+    }
+}
+
+/// `tcpi_delivery_rate` (bytes per second, Linux 4.9+): the most recent rate sample.
+/// libc's `tcp_info` stops short of it, so the field is read at its ABI offset.
+fn delivery_rate(fd: std::os::fd::RawFd) -> Option<u64> {
+    const DELIVERY_RATE_OFFSET: usize = 160;
+    let mut info = [0u8; 256];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: the buffer is valid for `len` bytes and the kernel writes at most that;
+    // a closed or reused descriptor only makes the call fail or report another socket.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 || (len as usize) < DELIVERY_RATE_OFFSET + 8 {
+        return None;
+    }
+    let field = info[DELIVERY_RATE_OFFSET..DELIVERY_RATE_OFFSET + 8]
+        .try_into()
+        .expect("8 bytes");
+    Some(u64::from_ne_bytes(field))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_links_get_the_strongest_levels_and_fast_ones_cheaper() {
+        let modem = levels(Link::from_bits_per_second(28_800), 100_000);
+        assert_eq!(
+            modem,
+            Levels {
+                stream: 19,
+                delta: 19
+            }
+        );
+        let mobile = levels(Link::from_bits_per_second(1_600_000), 100_000);
+        assert!(mobile.delta < 19, "{mobile:?}");
+        let lan = levels(Link::from_bits_per_second(10_000_000_000), 100_000);
+        assert_eq!(
+            lan,
+            Levels {
+                stream: 3,
+                delta: 3
+            }
+        );
+    }
+
+    #[test]
+    fn a_connected_socket_reports_a_delivery_rate() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        let payload = vec![7u8; 1 << 20];
+        let reader = std::thread::spawn(move || {
+            let mut sink = vec![0u8; 1 << 20];
+            client.read_exact(&mut sink).unwrap();
+        });
+        server.write_all(&payload).unwrap();
+        reader.join().unwrap();
+        assert!(delivery_rate(server.as_raw_fd()).unwrap() > 0);
+        assert_eq!(delivery_rate(-1), None);
+    }
+}

@@ -1,0 +1,780 @@
+//! The server proxy's end of the link: answers one link request with a frame
+//! sequence. The states follow Banga, Douglis & Rabinovich (1997, Table 1):
+//!
+//! | client holds | server holds | origin says | sent |
+//! | --- | --- | --- | --- |
+//! | the current instance | — | unchanged | CONFIRM |
+//! | an older instance | — | changed | DELTA against it (or FULL if not smaller) |
+//! | nothing of this URL | an instance | — | its STALE stream at once, while the origin is asked; then CONFIRM, or DELTA against it (all or the prefix sent), or FULL |
+//! | nothing | nothing | — | FULL (zstd) |
+//!
+//! Beyond the prototype: several instances per URL and cluster serve as bases
+//! (the client names what it holds), instances of uncacheable pages are kept as
+//! bases, the stale stream stops as soon as finishing it plus the delta would cost
+//! more than the alternatives, and per-host origin waits skip optimism that cannot pay.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use codec::cost::Link;
+use codec::dictionary::DictionaryCoding;
+use codec::{ContentCoding, Decoder, Encoder};
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use sha2::{Digest, Sha256};
+use store::Hash;
+use wirefold_http::cache_control::CacheControl;
+
+use super::frame::{self, DeltaFormat, Frame, LinkCoding};
+use super::levels::{self, Levels};
+use super::stale::{Gone, StaleStream};
+use super::waits::OriginWaits;
+use super::FrameSender;
+use crate::body::{self, Body};
+use crate::delta::{dictionaries, history};
+use crate::origin::ConnInfo;
+use crate::pipeline::remember::{now_unix, remember_version};
+use crate::pipeline::respond::error_response;
+use crate::pipeline::{
+    fetch, remember, Instance, InstanceBody, Pipeline, Provenance, RequestContext, StreamCoding,
+};
+
+/// A text body's typical compressed share, for estimates before measuring.
+const TYPICAL_RATIO: f64 = 0.2;
+
+/// The link's shared state on the server proxy.
+#[derive(Default)]
+pub struct LinkServer {
+    waits: OriginWaits,
+}
+
+/// Whether a request came over a link (it carries `wirefold-link`).
+pub fn is_link_request(headers: &HeaderMap) -> bool {
+    headers.contains_key(frame::LINK_HEADER)
+}
+
+/// Answers a link request: a `200` whose body is the frame sequence, produced by a
+/// task so that frames flow while the origin is consulted. Requests refused as a
+/// whole get an ordinary error response.
+pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -> Response<Body> {
+    let started = Instant::now();
+    let config = &p.config.link;
+    if !config.enabled {
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "this server does not accept links (start it with --link)",
+        );
+    }
+    let presented = req
+        .headers()
+        .get(frame::LINK_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if let Some(token) = &config.token {
+        if presented != token {
+            return error_response(StatusCode::FORBIDDEN, "wrong or missing link token");
+        }
+    }
+    let have = match parse_have(req.headers()) {
+        Ok(have) => have,
+        Err(message) => return error_response(StatusCode::BAD_REQUEST, &message),
+    };
+    let want_full = req
+        .headers()
+        .get(frame::WANT_HEADER)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"full"));
+    let headers = req.headers_mut();
+    for name in [frame::LINK_HEADER, frame::HAVE_HEADER, frame::WANT_HEADER] {
+        headers.remove(name);
+    }
+    // Codings on the link are the pair's business; the origin is asked for its own.
+    headers.remove(header::ACCEPT_ENCODING);
+    let ctx = match p.context(&req, conn, started) {
+        Ok(ctx) => ctx,
+        Err(message) => return error_response(StatusCode::BAD_REQUEST, message),
+    };
+    let link = levels::link_for(conn.socket, config.assumed_bandwidth_bps);
+    let (tx, body) = body::channel(1);
+    let exchange = Exchange {
+        p: p.clone(),
+        ctx,
+        have: if want_full { Vec::new() } else { have },
+        want_full,
+        link,
+        tx,
+    };
+    tokio::spawn(async move {
+        if let Err(Gone) = exchange.run(req).await {
+            tracing::debug!("client proxy went away mid-response");
+        }
+    });
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(frame::CONTENT_TYPE),
+    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// `wirefold-have`: SHA-256 hex values, comma separated, at most [`frame::MAX_HAVE`].
+fn parse_have(headers: &HeaderMap) -> Result<Vec<Hash>, String> {
+    let mut have = Vec::new();
+    for value in headers.get_all(frame::HAVE_HEADER) {
+        let text = value
+            .to_str()
+            .map_err(|_| "wirefold-have is not ASCII".to_string())?;
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let hash = item
+                .parse::<Hash>()
+                .map_err(|_| format!("wirefold-have: `{item}` is not a SHA-256 hex value"))?;
+            have.push(hash);
+        }
+    }
+    if have.len() > frame::MAX_HAVE {
+        return Err(format!(
+            "wirefold-have names {} instances; at most {} are allowed",
+            have.len(),
+            frame::MAX_HAVE
+        ));
+    }
+    Ok(have)
+}
+
+struct Exchange {
+    p: Arc<Pipeline>,
+    ctx: RequestContext,
+    have: Vec<Hash>,
+    want_full: bool,
+    link: Link,
+    tx: FrameSender,
+}
+
+/// A body the server can send as a delta: against all or a prefix of `base`.
+struct Candidate {
+    /// Coded bytes this choice sends from now on.
+    cost: u64,
+    ending: Ending,
+}
+
+enum Ending {
+    /// Finish the stale stream, then a delta against all of it.
+    ContinueStale {
+        delta: Vec<u8>,
+    },
+    /// Stop the stale stream; a delta against the prefix the client holds.
+    PrefixOfStale {
+        delta: Vec<u8>,
+        base_len: u64,
+    },
+    /// A delta against an instance the client named.
+    Held {
+        base: Hash,
+        base_len: u64,
+        delta: Vec<u8>,
+    },
+    Full {
+        coded: Vec<u8>,
+    },
+}
+
+impl Exchange {
+    async fn run(self, req: Request<Body>) -> Result<(), Gone> {
+        let p = self.p.clone();
+        let mut stale = self.stale_candidate().await;
+        let started = Instant::now();
+        let fetched = {
+            let fetch = async {
+                match fetch::fetch(&p, &self.ctx, req).await {
+                    Ok(fetched) => Ok(remember::remember(&p, fetched).await),
+                    Err(response) => Err(response),
+                }
+            };
+            tokio::pin!(fetch);
+            loop {
+                tokio::select! {
+                    biased;
+                    fetched = &mut fetch => break fetched,
+                    sent = async { stale.as_mut().expect("guarded").send_next(&self.tx).await },
+                        if stale.as_ref().is_some_and(|s| !s.complete()) => sent?,
+                }
+            }
+        };
+        match fetched {
+            Ok(instance) => {
+                if matches!(
+                    instance.provenance,
+                    Provenance::Fetched { .. }
+                        | Provenance::Revalidated { .. }
+                        | Provenance::Bypass
+                ) {
+                    p.link.waits.record(&self.ctx.site, started.elapsed());
+                }
+                self.keep_as_base(&instance);
+                self.answer(instance, stale).await
+            }
+            Err(response) => self.relay_error(response).await,
+        }
+    }
+
+    /// The newest instance of this URL the server holds, when the client holds none
+    /// of its instances and the origin's wait has been long enough to pay.
+    async fn stale_candidate(&self) -> Option<StaleStream> {
+        let config = &self.p.config.link;
+        let min_wait = std::time::Duration::from_millis(config.min_origin_wait_ms);
+        if self.want_full
+            || !config.optimistic
+            || self.ctx.profile.method != Method::GET
+            || self.ctx.profile.has_authorization
+            || !self
+                .p
+                .link
+                .waits
+                .worth_sending_stale(&self.ctx.site, min_wait)
+        {
+            return None;
+        }
+        let store = self.p.store.clone()?;
+        let resource = self.ctx.resource.clone();
+        let have = self.have.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            let versions = history::load(&store, &resource).ok()?.versions;
+            if versions
+                .iter()
+                .any(|v| v.hash().is_some_and(|h| have.contains(&h)))
+            {
+                return None; // the client holds an instance: a delta against it is cheaper
+            }
+            let hash = versions.first()?.hash()?;
+            Some((hash, store.get_blob(&hash).ok()??))
+        })
+        .await
+        .ok()??;
+        let (hash, bytes) = found;
+        let level = levels::levels(self.link, bytes.len() as u64).stream;
+        Some(StaleStream::new(
+            hash,
+            bytes,
+            config.stale_chunk_bytes,
+            level,
+        ))
+    }
+
+    async fn answer(self, instance: Instance, stale: Option<StaleStream>) -> Result<(), Gone> {
+        let status = instance.status;
+        let mut fields = instance.headers;
+        fields.remove(header::CONTENT_LENGTH);
+        match instance.body {
+            InstanceBody::Whole { bytes, hash } => {
+                self.answer_whole(status, fields, bytes, hash, stale).await
+            }
+            InstanceBody::Stream { body, coding, .. } => {
+                let decode = match coding {
+                    StreamCoding::Identity => None,
+                    StreamCoding::Known(coding) => Some(coding),
+                    // Not decodable here: the coded bytes are the instance, labelled as such.
+                    StreamCoding::Unknown(value) => {
+                        fields.insert(header::CONTENT_ENCODING, value);
+                        None
+                    }
+                };
+                self.send(&Frame::Headers { status, fields }).await?;
+                self.stream_full(body, decode).await
+            }
+            InstanceBody::File { file, len } => {
+                self.send(&Frame::Headers { status, fields }).await?;
+                self.stream_full(body::file(file, 0, len), None).await
+            }
+            InstanceBody::Empty => {
+                self.send(&Frame::Headers { status, fields }).await?;
+                self.send(&Frame::Full {
+                    coding: LinkCoding::Identity,
+                })
+                .await?;
+                self.send(&Frame::End {
+                    hash: Hash::of(b""),
+                    length: 0,
+                })
+                .await
+            }
+        }
+    }
+
+    async fn answer_whole(
+        self,
+        status: StatusCode,
+        fields: HeaderMap,
+        bytes: Bytes,
+        hash: Hash,
+        mut stale: Option<StaleStream>,
+    ) -> Result<(), Gone> {
+        let metrics = &self.p.metrics;
+        let content_type = content_type(&fields);
+        if self.have.contains(&hash) {
+            self.send(&Frame::Headers { status, fields }).await?;
+            self.send(&Frame::Confirm { hash }).await?;
+            metrics.link_outcome("confirm");
+            metrics.record_body("link-confirm", &content_type, bytes.len() as u64, 0);
+            return Ok(());
+        }
+        if let Some(s) = stale.as_mut().filter(|s| s.hash == hash) {
+            s.finish(&self.tx).await?;
+            self.send(&Frame::Headers { status, fields }).await?;
+            self.send(&Frame::Confirm { hash }).await?;
+            metrics.link_outcome("stale-confirmed");
+            metrics.record_body(
+                "link-stale",
+                &content_type,
+                bytes.len() as u64,
+                s.sent_coded as u64,
+            );
+            return Ok(());
+        }
+        let held = self.held_base().await;
+        let stale_view = stale.as_ref().map(|s| {
+            (
+                s.bytes.clone(),
+                s.sent,
+                s.remaining_coded(TYPICAL_RATIO),
+                s.complete(),
+            )
+        });
+        let levels = levels::levels(self.link, bytes.len() as u64);
+        let target = bytes.clone();
+        let best =
+            tokio::task::spawn_blocking(move || best_ending(&target, held, stale_view, levels))
+                .await
+                .expect("encoding does not panic");
+        let stale_sent = stale.as_ref().map_or(0, |s| s.sent_coded as u64);
+        let (outcome, sent) = match best.ending {
+            Ending::ContinueStale { delta } => {
+                let s = stale.as_mut().expect("only offered with a stale stream");
+                s.finish(&self.tx).await?;
+                let (base, base_len) = (s.hash, s.bytes.len() as u64);
+                self.send(&Frame::Headers { status, fields }).await?;
+                self.send(&Frame::Delta {
+                    format: DeltaFormat::Dcz,
+                    base,
+                    base_len,
+                })
+                .await?;
+                self.send_data(&delta).await?;
+                ("stale-delta", s.sent_coded as u64 + delta.len() as u64)
+            }
+            Ending::PrefixOfStale { delta, base_len } => {
+                let base = stale
+                    .as_ref()
+                    .expect("only offered with a stale stream")
+                    .hash;
+                self.send(&Frame::Headers { status, fields }).await?;
+                self.send(&Frame::Delta {
+                    format: DeltaFormat::Dcz,
+                    base,
+                    base_len,
+                })
+                .await?;
+                self.send_data(&delta).await?;
+                ("stale-prefix-delta", stale_sent + delta.len() as u64)
+            }
+            Ending::Held {
+                base,
+                base_len,
+                delta,
+            } => {
+                self.send(&Frame::Headers { status, fields }).await?;
+                self.send(&Frame::Delta {
+                    format: DeltaFormat::Dcz,
+                    base,
+                    base_len,
+                })
+                .await?;
+                self.send_data(&delta).await?;
+                ("delta", stale_sent + delta.len() as u64)
+            }
+            Ending::Full { coded } => {
+                self.send(&Frame::Headers { status, fields }).await?;
+                self.send(&Frame::Full {
+                    coding: LinkCoding::Zstd,
+                })
+                .await?;
+                self.send_data(&coded).await?;
+                (
+                    if stale.is_some() {
+                        "stale-aborted-full"
+                    } else {
+                        "full"
+                    },
+                    stale_sent + coded.len() as u64,
+                )
+            }
+        };
+        self.send(&Frame::End {
+            hash,
+            length: bytes.len() as u64,
+        })
+        .await?;
+        metrics.link_outcome(outcome);
+        metrics.record_body(
+            &format!("link-{outcome}"),
+            &content_type,
+            bytes.len() as u64,
+            sent,
+        );
+        Ok(())
+    }
+
+    /// The first instance the client named that the server holds as content of this
+    /// site (so a client can only be answered relative to that site's content).
+    async fn held_base(&self) -> Option<(Hash, Bytes)> {
+        let store = self.p.store.clone()?;
+        let (have, site, resource) = (
+            self.have.clone(),
+            self.ctx.site.clone(),
+            self.ctx.resource.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let history = history::load(&store, &resource).unwrap_or_default();
+            have.into_iter().find_map(|hash| {
+                let own = history.versions.iter().any(|v| v.hash() == Some(hash));
+                let bytes = if own {
+                    store.get_blob(&hash).ok().flatten()
+                } else {
+                    dictionaries::dictionary_for(&store, &hash, &site)
+                        .ok()
+                        .flatten()
+                };
+                bytes.map(|b| (hash, b))
+            })
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// Streams a body as FULL zstd DATA frames (decoding the origin's coding first),
+    /// hashing what it sends, then END.
+    async fn stream_full(&self, mut body: Body, decode: Option<ContentCoding>) -> Result<(), Gone> {
+        let limits = &self.p.config.limits;
+        let level = levels::levels(self.link, limits.max_buffered_body as u64).stream;
+        self.send(&Frame::Full {
+            coding: LinkCoding::Zstd,
+        })
+        .await?;
+        let mut decoder = decode.map(|c| Decoder::new(c, limits.max_decoded_body));
+        let mut encoder = Some(Encoder::new(ContentCoding::Zstd, level));
+        let mut sha = Sha256::new();
+        let mut length = 0u64;
+        while let Some(frame) = body.frame().await {
+            let data = match frame {
+                Ok(frame) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(_) => continue,
+                },
+                Err(e) => {
+                    return self
+                        .fail(StatusCode::BAD_GATEWAY, &format!("origin body failed: {e}"))
+                        .await
+                }
+            };
+            let data = match decoder.as_mut() {
+                Some(d) => match d.write(&data) {
+                    Ok(()) => Bytes::from(d.take_output()),
+                    Err(e) => {
+                        return self
+                            .fail(
+                                StatusCode::BAD_GATEWAY,
+                                &format!("origin body failed to decode: {e}"),
+                            )
+                            .await
+                    }
+                },
+                None => data,
+            };
+            sha.update(&data);
+            length += data.len() as u64;
+            let mut enc = encoder.take().expect("encoder present");
+            let (enc, out) = tokio::task::spawn_blocking(move || {
+                enc.write(&data);
+                enc.flush();
+                let out = enc.take_output();
+                (enc, out)
+            })
+            .await
+            .expect("compression does not panic");
+            encoder = Some(enc);
+            self.send_data(&out).await?;
+        }
+        if let Some(d) = decoder {
+            match d.finish() {
+                Ok(rest) => {
+                    sha.update(&rest);
+                    length += rest.len() as u64;
+                    let enc = encoder.as_mut().expect("encoder present");
+                    enc.write(&rest);
+                }
+                Err(e) => {
+                    return self
+                        .fail(
+                            StatusCode::BAD_GATEWAY,
+                            &format!("origin body failed to decode: {e}"),
+                        )
+                        .await
+                }
+            }
+        }
+        let tail = encoder.take().expect("encoder present").finish();
+        self.send_data(&tail).await?;
+        self.p.metrics.link_outcome("full-stream");
+        self.send(&Frame::End {
+            hash: Hash(sha.finalize().into()),
+            length,
+        })
+        .await
+    }
+
+    /// A finished response from the pipeline (origin failure, 404, 405 …), relayed
+    /// as it is: the browser gets what a direct request would have got.
+    async fn relay_error(self, response: Response<Body>) -> Result<(), Gone> {
+        let (parts, body) = response.into_parts();
+        let mut fields = parts.headers;
+        fields.remove(header::CONTENT_LENGTH);
+        self.send(&Frame::Headers {
+            status: parts.status,
+            fields,
+        })
+        .await?;
+        self.stream_full(body, None).await
+    }
+
+    async fn fail(&self, status: StatusCode, message: &str) -> Result<(), Gone> {
+        self.p.metrics.link_outcome("error");
+        self.send(&Frame::Error {
+            status,
+            message: message.to_string(),
+        })
+        .await
+    }
+
+    /// Instances of pages the cache may not reuse (no-cache, no validators, no
+    /// freshness) are still kept as delta bases; never private, `no-store`,
+    /// cookie-setting or credentialed ones.
+    fn keep_as_base(&self, instance: &Instance) {
+        let InstanceBody::Whole { bytes, hash } = &instance.body else {
+            return;
+        };
+        let cc = CacheControl::from_headers(&instance.headers);
+        let shareable = !cc.private
+            && !cc.no_store
+            && !instance.headers.contains_key(header::SET_COOKIE)
+            && !self.ctx.profile.has_authorization;
+        if instance.reusable
+            || !shareable
+            || instance.status != StatusCode::OK
+            || self.ctx.profile.method != Method::GET
+        {
+            return;
+        }
+        let Some(store) = self.p.store.clone() else {
+            return;
+        };
+        let (bytes, hash, resource) = (bytes.clone(), *hash, self.ctx.resource.clone());
+        let delta = self.p.config.delta.clone();
+        let etag = instance
+            .headers
+            .get(header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        self.p.background.spawn(async move {
+            let kept = tokio::task::spawn_blocking(move || {
+                store.put_blob(&bytes)?;
+                let version = history::Version { hash: hash.to_hex(), etag, time: now_unix(), size: bytes.len() as u64 };
+                remember_version(&store, &delta, &resource, version)
+            })
+            .await;
+            if let Ok(Err(e)) = kept {
+                tracing::warn!(error = %e, "keeping an uncacheable instance as a delta base failed");
+            }
+        });
+    }
+
+    async fn send(&self, frame: &Frame) -> Result<(), Gone> {
+        self.tx.send(Ok(frame.encode())).await.map_err(|_| Gone)
+    }
+
+    async fn send_data(&self, bytes: &[u8]) -> Result<(), Gone> {
+        for frame in frame::data_frames(bytes) {
+            self.tx.send(Ok(frame)).await.map_err(|_| Gone)?;
+        }
+        Ok(())
+    }
+}
+
+/// The cheapest way to give the client `target`, in coded bytes from now on: a delta
+/// against an instance it holds, finishing the stale stream then a delta against it,
+/// a delta against the stale prefix already sent, or the whole instance.
+fn best_ending(
+    target: &[u8],
+    held: Option<(Hash, Bytes)>,
+    stale: Option<(Bytes, usize, u64, bool)>,
+    levels: Levels,
+) -> Candidate {
+    let dcz =
+        |base: &[u8]| codec::dictionary::encode(DictionaryCoding::Dcz, levels.delta, base, target);
+    let coded = codec::compress(ContentCoding::Zstd, levels.stream, target);
+    let mut best = Candidate {
+        cost: coded.len() as u64,
+        ending: Ending::Full { coded },
+    };
+    let mut consider = |candidate: Candidate| {
+        if candidate.cost < best.cost {
+            best = candidate;
+        }
+    };
+    if let Some((base, bytes)) = held {
+        let delta = dcz(&bytes);
+        let base_len = bytes.len() as u64;
+        consider(Candidate {
+            cost: delta.len() as u64,
+            ending: Ending::Held {
+                base,
+                base_len,
+                delta,
+            },
+        });
+    }
+    if let Some((bytes, sent, remaining, complete)) = stale {
+        let delta = dcz(&bytes);
+        consider(Candidate {
+            cost: remaining + delta.len() as u64,
+            ending: Ending::ContinueStale { delta },
+        });
+        if !complete && sent > 0 {
+            let delta = dcz(&bytes[..sent]);
+            consider(Candidate {
+                cost: delta.len() as u64,
+                ending: Ending::PrefixOfStale {
+                    delta,
+                    base_len: sent as u64,
+                },
+            });
+        }
+    }
+    best
+}
+
+fn content_type(fields: &HeaderMap) -> String {
+    fields
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(version: u32) -> Vec<u8> {
+        let mut text = String::new();
+        for i in 0..3000 {
+            text.push_str(&format!(
+                "<p>paragraph {i} of a long page, revision {}</p>\n",
+                if i == 1500 { version } else { 0 }
+            ));
+        }
+        text.into_bytes()
+    }
+
+    const LEVELS: Levels = Levels {
+        stream: 9,
+        delta: 9,
+    };
+
+    #[test]
+    fn a_held_older_version_gives_a_delta() {
+        let (old, new) = (page(1), page(2));
+        let best = best_ending(
+            &new,
+            Some((Hash::of(&old), old.clone().into())),
+            None,
+            LEVELS,
+        );
+        assert!(matches!(best.ending, Ending::Held { .. }));
+        assert!(best.cost < 300, "{}", best.cost);
+    }
+
+    #[test]
+    fn a_stale_stream_well_along_is_finished_and_patched() {
+        let (old, new) = (page(1), page(2));
+        let sent = old.len() - 1000;
+        let best = best_ending(
+            &new,
+            None,
+            Some((old.clone().into(), sent, 50, false)),
+            LEVELS,
+        );
+        assert!(
+            matches!(best.ending, Ending::ContinueStale { .. }),
+            "cost {}",
+            best.cost
+        );
+    }
+
+    #[test]
+    fn a_stale_stream_just_begun_stops_and_the_prefix_serves_as_base() {
+        let (old, new) = (page(1), page(2));
+        let remaining = 20_000; // most of the stale instance still to go
+        let best = best_ending(
+            &new,
+            None,
+            Some((old.clone().into(), old.len() / 2, remaining, false)),
+            LEVELS,
+        );
+        assert!(
+            matches!(best.ending, Ending::PrefixOfStale { .. }),
+            "cost {}",
+            best.cost
+        );
+    }
+
+    #[test]
+    fn unrelated_stale_content_is_abandoned_for_the_full_instance() {
+        let new = page(2);
+        let unrelated: Vec<u8> = (0..new.len() as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        let best = best_ending(
+            &new,
+            None,
+            Some((unrelated.into(), 0, 60_000, false)),
+            LEVELS,
+        );
+        assert!(
+            matches!(best.ending, Ending::Full { .. }),
+            "cost {}",
+            best.cost
+        );
+    }
+
+    #[test]
+    fn have_lists_are_bounded_and_checked() {
+        let mut headers = HeaderMap::new();
+        let h = Hash::of(b"a").to_hex();
+        headers.insert(
+            frame::HAVE_HEADER,
+            HeaderValue::from_str(&format!("{h}, {h}")).unwrap(),
+        );
+        assert_eq!(parse_have(&headers).unwrap().len(), 2);
+        headers.insert(frame::HAVE_HEADER, HeaderValue::from_static("nothex"));
+        assert!(parse_have(&headers).unwrap_err().contains("nothex"));
+        let many = vec![h; frame::MAX_HAVE + 1].join(",");
+        headers.insert(frame::HAVE_HEADER, HeaderValue::from_str(&many).unwrap());
+        assert!(parse_have(&headers).unwrap_err().contains("at most"));
+    }
+}
