@@ -171,9 +171,20 @@ fn decode_full(frames: &[Frame]) -> Vec<u8> {
     });
     let data = stream_bytes(frames, false);
     match coding.expect("a FULL frame") {
-        LinkCoding::Zstd => codec::decompress(ContentCoding::Zstd, &data, 1 << 26).unwrap(),
+        LinkCoding::Coded(coding) => codec::decompress(coding, &data, 1 << 26).unwrap(),
         LinkCoding::Identity => data,
     }
+}
+
+fn decode_stale(frames: &[Frame]) -> Vec<u8> {
+    let Frame::StaleBegin {
+        coding: LinkCoding::Coded(coding),
+        ..
+    } = frames[0]
+    else {
+        panic!("a coded stale stream first: {:?}", names(frames))
+    };
+    codec::decompress(coding, &stream_bytes(frames, true), 1 << 24).unwrap()
 }
 
 fn end_hash(frames: &[Frame]) -> Hash {
@@ -256,8 +267,7 @@ async fn a_slow_origin_gets_the_stale_instance_streamed_then_patched_or_confirme
     };
     let v1 = page(1).into_bytes();
     assert_eq!((hash, length), (Hash::of(&v1), v1.len() as u64));
-    let stale =
-        codec::decompress(ContentCoding::Zstd, &stream_bytes(&frames, true), 1 << 24).unwrap();
+    let stale = decode_stale(&frames);
     let Some(Frame::Delta { base, base_len, .. }) = frames
         .iter()
         .find(|f| matches!(f, Frame::Delta { .. }))
@@ -283,8 +293,7 @@ async fn a_slow_origin_gets_the_stale_instance_streamed_then_patched_or_confirme
         names(&frames),
         ["STALE_BEGIN", "STALE_DATA", "HEADERS", "CONFIRM"]
     );
-    let stale =
-        codec::decompress(ContentCoding::Zstd, &stream_bytes(&frames, true), 1 << 24).unwrap();
+    let stale = decode_stale(&frames);
     assert_eq!(stale, page(2).as_bytes());
 }
 
@@ -400,4 +409,37 @@ async fn refused_requests_and_origin_failures_are_reported_per_request() {
     // A plain (non-link) request to a server proxy without an origin is refused.
     let plain = curl(&server.url("/x"), &[]).await;
     assert_eq!(plain.status, 400);
+}
+
+#[tokio::test]
+async fn an_origin_coded_body_crosses_the_link_as_it_came() {
+    let packed = codec::compress(ContentCoding::Br, 11, page(1).as_bytes());
+    let sent = packed.clone();
+    let origin = origin(move |_| {
+        response(
+            200,
+            &[("content-type", "text/html"), ("content-encoding", "br")],
+            sent.clone(),
+        )
+    })
+    .await;
+    let server = link_server(|_| {}).await;
+    let mut link = Link::connect(&server).await;
+    let (_, frames) = link.get(&origin.url("/page"), &[], &[]).await;
+    assert!(frames.contains(&Frame::Full {
+        coding: LinkCoding::Coded(ContentCoding::Br)
+    }));
+    assert_eq!(
+        stream_bytes(&frames, false),
+        packed,
+        "no re-encoding on the server proxy"
+    );
+    assert_eq!(decode_full(&frames), page(1).as_bytes());
+    let Frame::Headers { fields, .. } = &frames[0] else {
+        panic!()
+    };
+    assert!(
+        fields.get("content-encoding").is_none(),
+        "the coding is the link's business"
+    );
 }

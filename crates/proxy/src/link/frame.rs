@@ -14,6 +14,7 @@
 //! malformed payload is an error for that response only.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use codec::ContentCoding;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use store::Hash;
 
@@ -36,13 +37,13 @@ pub const MAX_HAVE: usize = 16;
 /// The response content type of a link response.
 pub const CONTENT_TYPE: &str = "application/vnd.wirefold.link";
 
-/// How the bytes of a stale or full instance are coded on the link.
+/// How the bytes of a stale or full instance are coded on the link. A stale stream
+/// is flushed at every frame boundary, so every prefix of its frames decodes to a
+/// known prefix of the instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinkCoding {
     Identity,
-    /// A zstd stream, flushed at every frame boundary so that every prefix of frames
-    /// decodes to a known prefix of the instance.
-    Zstd,
+    Coded(ContentCoding),
 }
 
 /// How a delta is made.
@@ -122,15 +123,21 @@ impl LinkCoding {
     fn byte(self) -> u8 {
         match self {
             LinkCoding::Identity => 0,
-            LinkCoding::Zstd => 1,
+            LinkCoding::Coded(ContentCoding::Zstd) => 1,
+            LinkCoding::Coded(ContentCoding::Br) => 2,
+            LinkCoding::Coded(ContentCoding::Gzip) => 3,
+            LinkCoding::Coded(ContentCoding::Deflate) => 4,
         }
     }
     fn from_byte(b: u8) -> Option<Self> {
-        match b {
-            0 => Some(LinkCoding::Identity),
-            1 => Some(LinkCoding::Zstd),
-            _ => None,
-        }
+        Some(match b {
+            0 => LinkCoding::Identity,
+            1 => LinkCoding::Coded(ContentCoding::Zstd),
+            2 => LinkCoding::Coded(ContentCoding::Br),
+            3 => LinkCoding::Coded(ContentCoding::Gzip),
+            4 => LinkCoding::Coded(ContentCoding::Deflate),
+            _ => return None,
+        })
     }
 }
 
@@ -401,7 +408,7 @@ mod tests {
             Frame::StaleBegin {
                 hash: h,
                 length: 123_456,
-                coding: LinkCoding::Zstd,
+                coding: LinkCoding::Coded(ContentCoding::Br),
             },
             Frame::StaleData(Bytes::from_static(b"stale")),
             Frame::Headers {
@@ -416,6 +423,9 @@ mod tests {
             },
             Frame::Full {
                 coding: LinkCoding::Identity,
+            },
+            Frame::Full {
+                coding: LinkCoding::Coded(ContentCoding::Zstd),
             },
             Frame::Data(Bytes::new()),
             Frame::End { hash: h, length: 5 },

@@ -5,18 +5,27 @@ use codec::cost::{cpu_seconds, Link, Work};
 use codec::dictionary::DictionaryCoding;
 use codec::ContentCoding;
 
-/// zstd levels tried, best ratio first.
-const LEVELS: [u32; 5] = [19, 15, 9, 6, 3];
+/// Stream codings tried, best ratio first (`wirefold lab codecs` on the corpus).
+const STREAM_CODINGS: [(ContentCoding, u32); 6] = [
+    (ContentCoding::Br, 11),
+    (ContentCoding::Zstd, 19),
+    (ContentCoding::Zstd, 15),
+    (ContentCoding::Zstd, 9),
+    (ContentCoding::Zstd, 6),
+    (ContentCoding::Zstd, 3),
+];
+/// `dcz` levels tried, best ratio first.
+const DELTA_LEVELS: [u32; 5] = [19, 15, 9, 6, 3];
 /// A text body's typical compressed share (HTML and CSS under zstd: 0.15–0.2).
 const TYPICAL_RATIO: f64 = 0.2;
 /// Compression may take at most this share of the time its output spends on the link.
 const CPU_SHARE: f64 = 0.25;
 
-/// The levels for one response's link bodies.
+/// The codings for one response's link bodies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Levels {
     /// Stale and full streams.
-    pub stream: u32,
+    pub stream: (ContentCoding, u32),
     /// Deltas (`dcz`), whose matcher also reads the base.
     pub delta: u32,
 }
@@ -25,28 +34,24 @@ pub struct Levels {
 /// body of `len` bytes takes on `link`.
 pub fn levels(link: Link, len: u64) -> Levels {
     let budget = CPU_SHARE * link.transfer_seconds((len as f64 * TYPICAL_RATIO) as u64);
-    let pick = |work: fn(u32) -> Work, input: u64| {
-        LEVELS
-            .into_iter()
-            .find(|&level| cpu_seconds(work(level), input) <= budget)
-            .unwrap_or(LEVELS[LEVELS.len() - 1])
-    };
-    Levels {
-        stream: pick(
-            |level| Work::Compress {
-                coding: ContentCoding::Zstd,
-                level,
-            },
-            len,
-        ),
-        delta: pick(
-            |level| Work::Dictionary {
-                coding: DictionaryCoding::Dcz,
-                level,
-            },
-            2 * len,
-        ),
-    }
+    let affordable = |work: Work, input: u64| cpu_seconds(work, input) <= budget;
+    let stream = STREAM_CODINGS
+        .into_iter()
+        .find(|&(coding, level)| affordable(Work::Compress { coding, level }, len))
+        .unwrap_or(STREAM_CODINGS[STREAM_CODINGS.len() - 1]);
+    let delta = DELTA_LEVELS
+        .into_iter()
+        .find(|&level| {
+            affordable(
+                Work::Dictionary {
+                    coding: DictionaryCoding::Dcz,
+                    level,
+                },
+                2 * len,
+            )
+        })
+        .unwrap_or(DELTA_LEVELS[DELTA_LEVELS.len() - 1]);
+    Levels { stream, delta }
 }
 
 /// The link's rate: the socket's delivery rate when the kernel has measured one,
@@ -93,23 +98,20 @@ mod tests {
     #[test]
     fn slow_links_get_the_strongest_levels_and_fast_ones_cheaper() {
         let modem = levels(Link::from_bits_per_second(28_800), 100_000);
-        assert_eq!(
-            modem,
-            Levels {
-                stream: 19,
-                delta: 19
-            }
-        );
+        let best = Levels {
+            stream: (ContentCoding::Br, 11),
+            delta: 19,
+        };
+        assert_eq!(modem, best);
         let mobile = levels(Link::from_bits_per_second(1_600_000), 100_000);
+        assert_eq!(mobile.stream.0, ContentCoding::Zstd, "{mobile:?}");
         assert!(mobile.delta < 19, "{mobile:?}");
         let lan = levels(Link::from_bits_per_second(10_000_000_000), 100_000);
-        assert_eq!(
-            lan,
-            Levels {
-                stream: 3,
-                delta: 3
-            }
-        );
+        let cheapest = Levels {
+            stream: (ContentCoding::Zstd, 3),
+            delta: 3,
+        };
+        assert_eq!(lan, cheapest);
     }
 
     #[test]

@@ -178,7 +178,8 @@ enum Ending {
         delta: Vec<u8>,
     },
     Full {
-        coded: Vec<u8>,
+        coding: ContentCoding,
+        coded: Bytes,
     },
 }
 
@@ -270,7 +271,8 @@ impl Exchange {
         fields.remove(header::CONTENT_LENGTH);
         match instance.body {
             InstanceBody::Whole { bytes, hash } => {
-                self.answer_whole(status, fields, bytes, hash, stale).await
+                self.answer_whole(status, fields, (bytes, hash, instance.origin_coded), stale)
+                    .await
             }
             InstanceBody::Stream { body, coding, .. } => {
                 let decode = match coding {
@@ -308,8 +310,7 @@ impl Exchange {
         self,
         status: StatusCode,
         fields: HeaderMap,
-        bytes: Bytes,
-        hash: Hash,
+        (bytes, hash, origin_coded): (Bytes, Hash, Option<(ContentCoding, Bytes)>),
         mut stale: Option<StaleStream>,
     ) -> Result<(), Gone> {
         let metrics = &self.p.metrics;
@@ -345,10 +346,11 @@ impl Exchange {
         });
         let levels = levels::levels(self.link, bytes.len() as u64);
         let target = bytes.clone();
-        let best =
-            tokio::task::spawn_blocking(move || best_ending(&target, held, stale_view, levels))
-                .await
-                .expect("encoding does not panic");
+        let best = tokio::task::spawn_blocking(move || {
+            best_ending(&target, origin_coded, held, stale_view, levels)
+        })
+        .await
+        .expect("encoding does not panic");
         let stale_sent = stale.as_ref().map_or(0, |s| s.sent_coded as u64);
         let (outcome, sent) = match best.ending {
             Ending::ContinueStale { delta } => {
@@ -395,10 +397,10 @@ impl Exchange {
                 self.send_data(&delta).await?;
                 ("delta", stale_sent + delta.len() as u64)
             }
-            Ending::Full { coded } => {
+            Ending::Full { coding, coded } => {
                 self.send(&Frame::Headers { status, fields }).await?;
                 self.send(&Frame::Full {
-                    coding: LinkCoding::Zstd,
+                    coding: LinkCoding::Coded(coding),
                 })
                 .await?;
                 self.send_data(&coded).await?;
@@ -455,17 +457,17 @@ impl Exchange {
         .flatten()
     }
 
-    /// Streams a body as FULL zstd DATA frames (decoding the origin's coding first),
+    /// Streams a body as FULL DATA frames (decoding the origin's coding first),
     /// hashing what it sends, then END.
     async fn stream_full(&self, mut body: Body, decode: Option<ContentCoding>) -> Result<(), Gone> {
         let limits = &self.p.config.limits;
-        let level = levels::levels(self.link, limits.max_buffered_body as u64).stream;
+        let (coding, level) = levels::levels(self.link, limits.max_buffered_body as u64).stream;
         self.send(&Frame::Full {
-            coding: LinkCoding::Zstd,
+            coding: LinkCoding::Coded(coding),
         })
         .await?;
         let mut decoder = decode.map(|c| Decoder::new(c, limits.max_decoded_body));
-        let mut encoder = Some(Encoder::new(ContentCoding::Zstd, level));
+        let mut encoder = Some(Encoder::new(coding, level));
         let mut sha = Sha256::new();
         let mut length = 0u64;
         while let Some(frame) = body.frame().await {
@@ -618,16 +620,31 @@ impl Exchange {
 /// a delta against the stale prefix already sent, or the whole instance.
 fn best_ending(
     target: &[u8],
+    origin_coded: Option<(ContentCoding, Bytes)>,
     held: Option<(Hash, Bytes)>,
     stale: Option<(Bytes, usize, u64, bool)>,
     levels: Levels,
 ) -> Candidate {
     let dcz =
         |base: &[u8]| codec::dictionary::encode(DictionaryCoding::Dcz, levels.delta, base, target);
-    let coded = codec::compress(ContentCoding::Zstd, levels.stream, target);
-    let mut best = Candidate {
+    let full = |coding: ContentCoding, coded: Bytes| Candidate {
         cost: coded.len() as u64,
-        ending: Ending::Full { coded },
+        ending: Ending::Full { coding, coded },
+    };
+    // The origin's own br or zstd costs no work and is as good as ours; its gzip may
+    // lose to our coding.
+    let mut best = match origin_coded {
+        Some((coding, coded)) if matches!(coding, ContentCoding::Br | ContentCoding::Zstd) => {
+            full(coding, coded)
+        }
+        origin => {
+            let (coding, level) = levels.stream;
+            let ours = full(coding, codec::compress(coding, level, target).into());
+            match origin.map(|(coding, coded)| full(coding, coded)) {
+                Some(theirs) if theirs.cost <= ours.cost => theirs,
+                _ => ours,
+            }
+        }
     };
     let mut consider = |candidate: Candidate| {
         if candidate.cost < best.cost {
@@ -692,7 +709,7 @@ mod tests {
     }
 
     const LEVELS: Levels = Levels {
-        stream: 9,
+        stream: (ContentCoding::Zstd, 9),
         delta: 9,
     };
 
@@ -701,6 +718,7 @@ mod tests {
         let (old, new) = (page(1), page(2));
         let best = best_ending(
             &new,
+            None,
             Some((Hash::of(&old), old.clone().into())),
             None,
             LEVELS,
@@ -715,6 +733,7 @@ mod tests {
         let sent = old.len() - 1000;
         let best = best_ending(
             &new,
+            None,
             None,
             Some((old.clone().into(), sent, 50, false)),
             LEVELS,
@@ -732,6 +751,7 @@ mod tests {
         let remaining = 20_000; // most of the stale instance still to go
         let best = best_ending(
             &new,
+            None,
             None,
             Some((old.clone().into(), old.len() / 2, remaining, false)),
             LEVELS,
@@ -751,6 +771,7 @@ mod tests {
             .collect();
         let best = best_ending(
             &new,
+            None,
             None,
             Some((unrelated.into(), 0, 60_000, false)),
             LEVELS,

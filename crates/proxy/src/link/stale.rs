@@ -18,7 +18,7 @@ pub struct StaleStream {
     pub hash: Hash,
     pub bytes: Bytes,
     chunk: usize,
-    level: u32,
+    coding: ContentCoding,
     begun: bool,
     /// Decoded bytes handed to the encoder.
     encoded_to: usize,
@@ -33,15 +33,20 @@ pub struct StaleStream {
 }
 
 impl StaleStream {
-    pub fn new(hash: Hash, bytes: Bytes, chunk: usize, level: u32) -> StaleStream {
+    pub fn new(
+        hash: Hash,
+        bytes: Bytes,
+        chunk: usize,
+        (coding, level): (ContentCoding, u32),
+    ) -> StaleStream {
         StaleStream {
             hash,
             bytes,
             chunk,
-            level,
+            coding,
             begun: false,
             encoded_to: 0,
-            encoder: Some(Encoder::new(ContentCoding::Zstd, level)),
+            encoder: Some(Encoder::new(coding, level)),
             job: None,
             pending: None,
             sent: 0,
@@ -62,7 +67,7 @@ impl StaleStream {
             let begin = Frame::StaleBegin {
                 hash: self.hash,
                 length: self.bytes.len() as u64,
-                coding: LinkCoding::Zstd,
+                coding: LinkCoding::Coded(self.coding),
             };
             tx.reserve()
                 .await
@@ -120,10 +125,6 @@ impl StaleStream {
         };
         ((self.bytes.len() - self.sent) as f64 * ratio) as u64
     }
-
-    pub fn level(&self) -> u32 {
-        self.level
-    }
 }
 
 #[cfg(test)]
@@ -152,14 +153,19 @@ mod tests {
             .collect::<Vec<_>>()
             .into();
         let (tx, mut rx) = tokio::sync::mpsc::channel(64);
-        let mut stale = StaleStream::new(Hash::of(&page), page.clone(), 16 * 1024, 9);
+        let mut stale = StaleStream::new(
+            Hash::of(&page),
+            page.clone(),
+            16 * 1024,
+            (ContentCoding::Br, 5),
+        );
         stale.send_next(&tx).await.unwrap();
         stale.send_next(&tx).await.unwrap();
         // A send interrupted at once (as when the origin answers) is resumed intact.
         let _ = tokio::time::timeout(std::time::Duration::ZERO, stale.send_next(&tx)).await;
         stale.send_next(&tx).await.unwrap();
         let frames = received(&mut rx).await;
-        let mut decoder = codec::Decoder::new(ContentCoding::Zstd, page.len());
+        let mut decoder = codec::Decoder::new(ContentCoding::Br, page.len());
         let mut decoded = Vec::new();
         for f in &frames[1..] {
             let Frame::StaleData(d) = f else {

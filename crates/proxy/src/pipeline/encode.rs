@@ -99,6 +99,7 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
         provenance,
         reusable,
         last_modified,
+        ..
     } = instance;
     let compression = &p.config.compression;
     let no_transform = CacheControl::from_headers(&headers).no_transform;

@@ -136,6 +136,7 @@ async fn derived_dictionary(
         provenance: Provenance::File,
         reusable: true,
         last_modified: None,
+        origin_coded: None,
     })
 }
 
@@ -235,6 +236,7 @@ async fn fetch_file(
             provenance: Provenance::File,
             reusable: true,
             last_modified: Some(found.modified),
+            origin_coded: None,
         },
         store_plan,
     ))
@@ -409,6 +411,7 @@ fn cached_instance(
         provenance,
         reusable: true,
         last_modified,
+        origin_coded: None,
     }
 }
 
@@ -663,6 +666,7 @@ async fn admit<'a>(
             provenance: Provenance::Fetched { stored: false },
             reusable: false,
             last_modified,
+            origin_coded: None,
         }));
     }
 
@@ -711,6 +715,7 @@ async fn admit<'a>(
         StreamCoding::Known(c) => Some(c),
         _ => None,
     };
+    let origin_coded = decoded_coding.map(|c| (c, bytes.clone()));
     let (bytes, hash) =
         tokio::task::spawn_blocking(move || decode_and_hash(decoded_coding, bytes, max_decoded))
             .await
@@ -748,6 +753,7 @@ async fn admit<'a>(
             },
             reusable: store_plan.is_some(),
             last_modified,
+            origin_coded,
         },
         store_plan,
         leader: None,
@@ -772,6 +778,7 @@ fn stream_instance(
         provenance: Provenance::Fetched { stored: false },
         reusable: false,
         last_modified,
+        origin_coded: None,
     }
 }
 

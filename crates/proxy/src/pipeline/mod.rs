@@ -87,6 +87,9 @@ pub struct Instance {
     /// be cached too.
     pub reusable: bool,
     pub last_modified: Option<SystemTime>,
+    /// A `Whole` body as the origin coded it, when it came coded and was decoded
+    /// here: a link can send it as is, with no compression work of its own.
+    pub origin_coded: Option<(ContentCoding, Bytes)>,
 }
 
 pub enum InstanceBody {
