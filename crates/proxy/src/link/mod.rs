@@ -3,4 +3,5 @@
 //! Responses are frame sequences ([`frame`]) so a stale instance can flow while the
 //! origin is consulted. `docs/link-protocol.md` is the specification.
 
+pub mod client;
 pub mod frame;
