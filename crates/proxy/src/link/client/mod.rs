@@ -3,4 +3,5 @@
 //! the link, verifying every instance before a browser sees it.
 
 pub mod config;
+pub mod instances;
 pub mod reassemble;
