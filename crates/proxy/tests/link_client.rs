@@ -687,3 +687,55 @@ async fn an_unreachable_upstream_is_a_502_until_it_comes_up() {
     assert_eq!(up.seen().len(), 1);
     client.running.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_full_body_over_the_buffer_limit_streams_and_fails_unless_verified() {
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let b = big.clone();
+    let link = fake_link(move |seen, _| {
+        let promised = if seen.uri.ends_with("/good") {
+            end(&b)
+        } else {
+            end(b"something else")
+        };
+        let mut frames = vec![
+            headers(&[]),
+            Frame::Full {
+                coding: LinkCoding::Identity,
+            },
+        ];
+        frames.extend(
+            b.chunks(50_000)
+                .map(|c| Frame::Data(Bytes::copy_from_slice(c))),
+        );
+        frames.push(promised);
+        Reply::Frames(frames)
+    })
+    .await;
+    let client = start(ClientConfig {
+        max_body_bytes: 64 << 10,
+        ..config_for(&link)
+    })
+    .await;
+    let good = client.get("http://site.test/good").await;
+    assert_eq!(good.body, big);
+
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-S", "--max-time", "30", "-o", "/dev/null", "-x"])
+        .arg(client.proxy())
+        .arg("http://site.test/bad")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a body that fails verification must not complete normally"
+    );
+    let metrics = client.metrics().await;
+    assert_eq!(
+        metric(&metrics, "wirefold_client_verification_failures_total"),
+        1.0
+    );
+    assert_eq!(link.seen().len(), 2, "a streamed body is not repeated");
+    client.running.shutdown().await;
+}
