@@ -269,7 +269,7 @@ async fn refused(response: Response<Incoming>) -> Response<Body> {
 enum Read {
     Done(Attempt),
     /// A full body longer than the buffer limit: stream the rest.
-    Stream(Reassembler),
+    Stream(Box<Reassembler>),
     LinkFailed(String),
 }
 
@@ -308,7 +308,7 @@ async fn read_outcome(
         }
         match reassembler.push(frame, &held) {
             Ok(None) if reassembler.in_full_body() && reassembler.unverified_len() > limit => {
-                return Read::Stream(reassembler);
+                return Read::Stream(Box::new(reassembler));
             }
             Ok(None) => {}
             Ok(Some(Outcome::Error { status, message })) => {
@@ -387,7 +387,7 @@ async fn deliver(
 /// with an error (never normally) unless END verifies all of it.
 fn stream_full_body(
     client: &Client,
-    mut reassembler: Reassembler,
+    mut reassembler: Box<Reassembler>,
     mut frames: Frames,
 ) -> Response<Body> {
     let (status, fields) = reassembler

@@ -158,7 +158,7 @@ enum Phase {
     },
     FullBody {
         /// `None`: identity coding.
-        decoder: Option<Decoder>,
+        decoder: Option<Box<Decoder>>,
     },
     Done,
 }
@@ -305,7 +305,9 @@ impl Reassembler {
             (Phase::Headers, Frame::Full { coding }) => {
                 let decoder = match coding {
                     LinkCoding::Identity => None,
-                    LinkCoding::Zstd => Some(Decoder::new(ContentCoding::Zstd, usize::MAX)),
+                    LinkCoding::Zstd => {
+                        Some(Box::new(Decoder::new(ContentCoding::Zstd, usize::MAX)))
+                    }
                 };
                 Ok((Phase::FullBody { decoder }, None))
             }
