@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use proxy::config::{Config, LogFormat};
+use proxy::link::client::ClientConfig;
 
 #[derive(Parser)]
 #[command(
@@ -34,6 +35,9 @@ enum Command {
     /// Shared compression dictionaries.
     #[command(subcommand)]
     Dict(DictCommand),
+    /// The client proxy of a proxy pair: near the users, talking to a server proxy
+    /// (`wirefold serve --link`) over one HTTP/2 connection.
+    Client(ClientArgs),
     /// Fetch a URL speaking every encoding and delta wirefold serves, keeping a
     /// local cache; the body goes to stdout, a report of bytes saved to stderr.
     Get(GetArgs),
@@ -213,6 +217,7 @@ fn main() -> ExitCode {
         }
         Command::Lab(cmd) => lab::run(cmd).map_err(|e| e.to_string()),
         Command::Dict(cmd) => runtime.block_on(cmd.run()),
+        Command::Client(args) => runtime.block_on(client(args)),
         Command::Get(args) => runtime.block_on(get(args)),
     };
     match result {
@@ -237,6 +242,106 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     tracing::info!(listen = %format!("{scheme}://{}", running.addr), admin = %running.admin_addr, "wirefold serving");
     println!(
         "wirefold listening on {scheme}://{} (admin http://{})",
+        running.addr, running.admin_addr
+    );
+    proxy::demo::shutdown_signal().await;
+    tracing::info!("shutting down: draining in-flight requests");
+    running.shutdown().await;
+    Ok(())
+}
+
+/// Every flag has a config-file key of the same name (`--keep-instances` is
+/// `keep_instances`); a flag given on the command line overrides the file.
+#[derive(clap::Args)]
+struct ClientArgs {
+    /// The server proxy: https://HOST:PORT (required here or in the config file).
+    #[arg(long)]
+    upstream: Option<String>,
+    /// Browsers' listener (forward proxy) [default: 127.0.0.1:3128].
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Admin listener (metrics, health) [default: 127.0.0.1:9181].
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// Where held instances live [default: ./wirefold-client-data].
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Reverse mode: origin-form requests go to this site (http:// or https:// URL).
+    #[arg(long)]
+    site: Option<String>,
+    /// PEM certificates to trust for the upstream, besides the public roots.
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Option<PathBuf>,
+    /// Connect to IP:PORT instead of resolving the upstream's host (its name is
+    /// still what the certificate must match).
+    #[arg(long, value_name = "ADDR")]
+    upstream_connect: Option<SocketAddr>,
+    /// The link token the server proxy requires.
+    #[arg(long, value_name = "T")]
+    link_token: Option<String>,
+    /// Instances kept per URL; 0 keeps none [default: 8].
+    #[arg(long, value_name = "N")]
+    keep_instances: Option<usize>,
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Validate the configuration, explain any error, and exit.
+    #[arg(long)]
+    check_config: bool,
+}
+
+impl ClientArgs {
+    fn config(&self) -> Result<ClientConfig, String> {
+        let mut config = match &self.config {
+            Some(path) => ClientConfig::from_file(path).map_err(|e| e.to_string())?,
+            None => ClientConfig::default(),
+        };
+        if let Some(v) = &self.upstream {
+            config.upstream = v.clone();
+        }
+        if let Some(v) = self.listen {
+            config.listen = v;
+        }
+        if let Some(v) = self.admin {
+            config.admin = v;
+        }
+        if let Some(v) = &self.data_dir {
+            config.data_dir = v.clone();
+        }
+        if let Some(v) = &self.site {
+            config.site = Some(v.clone());
+        }
+        if let Some(v) = &self.upstream_ca {
+            config.upstream_ca = Some(v.clone());
+        }
+        if let Some(v) = self.upstream_connect {
+            config.upstream_connect = Some(v);
+        }
+        if let Some(v) = &self.link_token {
+            config.link_token = Some(v.clone());
+        }
+        if let Some(v) = self.keep_instances {
+            config.keep_instances = v;
+        }
+        Ok(config)
+    }
+}
+
+async fn client(args: ClientArgs) -> Result<(), String> {
+    let config = args.config()?;
+    if args.check_config {
+        config.check().map_err(|e| e.to_string())?;
+        println!("configuration is valid");
+        return Ok(());
+    }
+    init_logging(LogFormat::Human);
+    let upstream = config.upstream.clone();
+    let running = proxy::link::client::start(config)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(listen = %running.addr, admin = %running.admin_addr, %upstream, "wirefold client proxy running");
+    println!(
+        "wirefold client proxy on http://{} (admin http://{}), link to {upstream}",
         running.addr, running.admin_addr
     );
     proxy::demo::shutdown_signal().await;

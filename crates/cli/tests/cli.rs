@@ -214,3 +214,80 @@ fn json_logs_are_one_json_object_per_line() {
         );
     }
 }
+
+#[test]
+fn client_checks_its_configuration_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("client.toml");
+    std::fs::write(
+        &bad,
+        "upstream = \"https://proxy.test:8443\"\nkeep_instance = 3\n",
+    )
+    .unwrap();
+    let out = wirefold(&[
+        "client",
+        "--config",
+        bad.to_str().unwrap(),
+        "--check-config",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("client.toml") && err.contains("keep_instance"),
+        "{err}"
+    );
+
+    let out = wirefold(&["client", "--check-config"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`upstream`"));
+    let out = wirefold(&[
+        "client",
+        "--upstream",
+        "http://plain.test",
+        "--check-config",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("https://"));
+    let out = wirefold(&[
+        "client",
+        "--upstream",
+        "https://proxy.test:8443",
+        "--check-config",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Nothing listens upstream: the client proxy still starts, answers 502 naming the
+    // link, and stops cleanly.
+    let data = dir.path().join("data");
+    let mut started = start(
+        &[
+            "client",
+            "--upstream",
+            "https://proxy.test:1",
+            "--upstream-connect",
+            "127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        "client proxy on",
+    );
+    let proxy = url_in(&started.first_line);
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "20", "-x", &proxy, "-w", "%{http_code}"])
+        .arg("http://site.test/")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("cannot reach the server proxy") && text.ends_with("502"),
+        "{text}"
+    );
+    assert!(terminate(&mut started).success());
+}

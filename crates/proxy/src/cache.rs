@@ -135,7 +135,8 @@ pub fn site_of(resource: &str) -> &str {
     resource.find('/').map_or(resource, |i| &resource[..i])
 }
 
-fn encode_head(headers: &HeaderMap) -> String {
+/// A header block in HTTP/1.1 field syntax, base64 (values may be any octets).
+pub(crate) fn encode_head(headers: &HeaderMap) -> String {
     let mut raw = Vec::new();
     for (name, value) in headers {
         raw.extend_from_slice(name.as_str().as_bytes());
@@ -146,7 +147,7 @@ fn encode_head(headers: &HeaderMap) -> String {
     base64::engine::general_purpose::STANDARD.encode(raw)
 }
 
-fn decode_head(head: &str) -> HeaderMap {
+pub(crate) fn decode_head(head: &str) -> HeaderMap {
     let raw = base64::engine::general_purpose::STANDARD
         .decode(head)
         .unwrap_or_default();

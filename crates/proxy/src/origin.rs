@@ -216,6 +216,24 @@ pub fn connector(
     ca_file: Option<&std::path::Path>,
     connect_timeout: Duration,
 ) -> Result<HttpsConnector<HttpConnector>, String> {
+    let tls = tls_client_config(ca_file)?;
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http))
+}
+
+/// A rustls (ring) client configuration trusting the webpki roots plus the PEM
+/// certificates in `ca_file`. Errors name the file.
+pub fn tls_client_config(
+    ca_file: Option<&std::path::Path>,
+) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = ca_file {
@@ -228,21 +246,11 @@ pub fn connector(
         }
     }
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
-        .with_no_client_auth();
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(connect_timeout));
-    http.set_nodelay(true);
-    Ok(hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http))
+        .with_no_client_auth())
 }
 
 fn classify_client_error(e: hyper_util::client::legacy::Error) -> OriginError {

@@ -3,6 +3,7 @@
 //! Responses are frame sequences ([`frame`]) so a stale instance can flow while the
 //! origin is consulted. `docs/link-protocol.md` is the specification.
 
+pub mod client;
 pub mod frame;
 pub mod levels;
 pub mod serve;

@@ -1,0 +1,524 @@
+//! One browser request: answered from a fresh held instance, or over the link —
+//! the link request, its frames, verification, keeping the instance, the answer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::header::{
+    HeaderValue, ACCEPT_ENCODING, AGE, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, HOST,
+    RANGE, VIA,
+};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use store::Hash;
+use wirefold_http::cache_control::CacheControl;
+use wirefold_http::caching::{reuse, Reuse};
+use wirefold_http::hop_by_hop::remove_hop_by_hop;
+
+use super::connection::LinkError;
+use super::instances::{may_keep, Received};
+use super::metrics::{ClientMetrics, Outcome as Answered};
+use super::reassemble::{referenced_instance, Current, Delivery, Outcome, Reassembler};
+use super::Client;
+use crate::body::{self, Body, IdleTimeout};
+use crate::link::frame::{self, Frame, FrameError, FrameReader};
+use crate::pipeline::respond::error_response;
+
+/// What the client proxy adds to `Via`, towards the server proxy and the browser.
+pub const VIA_VALUE: &str = "1.1 wirefold-client";
+
+/// Chunks of a streamed full body in flight to the browser.
+const STREAM_CHUNKS: usize = 4;
+
+/// A browser's request, ready to go over the link (perhaps twice).
+struct Proxied {
+    method: Method,
+    target: Uri,
+    /// End-to-end fields: hop-by-hop, `Host` and `Accept-Encoding` removed.
+    fields: HeaderMap,
+    body: Bytes,
+}
+
+impl Proxied {
+    fn url(&self) -> String {
+        self.target.to_string()
+    }
+    fn idempotent(&self) -> bool {
+        self.method == Method::GET || self.method == Method::HEAD
+    }
+}
+
+/// How one attempt over the link ended.
+enum Attempt {
+    Answer(Response<Body>),
+    /// The instance did not verify: worth one more request for the full instance.
+    Unverified(String),
+    /// The link failed under the request.
+    LinkFailed(String),
+}
+
+/// Answers a request for the absolute `target`.
+pub async fn answer(client: &Client, req: Request<Incoming>, target: Uri) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, client.config.max_body_bytes)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            client.metrics.answered(Answered::Error);
+            let status = if e.is::<http_body_util::LengthLimitError>() {
+                StatusCode::PAYLOAD_TOO_LARGE
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            return finish(
+                client,
+                error_response(status, &format!("request body: {e}")),
+            );
+        }
+    };
+    let mut fields = parts.headers;
+    remove_hop_by_hop(&mut fields);
+    fields.remove(HOST);
+    fields.remove(ACCEPT_ENCODING);
+    let request = Proxied {
+        method: parts.method,
+        target,
+        fields,
+        body,
+    };
+    if let Some(response) = local_fresh(client, &request).await {
+        client.metrics.answered(Answered::LocalFresh);
+        return finish(client, response);
+    }
+    let response = over_the_link(client, &request).await;
+    finish(client, response)
+}
+
+/// A held instance fresh enough for the request, per RFC 9111.
+async fn local_fresh(client: &Client, request: &Proxied) -> Option<Response<Body>> {
+    if !request.idempotent()
+        || request.fields.contains_key(AUTHORIZATION)
+        || request.fields.contains_key(RANGE)
+    {
+        return None;
+    }
+    let instances = client.instances.clone();
+    let url = request.url();
+    let held = tokio::task::spawn_blocking(move || instances.newest(&url))
+        .await
+        .ok()??;
+    let fields = held.fields();
+    if crate::cache::secondary_key(&fields, &request.fields).as_ref() != Some(&held.secondary_key) {
+        return None;
+    }
+    let freshness = held.freshness();
+    let now = SystemTime::now();
+    let decision = reuse(
+        &freshness,
+        &CacheControl::from_headers(&fields),
+        &CacheControl::from_headers(&request.fields),
+        now,
+    );
+    if decision != Reuse::Fresh {
+        return None;
+    }
+    let hash = held.hash()?;
+    let instances = client.instances.clone();
+    let body = tokio::task::spawn_blocking(move || instances.body(&hash))
+        .await
+        .ok()??;
+    let mut response =
+        browser_response(StatusCode::OK, fields, body, request.method == Method::HEAD);
+    let age = freshness.current_age(now).as_secs();
+    response.headers_mut().insert(AGE, HeaderValue::from(age));
+    Some(response)
+}
+
+/// Asks the server proxy: once more for the full instance after a verification
+/// failure, and once more on a new connection after a link failure (GET and HEAD).
+async fn over_the_link(client: &Client, request: &Proxied) -> Response<Body> {
+    let mut want_full = false;
+    let mut link_retried = false;
+    loop {
+        let offer = if want_full {
+            Vec::new()
+        } else {
+            let instances = client.instances.clone();
+            let url = request.url();
+            tokio::task::spawn_blocking(move || instances.offer(&url))
+                .await
+                .unwrap_or_default()
+        };
+        match attempt(client, request, &offer, want_full).await {
+            Attempt::Answer(response) => return response,
+            Attempt::Unverified(reason) => {
+                client.metrics.verification_failures.inc();
+                tracing::warn!(url = %request.target, %reason, "discarded an instance that failed verification");
+                if want_full {
+                    client.metrics.answered(Answered::Error);
+                    return error_response(
+                        StatusCode::BAD_GATEWAY,
+                        &format!("the server proxy's full instance failed verification: {reason}"),
+                    );
+                }
+                want_full = true;
+            }
+            Attempt::LinkFailed(reason) if request.idempotent() && !link_retried => {
+                tracing::info!(url = %request.target, %reason, "link failed; retrying on a new connection");
+                link_retried = true;
+            }
+            Attempt::LinkFailed(reason) => {
+                client.metrics.answered(Answered::Error);
+                return error_response(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("link to the server proxy failed: {reason}"),
+                );
+            }
+        }
+    }
+}
+
+async fn attempt(client: &Client, request: &Proxied, offer: &[Hash], want_full: bool) -> Attempt {
+    let connection = match client.link.connection().await {
+        Ok(c) => c,
+        Err(e) => return Attempt::LinkFailed(e.to_string()),
+    };
+    let idle = Duration::from_millis(client.config.response_idle_timeout_ms);
+    let sent = connection
+        .sender
+        .clone()
+        .send_request(link_request(client, request, offer, want_full));
+    let response = match tokio::time::timeout(idle, sent).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
+            client.link.discard(connection.generation).await;
+            return Attempt::LinkFailed(e.to_string());
+        }
+        Err(_) => {
+            client.link.discard(connection.generation).await;
+            return Attempt::LinkFailed(LinkError::Timeout(idle).to_string());
+        }
+    };
+    if response.status() != StatusCode::OK {
+        client.metrics.answered(Answered::Error);
+        return Attempt::Answer(refused(response).await);
+    }
+    let mut frames = Frames {
+        body: body::boxed(IdleTimeout::new(response.into_body(), idle)),
+        reader: FrameReader::default(),
+        ended: false,
+        metrics: client.metrics.clone(),
+    };
+    match read_outcome(client, request, offer, &mut frames).await {
+        Read::Done(attempt) => attempt,
+        Read::Stream(reassembler) => Attempt::Answer(stream_full_body(client, reassembler, frames)),
+        Read::LinkFailed(reason) => {
+            client.link.discard(connection.generation).await;
+            Attempt::LinkFailed(reason)
+        }
+    }
+}
+
+fn link_request(
+    client: &Client,
+    request: &Proxied,
+    offer: &[Hash],
+    want_full: bool,
+) -> Request<Full<Bytes>> {
+    let mut link = Request::new(Full::new(request.body.clone()));
+    *link.method_mut() = request.method.clone();
+    *link.uri_mut() = request.target.clone();
+    *link.version_mut() = http::Version::HTTP_2;
+    let fields = link.headers_mut();
+    *fields = request.fields.clone();
+    fields.insert(frame::LINK_HEADER, client.link_value.clone());
+    if !offer.is_empty() {
+        let have: Vec<String> = offer.iter().map(Hash::to_hex).collect();
+        fields.insert(
+            frame::HAVE_HEADER,
+            HeaderValue::from_str(&have.join(", ")).expect("hex is a valid header value"),
+        );
+    }
+    if want_full {
+        fields.insert(frame::WANT_HEADER, HeaderValue::from_static("full"));
+    }
+    fields.append(VIA, HeaderValue::from_static(VIA_VALUE));
+    link
+}
+
+/// A link answer other than 200: the server proxy refused the request as a whole.
+async fn refused(response: Response<Incoming>) -> Response<Body> {
+    let status = response.status();
+    let text = match Limited::new(response.into_body(), 4096).collect().await {
+        Ok(collected) => String::from_utf8_lossy(&collected.to_bytes())
+            .trim()
+            .to_string(),
+        Err(_) => String::new(),
+    };
+    error_response(
+        StatusCode::BAD_GATEWAY,
+        &format!("the server proxy refused the link request: {status} {text}"),
+    )
+}
+
+enum Read {
+    Done(Attempt),
+    /// A full body longer than the buffer limit: stream the rest.
+    Stream(Box<Reassembler>),
+    LinkFailed(String),
+}
+
+async fn read_outcome(
+    client: &Client,
+    request: &Proxied,
+    offer: &[Hash],
+    frames: &mut Frames,
+) -> Read {
+    let limit = client.config.max_body_bytes;
+    let mut reassembler = Reassembler::new(limit);
+    let mut held: HashMap<Hash, Bytes> = HashMap::new();
+    let request_time = SystemTime::now();
+    loop {
+        let frame = match frames.next().await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => {
+                let e = reassembler
+                    .finish()
+                    .expect_err("the outcome ends the reading");
+                return Read::Done(malformed(client, &e.to_string()));
+            }
+            Err(FramesError::Frame(e)) => return Read::Done(malformed(client, &e.to_string())),
+            Err(FramesError::Link(reason)) => return Read::LinkFailed(reason),
+        };
+        // Only instances this request offered may be named; load them off the reactor.
+        if let Some(hash) = referenced_instance(&frame) {
+            if offer.contains(&hash) && !held.contains_key(&hash) {
+                let instances = client.instances.clone();
+                if let Ok(Some(body)) =
+                    tokio::task::spawn_blocking(move || instances.body(&hash)).await
+                {
+                    held.insert(hash, body);
+                }
+            }
+        }
+        match reassembler.push(frame, &held) {
+            Ok(None) if reassembler.in_full_body() && reassembler.unverified_len() > limit => {
+                return Read::Stream(Box::new(reassembler));
+            }
+            Ok(None) => {}
+            Ok(Some(Outcome::Error { status, message })) => {
+                client.metrics.answered(Answered::Error);
+                return Read::Done(Attempt::Answer(error_response(status, &message)));
+            }
+            Ok(Some(Outcome::Current(current))) => {
+                let response = deliver(client, request, current, request_time).await;
+                return Read::Done(Attempt::Answer(response));
+            }
+            Err(e) if e.is_verification_failure() => {
+                return Read::Done(Attempt::Unverified(e.to_string()))
+            }
+            Err(e) => return Read::Done(malformed(client, &e.to_string())),
+        }
+    }
+}
+
+fn malformed(client: &Client, reason: &str) -> Attempt {
+    client.metrics.answered(Answered::Error);
+    Attempt::Answer(error_response(
+        StatusCode::BAD_GATEWAY,
+        &format!("the server proxy's answer was unusable: {reason}"),
+    ))
+}
+
+/// Keeps a verified instance when it may be shared, and answers the browser with it.
+async fn deliver(
+    client: &Client,
+    request: &Proxied,
+    current: Current,
+    request_time: SystemTime,
+) -> Response<Body> {
+    client.metrics.answered(match current.delivery {
+        Delivery::Confirm => Answered::Confirm,
+        Delivery::Delta => Answered::Delta,
+        Delivery::Full => Answered::Full,
+    });
+    if may_keep(
+        &request.method,
+        &request.fields,
+        current.status,
+        &current.fields,
+    ) {
+        if let Some(secondary_key) = crate::cache::secondary_key(&current.fields, &request.fields) {
+            let instances = client.instances.clone();
+            let url = request.url();
+            let body = current.body.clone();
+            let fields = current.fields.clone();
+            // Kept before answering, so the browser's next request finds it.
+            let kept = tokio::task::spawn_blocking(move || {
+                instances.keep(Received {
+                    url: &url,
+                    body: &body,
+                    fields: &fields,
+                    secondary_key,
+                    request_time,
+                    response_time: SystemTime::now(),
+                })
+            })
+            .await;
+            if let Ok(Err(e)) = kept {
+                tracing::warn!(error = %e, url = %request.target, "could not keep an instance");
+            }
+        }
+    }
+    browser_response(
+        current.status,
+        current.fields,
+        current.body,
+        request.method == Method::HEAD,
+    )
+}
+
+/// Sends the head now and the rest of a long full body as it arrives; the body ends
+/// with an error (never normally) unless END verifies all of it.
+fn stream_full_body(
+    client: &Client,
+    mut reassembler: Box<Reassembler>,
+    mut frames: Frames,
+) -> Response<Body> {
+    let (status, fields) = reassembler
+        .head()
+        .map(|(status, fields)| (status, fields.clone()))
+        .expect("a full body follows HEADERS");
+    let (tx, streamed) = body::channel(STREAM_CHUNKS);
+    let metrics = client.metrics.clone();
+    let first = reassembler.take_unverified();
+    tokio::spawn(async move {
+        let held = HashMap::new();
+        let mut chunk = first;
+        let failure = loop {
+            if !chunk.is_empty() && tx.send(Ok(chunk)).await.is_err() {
+                return; // the browser went away
+            }
+            let frame = match frames.next().await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break "the link response ended before its outcome".to_string(),
+                Err(e) => break e.to_string(),
+            };
+            match reassembler.push(frame, &held) {
+                Ok(None) => chunk = reassembler.take_unverified(),
+                Ok(Some(Outcome::Current(current))) => {
+                    metrics.answered(Answered::Full);
+                    if !current.body.is_empty() {
+                        let _ = tx.send(Ok(current.body)).await;
+                    }
+                    return;
+                }
+                Ok(Some(Outcome::Error { message, .. })) => break message,
+                Err(e) => {
+                    if e.is_verification_failure() {
+                        metrics.verification_failures.inc();
+                    }
+                    break e.to_string();
+                }
+            }
+        };
+        metrics.answered(Answered::Error);
+        tracing::warn!(reason = %failure, "a streamed full body failed; aborting it");
+        let _ = tx.send(Err(failure.into())).await;
+    });
+    let mut response = Response::new(streamed);
+    *response.status_mut() = status;
+    *response.headers_mut() = fields;
+    clean_head(response.headers_mut());
+    response
+}
+
+/// The browser's answer: HEADERS' status and fields, the instance's length.
+fn browser_response(
+    status: StatusCode,
+    fields: HeaderMap,
+    instance: Bytes,
+    head_only: bool,
+) -> Response<Body> {
+    let length = instance.len();
+    let mut response = Response::new(if head_only {
+        body::empty()
+    } else {
+        body::full(instance)
+    });
+    *response.status_mut() = status;
+    *response.headers_mut() = fields;
+    clean_head(response.headers_mut());
+    // A HEAD's instance over the link is empty: its length is unknown.
+    if !(head_only && length == 0) {
+        response
+            .headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    response
+}
+
+/// Fields the client proxy sets itself, or that describe another hop.
+fn clean_head(fields: &mut HeaderMap) {
+    remove_hop_by_hop(fields);
+    fields.remove(CONTENT_LENGTH);
+    fields.remove(CONTENT_ENCODING);
+}
+
+/// Every answer to a browser: `Via`, and its body counted.
+fn finish(client: &Client, response: Response<Body>) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    parts
+        .headers
+        .append(VIA, HeaderValue::from_static(VIA_VALUE));
+    let metrics = client.metrics.clone();
+    let body = body::counted(body, move |bytes| {
+        metrics.browser_bytes_delivered.inc_by(bytes);
+    });
+    Response::from_parts(parts, body)
+}
+
+#[derive(Debug, thiserror::Error)]
+enum FramesError {
+    #[error("{0}")]
+    Frame(FrameError),
+    #[error("{0}")]
+    Link(String),
+}
+
+/// A link response body split into frames.
+struct Frames {
+    body: Body,
+    reader: FrameReader,
+    ended: bool,
+    metrics: Arc<ClientMetrics>,
+}
+
+impl Frames {
+    async fn next(&mut self) -> Result<Option<Frame>, FramesError> {
+        loop {
+            if let Some(frame) = self.reader.next_frame().map_err(FramesError::Frame)? {
+                return Ok(Some(frame));
+            }
+            if self.ended {
+                self.reader.finish().map_err(FramesError::Frame)?;
+                return Ok(None);
+            }
+            match self.body.frame().await {
+                Some(Ok(piece)) => {
+                    if let Ok(data) = piece.into_data() {
+                        self.metrics.link_bytes_received.inc_by(data.len() as u64);
+                        self.reader.push(&data);
+                    }
+                }
+                Some(Err(e)) => return Err(FramesError::Link(e.to_string())),
+                None => self.ended = true,
+            }
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! What the client proxy did, in OpenMetrics text.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// How a browser's request was answered.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Outcome {
+    /// From a held instance, fresh: no link round trip.
+    LocalFresh,
+    /// The server confirmed an instance (held, or the stale one it sent).
+    Confirm,
+    Delta,
+    Full,
+    /// CONNECT: bytes tunnelled untouched.
+    Tunnel,
+    /// An error answer: from the server (ERROR frame) or about the link.
+    Error,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::LocalFresh => "local_fresh",
+            Outcome::Confirm => "confirm",
+            Outcome::Delta => "delta",
+            Outcome::Full => "full",
+            Outcome::Tunnel => "tunnel",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+pub struct ClientMetrics {
+    registry: Registry,
+    requests: Family<OutcomeLabels, Counter>,
+    /// Body bytes of link responses (frames), as received.
+    pub link_bytes_received: Counter,
+    /// Body bytes handed to browsers.
+    pub browser_bytes_delivered: Counter,
+    /// Link connections made after the first.
+    pub reconnects: Counter,
+    /// Reconstructed or confirmed instances whose SHA-256 or length did not match.
+    pub verification_failures: Counter,
+}
+
+impl Default for ClientMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClientMetrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("wirefold_client");
+        let requests = Family::default();
+        registry.register(
+            "requests",
+            "Browser requests, by how they were answered",
+            requests.clone(),
+        );
+        let link_bytes_received = Counter::default();
+        registry.register(
+            "link_bytes_received",
+            "Bytes of link response bodies received",
+            link_bytes_received.clone(),
+        );
+        let browser_bytes_delivered = Counter::default();
+        registry.register(
+            "browser_bytes_delivered",
+            "Body bytes delivered to browsers",
+            browser_bytes_delivered.clone(),
+        );
+        let reconnects = Counter::default();
+        registry.register(
+            "link_reconnects",
+            "Link connections made after the first",
+            reconnects.clone(),
+        );
+        let verification_failures = Counter::default();
+        registry.register(
+            "verification_failures",
+            "Instances discarded because their SHA-256 or length did not match",
+            verification_failures.clone(),
+        );
+        ClientMetrics {
+            registry,
+            requests,
+            link_bytes_received,
+            browser_bytes_delivered,
+            reconnects,
+            verification_failures,
+        }
+    }
+
+    pub fn answered(&self, outcome: Outcome) {
+        self.requests
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.label(),
+            })
+            .inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String");
+        out
+    }
+}

@@ -1,0 +1,157 @@
+//! The client proxy (`wirefold client`): near the users, it answers browsers from the
+//! instances it holds when they are fresh and otherwise asks the server proxy over
+//! the link, verifying every instance before a browser sees it.
+//!
+//! - [`config`]: every flag and key;
+//! - `connection`: the one HTTP/2-over-TLS connection and its reconnection;
+//! - [`reassemble`]: frames → the verified instance (pure);
+//! - [`instances`]: what the client holds, per URL and per cluster;
+//! - `exchange`: one browser request, end to end;
+//! - `listener`: the browsers' and the admin listeners, CONNECT tunnels.
+
+pub mod config;
+mod connection;
+mod exchange;
+pub mod instances;
+mod listener;
+pub mod metrics;
+pub mod reassemble;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use http::HeaderValue;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use config::{ClientConfig, ClientConfigError};
+pub use metrics::ClientMetrics;
+
+use connection::Link;
+use instances::Instances;
+
+/// Why the client proxy could not start; each names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(transparent)]
+    Config(#[from] ClientConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("store at {path}: {source}")]
+    Store {
+        path: PathBuf,
+        source: store::StoreError,
+    },
+    #[error("upstream: {0}")]
+    Upstream(String),
+}
+
+/// A started client proxy.
+pub struct RunningClient {
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub metrics: Arc<ClientMetrics>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningClient {
+    /// Stops accepting and lets in-flight requests finish within the grace period.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// What every request shares.
+struct Client {
+    config: ClientConfig,
+    /// Reverse mode: the site origin-form requests are for.
+    site: Option<http::Uri>,
+    /// The `wirefold-link` value: the token, or `1`.
+    link_value: HeaderValue,
+    link: Link,
+    instances: Instances,
+    metrics: Arc<ClientMetrics>,
+}
+
+/// Validates the configuration, opens the store, binds both listeners and starts
+/// serving; the link is connected in the background (requests wait for it). Port 0
+/// picks a free port; `RunningClient` tells which.
+pub async fn start(config: ClientConfig) -> Result<RunningClient, ClientError> {
+    config.check()?;
+    let metrics = Arc::new(ClientMetrics::new());
+    let link = Link::new(&config, metrics.clone()).map_err(ClientError::Upstream)?;
+    let store_dir = config.data_dir.join("store");
+    let store_config = store::StoreConfig {
+        max_bytes: config.max_store_bytes,
+        memory_bytes: (config.max_store_bytes / 8).min(128 << 20),
+        max_object_bytes: config.max_body_bytes as u64,
+    };
+    let keep = config.keep_instances;
+    let opened = tokio::task::spawn_blocking({
+        let dir = store_dir.clone();
+        move || Instances::open(&dir, store_config, keep)
+    })
+    .await
+    .expect("store open does not panic");
+    let instances = opened.map_err(|source| ClientError::Store {
+        path: store_dir,
+        source,
+    })?;
+
+    let bind = |addr: SocketAddr| async move {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ClientError::Bind { addr, source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| ClientError::Bind { addr, source })?;
+        Ok::<_, ClientError>((listener, local))
+    };
+    let (listener, addr) = bind(config.listen).await?;
+    let (admin_listener, admin_addr) = bind(config.admin).await?;
+
+    let site = config
+        .site
+        .as_deref()
+        .map(|s| s.parse().expect("checked: the site is a URL"));
+    let link_value = HeaderValue::from_str(config.link_token.as_deref().unwrap_or("1"))
+        .expect("checked: the token is a header value");
+    let client = Arc::new(Client {
+        config,
+        site,
+        link_value,
+        link,
+        instances,
+        metrics: metrics.clone(),
+    });
+    // Connect ahead of the first request; a failure is logged and retried on demand.
+    tokio::spawn({
+        let client = client.clone();
+        async move {
+            let _ = client.link.connection().await;
+        }
+    });
+    let (stop, stopped) = watch::channel(false);
+    let main = tokio::spawn(listener::accept_loop(listener, client, stopped.clone()));
+    let admin = tokio::spawn(listener::admin_loop(
+        admin_listener,
+        metrics.clone(),
+        stopped,
+    ));
+    Ok(RunningClient {
+        addr,
+        admin_addr,
+        metrics,
+        stop,
+        tasks: vec![main, admin],
+    })
+}

@@ -1,0 +1,741 @@
+//! The client proxy against a fake server proxy: a TLS HTTP/2 server in this file
+//! answering link requests with scripted frame sequences. Browsers are curl.
+
+mod support;
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use codec::dictionary::DictionaryCoding;
+use codec::{ContentCoding, Encoder};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use store::Hash;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use wirefold_proxy::link::client::{self, ClientConfig, RunningClient};
+use wirefold_proxy::link::frame::{DeltaFormat, Frame, LinkCoding};
+
+use support::{curl, metric, response};
+
+/// The name in the fake server's certificate; never resolved (`upstream_connect`).
+const LINK_HOST: &str = "link.test";
+
+/// A link request as the fake server saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    method: Method,
+    uri: String,
+    fields: HeaderMap,
+}
+
+impl Seen {
+    fn field(&self, name: &str) -> Option<&str> {
+        self.fields.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+enum Reply {
+    Frames(Vec<Frame>),
+    Bytes(Vec<u8>),
+    /// An ordinary (non-link) answer.
+    Status(u16, &'static str),
+    /// These frames, then the whole connection is dropped.
+    DropAfter(Vec<Frame>),
+}
+
+type Script = dyn Fn(&Seen, usize) -> Reply + Send + Sync;
+
+/// The fake server's certificate (self-signed for [`LINK_HOST`]) and a PEM file of it
+/// for the client to trust.
+struct LinkCert {
+    der: CertificateDer<'static>,
+    key: Vec<u8>,
+    ca: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn link_cert() -> Arc<LinkCert> {
+    let dir = tempfile::tempdir().unwrap();
+    let generated = rcgen::generate_simple_self_signed(vec![LINK_HOST.to_string()]).unwrap();
+    let ca = dir.path().join("link-ca.pem");
+    std::fs::write(&ca, generated.cert.pem()).unwrap();
+    Arc::new(LinkCert {
+        der: generated.cert.der().clone(),
+        key: generated.signing_key.serialize_der(),
+        ca,
+        _dir: dir,
+    })
+}
+
+struct FakeLink {
+    addr: SocketAddr,
+    cert: Arc<LinkCert>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    connections: Arc<AtomicUsize>,
+}
+
+impl FakeLink {
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+async fn fake_link(script: impl Fn(&Seen, usize) -> Reply + Send + Sync + 'static) -> FakeLink {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_link(listener, link_cert(), script)
+}
+
+fn serve_link(
+    listener: TcpListener,
+    cert: Arc<LinkCert>,
+    script: impl Fn(&Seen, usize) -> Reply + Send + Sync + 'static,
+) -> FakeLink {
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key.clone()));
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.der.clone()], key)
+    .unwrap();
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let connections = Arc::new(AtomicUsize::new(0));
+    let script: Arc<Script> = Arc::new(script);
+    let (seen_by_server, connections_by_server) = (seen.clone(), connections.clone());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let Ok(tls) = acceptor.accept(stream).await else {
+                continue;
+            };
+            connections_by_server.fetch_add(1, Ordering::SeqCst);
+            let kill = Arc::new(Notify::new());
+            let (script, seen, conn_kill) = (script.clone(), seen_by_server.clone(), kill.clone());
+            let service = service_fn(move |req: Request<Incoming>| {
+                let request = Seen {
+                    method: req.method().clone(),
+                    uri: req.uri().to_string(),
+                    fields: req.headers().clone(),
+                };
+                let index = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.push(request.clone());
+                    seen.len() - 1
+                };
+                let reply = script(&request, index);
+                let kill = conn_kill.clone();
+                async move { Ok::<_, Infallible>(answer(reply, kill)) }
+            });
+            tokio::spawn(async move {
+                let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service);
+                tokio::select! {
+                    _ = connection => {}
+                    _ = kill.notified() => {}
+                }
+            });
+        }
+    });
+    FakeLink {
+        addr,
+        cert,
+        seen,
+        connections,
+    }
+}
+
+fn answer(reply: Reply, kill: Arc<Notify>) -> Response<Scripted> {
+    let link = |chunks: VecDeque<Bytes>, kill| {
+        Response::builder()
+            .header("content-type", "application/vnd.wirefold.link")
+            .body(Scripted { chunks, kill })
+            .unwrap()
+    };
+    let encode = |frames: Vec<Frame>| frames.iter().map(Frame::encode).collect();
+    match reply {
+        Reply::Frames(frames) => link(encode(frames), None),
+        Reply::Bytes(bytes) => link(VecDeque::from([Bytes::from(bytes)]), None),
+        Reply::DropAfter(frames) => link(encode(frames), Some(kill)),
+        Reply::Status(status, text) => Response::builder()
+            .status(status)
+            .body(Scripted {
+                chunks: VecDeque::from([Bytes::from_static(text.as_bytes())]),
+                kill: None,
+            })
+            .unwrap(),
+    }
+}
+
+/// A body of fixed chunks; with `kill`, it then drops the whole connection.
+struct Scripted {
+    chunks: VecDeque<Bytes>,
+    kill: Option<Arc<Notify>>,
+}
+
+impl http_body::Body for Scripted {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        if let Some(chunk) = self.chunks.pop_front() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(chunk))));
+        }
+        match self.kill.take() {
+            Some(kill) => {
+                kill.notify_one();
+                Poll::Pending
+            }
+            None => Poll::Ready(None),
+        }
+    }
+}
+
+fn fields(pairs: &[(&str, &str)]) -> HeaderMap {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
+        .collect()
+}
+
+fn headers(pairs: &[(&str, &str)]) -> Frame {
+    Frame::Headers {
+        status: StatusCode::OK,
+        fields: fields(pairs),
+    }
+}
+
+fn end(body: &[u8]) -> Frame {
+    Frame::End {
+        hash: Hash::of(body),
+        length: body.len() as u64,
+    }
+}
+
+fn full(body: &[u8], pairs: &[(&str, &str)]) -> Vec<Frame> {
+    vec![
+        headers(pairs),
+        Frame::Full {
+            coding: LinkCoding::Identity,
+        },
+        Frame::Data(Bytes::copy_from_slice(body)),
+        end(body),
+    ]
+}
+
+struct Started {
+    running: RunningClient,
+    _data: tempfile::TempDir,
+}
+
+impl Started {
+    fn proxy(&self) -> String {
+        format!("http://{}", self.running.addr)
+    }
+    async fn metrics(&self) -> String {
+        curl(&format!("http://{}/metrics", self.running.admin_addr), &[])
+            .await
+            .body
+            .into_iter()
+            .map(char::from)
+            .collect()
+    }
+    async fn get(&self, url: &str) -> support::Fetched {
+        curl(url, &["-x", &self.proxy()]).await
+    }
+}
+
+fn config_for(link: &FakeLink) -> ClientConfig {
+    config_at(link.addr, &link.cert)
+}
+
+/// Connects to `addr` for the name [`LINK_HOST`], trusting `cert`.
+fn config_at(addr: SocketAddr, cert: &LinkCert) -> ClientConfig {
+    ClientConfig {
+        upstream: format!("https://{LINK_HOST}:{}", addr.port()),
+        upstream_connect: Some(addr),
+        upstream_ca: Some(cert.ca.clone()),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin: "127.0.0.1:0".parse().unwrap(),
+        ..ClientConfig::default()
+    }
+}
+
+async fn start(mut config: ClientConfig) -> Started {
+    let data = tempfile::tempdir().unwrap();
+    config.data_dir = data.path().to_path_buf();
+    let running = client::start(config).await.expect("client proxy starts");
+    Started {
+        running,
+        _data: data,
+    }
+}
+
+#[tokio::test]
+async fn forward_proxy_get_gets_the_full_instance() {
+    let link = fake_link(|_, _| {
+        Reply::Frames(full(
+            b"hello from the origin",
+            &[("content-type", "text/plain"), ("x-origin", "yes")],
+        ))
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    let got = curl(
+        "http://site.test/page?q=1",
+        &[
+            "-x",
+            &client.proxy(),
+            "-H",
+            "Accept-Encoding: br",
+            "-H",
+            "Connection: x-private",
+            "-H",
+            "X-Private: 1",
+        ],
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, b"hello from the origin");
+    assert_eq!(got.header("content-length"), Some("21"));
+    assert_eq!(got.header("x-origin"), Some("yes"));
+    assert!(got.header("via").unwrap().contains("wirefold-client"));
+
+    let seen = link.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].method, Method::GET);
+    assert_eq!(seen[0].uri, "http://site.test/page?q=1");
+    assert_eq!(seen[0].field("wirefold-link"), Some("1"));
+    assert_eq!(seen[0].field("wirefold-have"), None);
+    assert_eq!(seen[0].field("accept-encoding"), None);
+    assert_eq!(seen[0].field("x-private"), None);
+    assert!(seen[0].field("via").unwrap().contains("wirefold-client"));
+
+    let metrics = client.metrics().await;
+    assert_eq!(
+        metric(&metrics, "wirefold_client_requests_total{outcome=\"full\"}"),
+        1.0
+    );
+    assert!(metric(&metrics, "wirefold_client_link_bytes_received_total") > 21.0);
+    assert_eq!(
+        metric(&metrics, "wirefold_client_browser_bytes_delivered_total"),
+        21.0
+    );
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn confirm_of_a_held_instance_serves_the_stored_body() {
+    let body = b"the held instance".to_vec();
+    let hash = Hash::of(&body);
+    let first = body.clone();
+    let link = fake_link(move |seen, n| match n {
+        0 => Reply::Frames(full(&first, &[("cache-control", "no-cache")])),
+        _ => {
+            let offered = seen.field("wirefold-have").unwrap_or_default();
+            assert!(offered.contains(&hash.to_hex()), "{offered}");
+            Reply::Frames(vec![
+                headers(&[("cache-control", "no-cache"), ("x-round", "two")]),
+                Frame::Confirm { hash },
+            ])
+        }
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    assert_eq!(client.get("http://site.test/a").await.body, body);
+    let second = client.get("http://site.test/a").await;
+    assert_eq!(second.status, 200);
+    assert_eq!(second.body, body);
+    assert_eq!(second.header("x-round"), Some("two"));
+    let seen = link.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].field("wirefold-have"), Some(hash.to_hex().as_str()));
+    let metrics = client.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "wirefold_client_requests_total{outcome=\"confirm\"}"
+        ),
+        1.0
+    );
+    client.running.shutdown().await;
+}
+
+/// zstd, flushed after each piece: one STALE_DATA frame per piece.
+fn stale_frames(stale: &[u8], pieces: usize) -> Vec<Frame> {
+    let mut encoder = Encoder::new(ContentCoding::Zstd, 3);
+    let mut frames = vec![Frame::StaleBegin {
+        hash: Hash::of(stale),
+        length: stale.len() as u64,
+        coding: LinkCoding::Coded(ContentCoding::Zstd),
+    }];
+    for piece in stale.chunks(stale.len().div_ceil(pieces)) {
+        encoder.write(piece);
+        encoder.flush();
+        frames.push(Frame::StaleData(encoder.take_output().into()));
+    }
+    frames
+}
+
+#[tokio::test]
+async fn stale_and_delta_reconstruct_and_the_stale_bytes_never_show() {
+    let stale = b"<p>STALE headline</p><p>a long body shared by both versions</p>".repeat(20);
+    let current = b"<p>fresh headline</p><p>a long body shared by both versions</p>".repeat(20);
+    let delta = codec::dictionary::encode(DictionaryCoding::Dcz, 3, &stale, &current);
+    let (s, c) = (stale.clone(), current.clone());
+    let link = fake_link(move |_, _| {
+        let mut frames = stale_frames(&s, 3);
+        frames.extend([
+            headers(&[("content-type", "text/html")]),
+            Frame::Delta {
+                format: DeltaFormat::Dcz,
+                base: Hash::of(&s),
+                base_len: s.len() as u64,
+            },
+            Frame::Data(delta.clone().into()),
+            end(&c),
+        ]);
+        Reply::Frames(frames)
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    let got = client.get("http://site.test/news").await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, current);
+    assert!(!String::from_utf8_lossy(&got.body).contains("STALE"));
+    let metrics = client.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "wirefold_client_requests_total{outcome=\"delta\"}"
+        ),
+        1.0
+    );
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_delta_failing_its_hash_is_retried_once_for_the_full_instance() {
+    let base = b"version one of a page that changes".repeat(10);
+    let current = b"version two of a page that changes".repeat(10);
+    let (b, c) = (base.clone(), current.clone());
+    let link = fake_link(move |seen, n| match n {
+        0 => Reply::Frames(full(&b, &[("cache-control", "no-cache")])),
+        1 => {
+            let delta = codec::dictionary::encode(DictionaryCoding::Dcz, 3, &b, &c);
+            Reply::Frames(vec![
+                headers(&[]),
+                Frame::Delta {
+                    format: DeltaFormat::Dcz,
+                    base: Hash::of(&b),
+                    base_len: b.len() as u64,
+                },
+                Frame::Data(delta.into()),
+                end(b"not what the delta makes"),
+            ])
+        }
+        _ => {
+            assert_eq!(seen.field("wirefold-want"), Some("full"));
+            Reply::Frames(full(&c, &[]))
+        }
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    assert_eq!(client.get("http://site.test/p").await.body, base);
+    let got = client.get("http://site.test/p").await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, current);
+    let seen = link.seen();
+    assert_eq!(seen.len(), 3, "exactly one retry");
+    assert!(seen[1].field("wirefold-have").is_some());
+    assert_eq!(seen[1].field("wirefold-want"), None);
+    assert_eq!(seen[2].field("wirefold-have"), None);
+    let metrics = client.metrics().await;
+    assert_eq!(
+        metric(&metrics, "wirefold_client_verification_failures_total"),
+        1.0
+    );
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_malformed_frame_fails_that_request_and_the_link_stays_up() {
+    let link = fake_link(|_, n| match n {
+        0 => Reply::Bytes(vec![0x7f, 0, 0, 0, 0]),
+        1 => Reply::Frames(vec![
+            headers(&[]),
+            Frame::Error {
+                status: StatusCode::GATEWAY_TIMEOUT,
+                message: "origin did not answer".into(),
+            },
+        ]),
+        2 => Reply::Status(403, "bad link token"),
+        _ => Reply::Frames(full(b"fine", &[])),
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    let broken = client.get("http://site.test/x").await;
+    assert_eq!(broken.status, 502);
+    assert!(
+        String::from_utf8_lossy(&broken.body).contains("unknown frame type"),
+        "{}",
+        String::from_utf8_lossy(&broken.body)
+    );
+    let error = client.get("http://site.test/x").await;
+    assert_eq!(error.status, 504);
+    assert!(String::from_utf8_lossy(&error.body).contains("origin did not answer"));
+    let refused = client.get("http://site.test/x").await;
+    assert_eq!(refused.status, 502);
+    let text = String::from_utf8_lossy(&refused.body);
+    assert!(
+        text.contains("403") && text.contains("bad link token"),
+        "{text}"
+    );
+    let fine = client.get("http://site.test/x").await;
+    assert_eq!((fine.status, &fine.body[..]), (200, &b"fine"[..]));
+    assert_eq!(link.connections(), 1, "one link for all four requests");
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dropped_link_retries_a_get_and_fails_a_post() {
+    let link = fake_link(|seen, n| match (seen.method.as_str(), n) {
+        ("GET", 0) => Reply::DropAfter(vec![headers(&[])]),
+        ("GET", _) => Reply::Frames(full(b"second try", &[])),
+        _ => Reply::DropAfter(vec![headers(&[])]),
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    let got = client.get("http://site.test/g").await;
+    assert_eq!((got.status, &got.body[..]), (200, &b"second try"[..]));
+    assert_eq!(link.seen().len(), 2);
+
+    let posted = curl(
+        "http://site.test/form",
+        &["-x", &client.proxy(), "-d", "a=1"],
+    )
+    .await;
+    assert_eq!(posted.status, 502);
+    let text = String::from_utf8_lossy(&posted.body);
+    assert!(text.contains("link to the server proxy failed"), "{text}");
+    assert_eq!(link.seen().len(), 3, "a POST is not repeated");
+    assert!(link.connections() >= 2);
+    let metrics = client.metrics().await;
+    assert!(metric(&metrics, "wirefold_client_link_reconnects_total") >= 1.0);
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_fresh_instance_is_served_without_the_link() {
+    let link =
+        fake_link(|_, _| Reply::Frames(full(b"cacheable", &[("cache-control", "max-age=600")])))
+            .await;
+    let client = start(config_for(&link)).await;
+    assert_eq!(client.get("http://site.test/c").await.body, b"cacheable");
+    let again = client.get("http://site.test/c").await;
+    assert_eq!(again.body, b"cacheable");
+    assert!(again.header("age").is_some());
+    assert_eq!(link.seen().len(), 1, "served from the held instance");
+    // The browser can insist on revalidation.
+    let insisted = curl(
+        "http://site.test/c",
+        &["-x", &client.proxy(), "-H", "Cache-Control: no-cache"],
+    )
+    .await;
+    assert_eq!(insisted.body, b"cacheable");
+    assert_eq!(link.seen().len(), 2);
+    let metrics = client.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "wirefold_client_requests_total{outcome=\"local_fresh\"}"
+        ),
+        1.0
+    );
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn private_and_authorized_responses_are_not_kept() {
+    let link = fake_link(|_, _| {
+        Reply::Frames(full(b"mine", &[("cache-control", "private, max-age=600")]))
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    client.get("http://site.test/me").await;
+    client.get("http://site.test/me").await;
+    assert_eq!(link.seen().len(), 2);
+    assert_eq!(link.seen()[1].field("wirefold-have"), None);
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn connect_tunnels_bytes_untouched() {
+    let origin = support::origin(|_| response(200, &[("x-direct", "1")], "direct answer")).await;
+    let link = fake_link(|_, _| Reply::Status(500, "the link must not be used")).await;
+    let client = start(config_for(&link)).await;
+    let got = curl(&origin.url("/t"), &["-p", "-x", &client.proxy()]).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, b"direct answer");
+    assert_eq!(got.header("x-direct"), Some("1"));
+    assert_eq!(origin.hits(), 1);
+    assert!(link.seen().is_empty());
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn reverse_mode_maps_paths_onto_the_site() {
+    let link = fake_link(|_, _| Reply::Frames(full(b"site page", &[]))).await;
+    let client = start(ClientConfig {
+        site: Some("https://site.test/base/".into()),
+        ..config_for(&link)
+    })
+    .await;
+    let got = curl(&format!("{}/docs/a?x=1", client.proxy()), &[]).await;
+    assert_eq!((got.status, &got.body[..]), (200, &b"site page"[..]));
+    assert_eq!(link.seen()[0].uri, "https://site.test/base/docs/a?x=1");
+
+    let plain = start(config_for(&link)).await;
+    let refused = curl(&format!("{}/docs/a", plain.proxy()), &[]).await;
+    assert_eq!(refused.status, 400);
+    assert!(String::from_utf8_lossy(&refused.body).contains("--site"));
+    client.running.shutdown().await;
+    plain.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn keeping_no_instances_offers_none() {
+    let link =
+        fake_link(|_, _| Reply::Frames(full(b"base", &[("cache-control", "no-cache")]))).await;
+    let client = start(ClientConfig {
+        keep_instances: 0,
+        ..config_for(&link)
+    })
+    .await;
+    client.get("http://site.test/k").await;
+    client.get("http://site.test/k").await;
+    let seen = link.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().all(|s| s.field("wirefold-have").is_none()));
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn configuration_errors_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("client.toml");
+    std::fs::write(
+        &file,
+        "upstream = \"https://a.test:1\"\nkeep_instance = 3\n",
+    )
+    .unwrap();
+    let err = ClientConfig::from_file(&file).unwrap_err().to_string();
+    assert!(
+        err.contains("keep_instance") && err.contains("client.toml"),
+        "{err}"
+    );
+
+    let err = client::start(ClientConfig {
+        upstream: "http://not-tls.test:80".into(),
+        ..ClientConfig::default()
+    })
+    .await
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        err.contains("`upstream`") && err.contains("https://"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_a_502_until_it_comes_up() {
+    let reserved = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = reserved.local_addr().unwrap();
+    drop(reserved);
+    let cert = link_cert();
+    let client = start(config_at(addr, &cert)).await;
+    let down = client.get("http://site.test/u").await;
+    assert_eq!(down.status, 502);
+    let text = String::from_utf8_lossy(&down.body);
+    assert!(text.contains("cannot reach the server proxy"), "{text}");
+
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let up = serve_link(listener, cert, |_, _| Reply::Frames(full(b"up again", &[])));
+    let got = client.get("http://site.test/u").await;
+    assert_eq!((got.status, &got.body[..]), (200, &b"up again"[..]));
+    assert_eq!(up.seen().len(), 1);
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_full_body_over_the_buffer_limit_streams_and_fails_unless_verified() {
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let b = big.clone();
+    let link = fake_link(move |seen, _| {
+        let promised = if seen.uri.ends_with("/good") {
+            end(&b)
+        } else {
+            end(b"something else")
+        };
+        let mut frames = vec![
+            headers(&[]),
+            Frame::Full {
+                coding: LinkCoding::Identity,
+            },
+        ];
+        frames.extend(
+            b.chunks(50_000)
+                .map(|c| Frame::Data(Bytes::copy_from_slice(c))),
+        );
+        frames.push(promised);
+        Reply::Frames(frames)
+    })
+    .await;
+    let client = start(ClientConfig {
+        max_body_bytes: 64 << 10,
+        ..config_for(&link)
+    })
+    .await;
+    let good = client.get("http://site.test/good").await;
+    assert_eq!(good.body, big);
+
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-S", "--max-time", "30", "-o", "/dev/null", "-x"])
+        .arg(client.proxy())
+        .arg("http://site.test/bad")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a body that fails verification must not complete normally"
+    );
+    let metrics = client.metrics().await;
+    assert_eq!(
+        metric(&metrics, "wirefold_client_verification_failures_total"),
+        1.0
+    );
+    assert_eq!(link.seen().len(), 2, "a streamed body is not repeated");
+    client.running.shutdown().await;
+}
