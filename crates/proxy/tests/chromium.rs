@@ -97,8 +97,20 @@ fn signal_group(group: u32, signal: &str) {
 /// Loads `url` in headless Chromium with the profile in `profile` and returns the
 /// DOM after the load (plus `budget_ms` of virtual time).
 async fn dump_dom(exe: &Path, profile: &Path, url: &str, budget_ms: u32) -> String {
+    dump_dom_with(exe, profile, url, budget_ms, &[]).await
+}
+
+/// [`dump_dom`] with extra Chromium flags (a proxy, say).
+async fn dump_dom_with(
+    exe: &Path,
+    profile: &Path,
+    url: &str,
+    budget_ms: u32,
+    extra: &[String],
+) -> String {
     let mut cmd = chromium_command(exe, profile);
-    cmd.arg(format!("--virtual-time-budget={budget_ms}"))
+    cmd.args(extra)
+        .arg(format!("--virtual-time-budget={budget_ms}"))
         .arg("--dump-dom")
         .arg(url);
     let started = std::time::Instant::now();
@@ -811,5 +823,81 @@ async fn chromium_uses_the_derived_dictionary_of_a_no_cache_page() {
     assert!(
         metric(&metrics, "wirefold_body_bytes_sent_total{mechanism=\"dcz\"") > 0.0,
         "{metrics}"
+    );
+}
+
+/// Chromium with `--proxy-server` at the client proxy of a pair: every load renders
+/// the origin's current instance, as it changes, through confirm and delta.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_through_the_proxy_pair_renders_the_current_instance() {
+    let Some(exe) = chromium() else { return };
+    let _one = BROWSER.lock().await;
+    let version = Arc::new(Mutex::new(1u32));
+    let state = version.clone();
+    let (v1, v2) = (document_page(1), document_page(2));
+    let origin = origin(move |req| {
+        if req.uri().path() != "/spec.html" {
+            return response(404, &[("content-type", "text/plain")], "not found");
+        }
+        let body = if *state.lock().unwrap() == 1 {
+            v1.clone()
+        } else {
+            v2.clone()
+        };
+        response(
+            200,
+            &[
+                ("content-type", "text/html; charset=utf-8"),
+                ("cache-control", "no-cache"),
+            ],
+            body,
+        )
+    })
+    .await;
+    let pair = start_pair(|_| {}, |_| {}).await;
+    let profile = tempfile::tempdir().unwrap();
+    // Chromium sends loopback straight to the target unless told not to.
+    let flags = [
+        format!("--proxy-server={}", pair.proxy()),
+        "--proxy-bypass-list=<-loopback>".to_string(),
+    ];
+    let url = origin.url("/spec.html");
+    let mut outcomes = Vec::new();
+    for (load, expected) in [(1, 1), (2, 1), (3, 2), (4, 2)] {
+        if load == 3 {
+            *version.lock().unwrap() = 2;
+        }
+        let dom = dump_dom_with(&exe, profile.path(), &url, 3000, &flags).await;
+        assert!(
+            dom.contains(&format!("<h1 id=\"version\">page-v{expected}</h1>")),
+            "load {load} renders version {expected}"
+        );
+        let text = String::from_utf8(
+            curl(&format!("http://{}/metrics", pair.client.admin_addr), &[])
+                .await
+                .body,
+        )
+        .unwrap();
+        outcomes.push((
+            metric(&text, "wirefold_client_requests_total{outcome=\"full\"}"),
+            metric(&text, "wirefold_client_requests_total{outcome=\"confirm\"}"),
+            metric(&text, "wirefold_client_requests_total{outcome=\"delta\"}"),
+        ));
+    }
+    eprintln!("client outcomes after each load (full, confirm, delta): {outcomes:?}");
+    let (full, confirm, delta) = outcomes[3];
+    assert!(
+        origin.hits() >= 4,
+        "every load reached the origin: {}",
+        origin.hits()
+    );
+    assert!(
+        full >= 1.0 && confirm >= 1.0 && delta >= 1.0,
+        "{outcomes:?}"
+    );
+    // Chromium may ask twice per navigation; what matters is that the change came as a delta.
+    assert!(
+        outcomes[2].2 > outcomes[1].2,
+        "the changed page came as a delta: {outcomes:?}"
     );
 }

@@ -252,3 +252,51 @@ pub fn metric(text: &str, name_and_labels_prefix: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
         .sum()
 }
+
+/// A proxy pair on loopback: a server proxy (`--link`, forward, self-signed TLS) and a
+/// client proxy linked to it. Browsers use `client.addr` as their HTTP proxy.
+pub struct Pair {
+    pub server: Proxy,
+    pub client: wirefold_proxy::link::client::RunningClient,
+    pub client_data: tempfile::TempDir,
+}
+
+impl Pair {
+    pub fn proxy(&self) -> String {
+        format!("http://{}", self.client.addr)
+    }
+}
+
+pub async fn start_pair(
+    tweak_server: impl FnOnce(&mut Config),
+    tweak_client: impl FnOnce(&mut wirefold_proxy::link::client::ClientConfig),
+) -> Pair {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = test_config(data.path());
+    config.link.enabled = true;
+    config.tls.self_signed = true;
+    tweak_server(&mut config);
+    let running = wirefold_proxy::start(config)
+        .await
+        .expect("server proxy starts");
+    let server = Proxy { running, data };
+    let client_data = tempfile::tempdir().unwrap();
+    let mut client_config = wirefold_proxy::link::client::ClientConfig {
+        upstream: format!("https://localhost:{}", server.running.addr.port()),
+        upstream_connect: Some(server.running.addr),
+        upstream_ca: Some(server.data.path().join("self-signed-cert.pem")),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin: "127.0.0.1:0".parse().unwrap(),
+        data_dir: client_data.path().to_path_buf(),
+        ..Default::default()
+    };
+    tweak_client(&mut client_config);
+    let client = wirefold_proxy::link::client::start(client_config)
+        .await
+        .expect("client proxy starts");
+    Pair {
+        server,
+        client,
+        client_data,
+    }
+}

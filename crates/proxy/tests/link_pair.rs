@@ -1,0 +1,170 @@
+//! The proxy pair end to end: curl → `wirefold client` → link → `wirefold serve
+//! --link` → origin, on loopback. Every answer must be the origin's current instance.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::*;
+
+/// A document with one line that names its version.
+fn page(version: usize) -> String {
+    let mut text = String::from("<!doctype html><title>pair</title>\n");
+    for i in 0..3000 {
+        if i == 1500 {
+            text.push_str(&format!("<p>version {version}</p>\n"));
+        }
+        text.push_str(&format!(
+            "<p>line {i} of a document that mostly stays</p>\n"
+        ));
+    }
+    text
+}
+
+/// An origin (answering after `delay`) whose page is the version the test sets.
+async fn versioned(delay: Duration) -> (Origin, Arc<AtomicUsize>) {
+    let version = Arc::new(AtomicUsize::new(1));
+    let current = version.clone();
+    let origin = slow_origin(delay, move |_| {
+        let n = current.load(Ordering::SeqCst);
+        let etag = format!("\"v{n}\"");
+        let fields = [
+            ("content-type", "text/html; charset=utf-8"),
+            ("cache-control", "no-cache"),
+            ("etag", etag.as_str()),
+        ];
+        response(200, &fields, page(n))
+    })
+    .await;
+    (origin, version)
+}
+
+async fn get(pair: &Pair, url: &str) -> Fetched {
+    curl(url, &["-x", &pair.proxy(), "--noproxy", ""]).await
+}
+
+async fn server_outcome(pair: &Pair, result: &str) -> f64 {
+    let text = String::from_utf8(curl(&pair.server.admin_url("/metrics"), &[]).await.body).unwrap();
+    metric(
+        &text,
+        &format!("wirefold_link_responses_total{{result=\"{result}\"}}"),
+    )
+}
+
+#[tokio::test]
+async fn curl_through_the_pair_gets_each_version_as_the_origin_changes() {
+    let (origin, version) = versioned(Duration::ZERO).await;
+    let pair = start_pair(|_| {}, |_| {}).await;
+    let url = origin.url("/doc.html");
+
+    let first = get(&pair, &url).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, page(1).as_bytes());
+    assert_eq!(
+        first.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+
+    let again = get(&pair, &url).await;
+    assert_eq!(again.body, page(1).as_bytes());
+    assert_eq!(
+        server_outcome(&pair, "confirm").await,
+        1.0,
+        "unchanged: confirmed, not resent"
+    );
+
+    version.store(2, Ordering::SeqCst);
+    let changed = get(&pair, &url).await;
+    assert_eq!(changed.body, page(2).as_bytes());
+    assert_eq!(
+        server_outcome(&pair, "delta").await,
+        1.0,
+        "changed: a delta against version 1"
+    );
+    assert_eq!(origin.hits(), 3, "no-cache: the origin is asked every time");
+}
+
+#[tokio::test]
+async fn an_empty_client_gets_the_stale_instance_patched_while_a_slow_origin_answers() {
+    let (origin, version) = versioned(Duration::from_millis(400)).await;
+    let pair = start_pair(|_| {}, |c| c.keep_instances = 0).await;
+    let url = origin.url("/doc.html");
+    assert_eq!(get(&pair, &url).await.body, page(1).as_bytes());
+
+    version.store(2, Ordering::SeqCst);
+    let changed = get(&pair, &url).await;
+    assert_eq!(
+        changed.body,
+        page(2).as_bytes(),
+        "the stale version 1 is never shown"
+    );
+    let patched = server_outcome(&pair, "stale-delta").await
+        + server_outcome(&pair, "stale-prefix-delta").await;
+    assert_eq!(
+        patched, 1.0,
+        "version 1 went ahead as stale data, then a delta"
+    );
+
+    let unchanged = get(&pair, &url).await;
+    assert_eq!(unchanged.body, page(2).as_bytes());
+    assert_eq!(server_outcome(&pair, "stale-confirmed").await, 1.0);
+}
+
+/// A server proxy with a fixed certificate, so a restarted one is trusted again.
+async fn link_server_at(listen: std::net::SocketAddr, tls: &tempfile::TempDir) -> Proxy {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = test_config(data.path());
+    config.listen = listen;
+    config.link.enabled = true;
+    config.tls.cert = Some(tls.path().join("cert.pem"));
+    config.tls.key = Some(tls.path().join("key.pem"));
+    let running = proxy::start(config).await.expect("server proxy starts");
+    Proxy { running, data }
+}
+
+#[tokio::test]
+async fn a_link_that_drops_fails_clearly_and_comes_back() {
+    let (origin, _) = versioned(Duration::ZERO).await;
+    let tls = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(tls.path().join("cert.pem"), cert.cert.pem()).unwrap();
+    std::fs::write(tls.path().join("key.pem"), cert.signing_key.serialize_pem()).unwrap();
+    let server = link_server_at("127.0.0.1:0".parse().unwrap(), &tls).await;
+    let addr = server.running.addr;
+    let client_data = tempfile::tempdir().unwrap();
+    let client = proxy::link::client::start(proxy::link::client::ClientConfig {
+        upstream: format!("https://localhost:{}", addr.port()),
+        upstream_connect: Some(addr),
+        upstream_ca: Some(tls.path().join("cert.pem")),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin: "127.0.0.1:0".parse().unwrap(),
+        data_dir: client_data.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let browse = |url: String| {
+        let proxy = format!("http://{}", client.addr);
+        async move { curl(&url, &["-x", &proxy, "--noproxy", ""]).await }
+    };
+    let url = origin.url("/doc.html");
+    assert_eq!(browse(url.clone()).await.body, page(1).as_bytes());
+
+    server.running.shutdown().await;
+    let down = browse(url.clone()).await;
+    assert_eq!(down.status, 502, "the server proxy is gone");
+    let text = String::from_utf8_lossy(&down.body);
+    assert!(text.contains("server proxy"), "the reason is named: {text}");
+
+    let _back = link_server_at(addr, &tls).await;
+    let again = browse(url).await;
+    assert_eq!(
+        again.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&again.body)
+    );
+    assert_eq!(again.body, page(1).as_bytes());
+}
