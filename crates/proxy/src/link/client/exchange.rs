@@ -280,7 +280,7 @@ async fn read_outcome(
     frames: &mut Frames,
 ) -> Read {
     let limit = client.config.max_body_bytes;
-    let mut reassembler = Reassembler::new(limit);
+    let mut reassembler = Box::new(Reassembler::new(limit));
     let mut held: HashMap<Hash, Bytes> = HashMap::new();
     let request_time = SystemTime::now();
     loop {
@@ -306,9 +306,24 @@ async fn read_outcome(
                 }
             }
         }
-        match reassembler.push(frame, &held) {
+        // The frames that end an outcome decode deltas and hash whole bodies: that
+        // work runs off the reactor.
+        let result = if matches!(frame, Frame::End { .. } | Frame::Confirm { .. }) {
+            let held = held.clone();
+            let (result, back) = tokio::task::spawn_blocking(move || {
+                let result = reassembler.push(frame, &held);
+                (result, reassembler)
+            })
+            .await
+            .expect("reassembly does not panic");
+            reassembler = back;
+            result
+        } else {
+            reassembler.push(frame, &held)
+        };
+        match result {
             Ok(None) if reassembler.in_full_body() && reassembler.unverified_len() > limit => {
-                return Read::Stream(Box::new(reassembler));
+                return Read::Stream(reassembler);
             }
             Ok(None) => {}
             Ok(Some(Outcome::Error { status, message })) => {
