@@ -525,6 +525,16 @@ impl Config {
         if self.delta.history == 0 {
             return invalid("delta.history", "must be at least 1".into());
         }
+        let forward = self.link.enabled && self.origin.is_none() && self.root.is_none();
+        if forward && self.link.token.is_none() && !self.listen.ip().is_loopback() {
+            return invalid(
+                "link.token",
+                format!(
+                    "a server proxy fetching any origin on {} would be an open proxy: set a token (--link-token)",
+                    self.listen
+                ),
+            );
+        }
         if let Some(token) = &self.link.token {
             if token.is_empty() || token == "1" || http::HeaderValue::from_str(token).is_err() {
                 return invalid(
@@ -609,6 +619,17 @@ mod tests {
             .parse::<CodingList>()
             .unwrap_err()
             .contains("CODING:LEVEL"));
+    }
+
+    #[test]
+    fn a_server_proxy_open_to_the_network_needs_a_token() {
+        let mut c = Config::default();
+        c.link.enabled = true;
+        assert!(c.check().is_ok(), "loopback only: no token needed");
+        c.listen = "0.0.0.0:8443".parse().unwrap();
+        assert!(c.check().unwrap_err().to_string().contains("link.token"));
+        c.link.token = Some("s3cret".into());
+        assert!(c.check().is_ok());
     }
 
     #[test]

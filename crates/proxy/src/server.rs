@@ -279,13 +279,7 @@ async fn dispatch(
     conn: ConnInfo,
 ) -> Response<Body> {
     if crate::link::serve::is_link_request(req.headers()) {
-        let started = std::time::Instant::now();
-        let method = req.method().clone();
-        let response = crate::link::serve::handle(pipeline, req.map(body::boxed), conn).await;
-        pipeline
-            .metrics
-            .record_request(&method, response.status(), started.elapsed());
-        return response;
+        return crate::link::serve::handle(pipeline, req.map(body::boxed), conn).await;
     }
     match &pipeline.source {
         Source::Origin(origin)

@@ -110,6 +110,11 @@ impl Link {
         Link { sender }
     }
 
+    async fn head(&mut self, url: &str) -> (StatusCode, Vec<Frame>) {
+        self.send(Request::get(url), &[], &[("wirefold-method", "HEAD")])
+            .await
+    }
+
     /// Sends a link request for `url` naming `have`; returns the HTTP status and frames.
     async fn get(
         &mut self,
@@ -117,7 +122,16 @@ impl Link {
         have: &[Hash],
         extra: &[(&str, &str)],
     ) -> (StatusCode, Vec<Frame>) {
-        let mut req = Request::get(url).header("wirefold-link", "1");
+        self.send(Request::get(url), have, extra).await
+    }
+
+    async fn send(
+        &mut self,
+        req: http::request::Builder,
+        have: &[Hash],
+        extra: &[(&str, &str)],
+    ) -> (StatusCode, Vec<Frame>) {
+        let mut req = req.header("wirefold-link", "1");
         if !have.is_empty() {
             let list: Vec<String> = have.iter().map(Hash::to_hex).collect();
             req = req.header("wirefold-have", list.join(", "));
@@ -339,30 +353,64 @@ async fn uncacheable_pages_are_kept_as_bases_but_private_and_no_store_ones_are_n
         (&[("cache-control", "no-cache"), ("vary", "*")], true),
     ];
     for (fields, kept) in cases {
-        let site = versioned_origin(Duration::ZERO, fields).await;
-        let server = link_server(|_| {}).await;
-        let mut link = Link::connect(&server).await;
-        let url = site.origin.url("/page");
-        let (_, frames) = link.get(&url, &[], &[]).await;
-        let v1 = decode_full(&frames);
-        site.version.store(2, Ordering::SeqCst);
-        // Background writes land before the next request is answered in practice;
-        // wait for the store rather than assume it.
-        let mut delta_seen = false;
-        for _ in 0..50 {
-            let (_, frames) = link.get(&url, &[Hash::of(&v1)], &[]).await;
-            assert_eq!(decode_or_patch(&frames, &v1), page(2).as_bytes());
-            if names(&frames).contains(&"DELTA") {
-                delta_seen = true;
-                break;
-            }
-            if !kept {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert_eq!(delta_seen, kept, "{fields:?}");
+        assert_eq!(kept_as_base(fields, &[]).await, kept, "{fields:?}");
     }
+    let dynamic: &'static [(&'static str, &'static str)] =
+        &[("cache-control", "no-cache"), ("vary", "*")];
+    assert!(
+        !kept_as_base(dynamic, &[("cookie", "session=a")]).await,
+        "a page made for one user's cookie is no one else's base"
+    );
+}
+
+/// Whether the first instance fetched (with `request` fields) served as the base of
+/// the second: written before the first answer, so the second finds it at once.
+async fn kept_as_base(
+    fields: &'static [(&'static str, &'static str)],
+    request: &[(&str, &str)],
+) -> bool {
+    let site = versioned_origin(Duration::ZERO, fields).await;
+    let server = link_server(|_| {}).await;
+    let mut link = Link::connect(&server).await;
+    let url = site.origin.url("/page");
+    let (_, frames) = link.get(&url, &[], request).await;
+    let v1 = decode_full(&frames);
+    site.version.store(2, Ordering::SeqCst);
+    let (_, frames) = link.get(&url, &[Hash::of(&v1)], request).await;
+    assert_eq!(decode_or_patch(&frames, &v1), page(2).as_bytes());
+    names(&frames).contains(&"DELTA")
+}
+
+#[tokio::test]
+async fn head_gets_the_length_and_no_body_and_hits_carry_their_age() {
+    let fresh: &'static [(&'static str, &'static str)] = &[("cache-control", "max-age=600")];
+    let site = versioned_origin(Duration::ZERO, fresh).await;
+    let server = link_server(|_| {}).await;
+    let mut link = Link::connect(&server).await;
+    let url = site.origin.url("/page");
+    let (_, frames) = link.get(&url, &[], &[]).await;
+    let v1 = decode_full(&frames);
+
+    let (status, frames) = link.head(&url).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        names(&frames),
+        ["HEADERS", "FULL", "END"],
+        "no body for HEAD"
+    );
+    let Frame::Headers { fields, .. } = &frames[0] else {
+        panic!()
+    };
+    assert_eq!(fields.get("content-length").unwrap(), &v1.len().to_string());
+    assert!(
+        fields.get("age").is_some(),
+        "a cache hit says how old it is"
+    );
+    assert_eq!(
+        site.origin.hits(),
+        1,
+        "both answered from the server proxy's cache"
+    );
 }
 
 fn decode_or_patch(frames: &[Frame], base: &[u8]) -> Vec<u8> {

@@ -32,6 +32,9 @@ pub const HAVE_HEADER: &str = "wirefold-have";
 /// The request field asking for the full instance (`full`): sent after a
 /// reconstructed instance failed verification.
 pub const WANT_HEADER: &str = "wirefold-want";
+/// The request field carrying `HEAD` for a browser's HEAD: an HTTP/2 answer to a HEAD
+/// request cannot have the body that carries frames, so the link request is a GET.
+pub const METHOD_HEADER: &str = "wirefold-method";
 /// The most held instances a request may name.
 pub const MAX_HAVE: usize = 16;
 /// The response content type of a link response.

@@ -13,6 +13,7 @@
 //! bases, the stale stream stops as soon as finishing it plus the delta would cost
 //! more than the alternatives, and per-host origin waits skip optimism that cannot pay.
 
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -60,40 +61,60 @@ pub fn is_link_request(headers: &HeaderMap) -> bool {
 /// whole get an ordinary error response.
 pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -> Response<Body> {
     let started = Instant::now();
+    let method = req.method().clone();
+    let refuse = |status: StatusCode, message: &str| {
+        p.metrics.record_request(&method, status, started.elapsed());
+        error_response(status, message)
+    };
     let config = &p.config.link;
     if !config.enabled {
-        return error_response(
+        return refuse(
             StatusCode::NOT_FOUND,
             "this server does not accept links (start it with --link)",
         );
     }
-    let presented = req
-        .headers()
-        .get(frame::LINK_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
     if let Some(token) = &config.token {
-        if presented != token {
-            return error_response(StatusCode::FORBIDDEN, "wrong or missing link token");
+        let presented = req.headers().get(frame::LINK_HEADER).map(|v| v.as_bytes());
+        if !presented.is_some_and(|p| same_secret(p, token.as_bytes())) {
+            return refuse(StatusCode::FORBIDDEN, "wrong or missing link token");
         }
     }
     let have = match parse_have(req.headers()) {
         Ok(have) => have,
-        Err(message) => return error_response(StatusCode::BAD_REQUEST, &message),
+        Err(message) => return refuse(StatusCode::BAD_REQUEST, &message),
     };
+    match req
+        .headers()
+        .get(frame::METHOD_HEADER)
+        .map(|v| v.as_bytes())
+    {
+        None => {}
+        Some(b"HEAD") if req.method() == Method::GET => *req.method_mut() = Method::HEAD,
+        Some(_) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "wirefold-method may only turn a GET into HEAD",
+            )
+        }
+    }
     let want_full = req
         .headers()
         .get(frame::WANT_HEADER)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"full"));
     let headers = req.headers_mut();
-    for name in [frame::LINK_HEADER, frame::HAVE_HEADER, frame::WANT_HEADER] {
+    for name in [
+        frame::LINK_HEADER,
+        frame::HAVE_HEADER,
+        frame::WANT_HEADER,
+        frame::METHOD_HEADER,
+    ] {
         headers.remove(name);
     }
     // Codings on the link are the pair's business; the origin is asked for its own.
     headers.remove(header::ACCEPT_ENCODING);
     let ctx = match p.context(&req, conn, started) {
         Ok(ctx) => ctx,
-        Err(message) => return error_response(StatusCode::BAD_REQUEST, message),
+        Err(message) => return refuse(StatusCode::BAD_REQUEST, message),
     };
     let link = levels::link_for(conn.socket, config.assumed_bandwidth_bps);
     let (tx, body) = body::channel(1);
@@ -104,11 +125,17 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
         want_full,
         link,
         tx,
+        status: Arc::default(),
     };
     tokio::spawn(async move {
+        let (p, status) = (exchange.p.clone(), exchange.status.clone());
         if let Err(Gone) = exchange.run(req).await {
             tracing::debug!("client proxy went away mid-response");
         }
+        // The browser's status; 499 (nginx's "client closed") if none was sent.
+        let status = StatusCode::from_u16(status.load(Ordering::Relaxed))
+            .unwrap_or(StatusCode::from_u16(499).expect("a valid status"));
+        p.metrics.record_request(&method, status, started.elapsed());
     });
     let mut response = Response::new(body);
     response.headers_mut().insert(
@@ -119,6 +146,16 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
+}
+
+/// Compares secrets in time independent of where they differ.
+fn same_secret(presented: &[u8], expected: &[u8]) -> bool {
+    presented.len() == expected.len()
+        && presented
+            .iter()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
 }
 
 /// `wirefold-have`: SHA-256 hex values, comma separated, at most [`frame::MAX_HAVE`].
@@ -152,6 +189,8 @@ struct Exchange {
     want_full: bool,
     link: Link,
     tx: FrameSender,
+    /// The status sent in HEADERS, for the request metrics.
+    status: Arc<AtomicU16>,
 }
 
 /// A body the server can send as a delta: against all or a prefix of `base`.
@@ -215,7 +254,9 @@ impl Exchange {
                 ) {
                     p.link.waits.record(&self.ctx.site, started.elapsed());
                 }
-                self.keep_as_base(&instance);
+                if let Some(base) = self.base_to_keep(&instance) {
+                    self.keep_base(base).await;
+                }
                 self.answer(instance, stale).await
             }
             Err(response) => self.relay_error(response).await,
@@ -268,6 +309,19 @@ impl Exchange {
     async fn answer(self, instance: Instance, stale: Option<StaleStream>) -> Result<(), Gone> {
         let status = instance.status;
         let mut fields = instance.headers;
+        if let Provenance::Hit { age }
+        | Provenance::Revalidated { age }
+        | Provenance::Stale { age } = instance.provenance
+        {
+            fields.insert(header::AGE, HeaderValue::from(age.as_secs()));
+        }
+        if self.ctx.profile.method == Method::HEAD {
+            // The representation's length, and no body: nothing to verify.
+            if let InstanceBody::Whole { bytes, .. } = &instance.body {
+                fields.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+            }
+            return self.send_empty(status, fields).await;
+        }
         fields.remove(header::CONTENT_LENGTH);
         match instance.body {
             InstanceBody::Whole { bytes, hash } => {
@@ -285,25 +339,30 @@ impl Exchange {
                     }
                 };
                 self.send(&Frame::Headers { status, fields }).await?;
-                self.stream_full(body, decode).await
+                self.stream_full(body, decode, "full-stream").await
             }
             InstanceBody::File { file, len } => {
                 self.send(&Frame::Headers { status, fields }).await?;
-                self.stream_full(body::file(file, 0, len), None).await
+                self.stream_full(body::file(file, 0, len), None, "full-stream")
+                    .await
             }
-            InstanceBody::Empty => {
-                self.send(&Frame::Headers { status, fields }).await?;
-                self.send(&Frame::Full {
-                    coding: LinkCoding::Identity,
-                })
-                .await?;
-                self.send(&Frame::End {
-                    hash: Hash::of(b""),
-                    length: 0,
-                })
-                .await
-            }
+            InstanceBody::Empty => self.send_empty(status, fields).await,
         }
+    }
+
+    /// HEADERS, then an empty FULL body.
+    async fn send_empty(&self, status: StatusCode, fields: HeaderMap) -> Result<(), Gone> {
+        self.send(&Frame::Headers { status, fields }).await?;
+        self.send(&Frame::Full {
+            coding: LinkCoding::Identity,
+        })
+        .await?;
+        self.p.metrics.link_outcome("empty");
+        self.send(&Frame::End {
+            hash: Hash::of(b""),
+            length: 0,
+        })
+        .await
     }
 
     async fn answer_whole(
@@ -328,7 +387,7 @@ impl Exchange {
             self.send(&Frame::Confirm { hash }).await?;
             metrics.link_outcome("stale-confirmed");
             metrics.record_body(
-                "link-stale",
+                "link-stale-confirmed",
                 &content_type,
                 bytes.len() as u64,
                 s.sent_coded as u64,
@@ -459,7 +518,12 @@ impl Exchange {
 
     /// Streams a body as FULL DATA frames (decoding the origin's coding first),
     /// hashing what it sends, then END.
-    async fn stream_full(&self, mut body: Body, decode: Option<ContentCoding>) -> Result<(), Gone> {
+    async fn stream_full(
+        &self,
+        mut body: Body,
+        decode: Option<ContentCoding>,
+        outcome: &'static str,
+    ) -> Result<(), Gone> {
         let limits = &self.p.config.limits;
         let (coding, level) = levels::levels(self.link, limits.max_buffered_body as u64).stream;
         self.send(&Frame::Full {
@@ -530,7 +594,7 @@ impl Exchange {
         }
         let tail = encoder.take().expect("encoder present").finish();
         self.send_data(&tail).await?;
-        self.p.metrics.link_outcome("full-stream");
+        self.p.metrics.link_outcome(outcome);
         self.send(&Frame::End {
             hash: Hash(sha.finalize().into()),
             length,
@@ -549,7 +613,7 @@ impl Exchange {
             fields,
         })
         .await?;
-        self.stream_full(body, None).await
+        self.stream_full(body, None, "relayed").await
     }
 
     async fn fail(&self, status: StatusCode, message: &str) -> Result<(), Gone> {
@@ -562,48 +626,64 @@ impl Exchange {
     }
 
     /// Instances of pages the cache may not reuse (no-cache, no validators, no
-    /// freshness) are still kept as delta bases; never private, `no-store`,
-    /// cookie-setting or credentialed ones.
-    fn keep_as_base(&self, instance: &Instance) {
+    /// freshness, `Vary: *`) are still kept as delta bases, written before the answer
+    /// so the client's next request finds them. Never private, `no-store` or
+    /// cookie-setting ones, nor answers to credentials or cookies (a page made for one
+    /// user must not be streamed to another) unless the origin marked them public.
+    /// Returns the body, hash and validator to keep.
+    fn base_to_keep(&self, instance: &Instance) -> Option<(Bytes, Hash, Option<String>)> {
         let InstanceBody::Whole { bytes, hash } = &instance.body else {
-            return;
+            return None;
         };
         let cc = CacheControl::from_headers(&instance.headers);
+        let request = &self.ctx.profile;
+        let personal = request.has_authorization || request.headers.contains_key(header::COOKIE);
         let shareable = !cc.private
             && !cc.no_store
             && !instance.headers.contains_key(header::SET_COOKIE)
-            && !self.ctx.profile.has_authorization;
+            && (!personal || cc.public || cc.s_maxage.is_some());
         if instance.reusable
             || !shareable
             || instance.status != StatusCode::OK
-            || self.ctx.profile.method != Method::GET
+            || request.method != Method::GET
         {
-            return;
+            return None;
         }
-        let Some(store) = self.p.store.clone() else {
-            return;
-        };
-        let (bytes, hash, resource) = (bytes.clone(), *hash, self.ctx.resource.clone());
-        let delta = self.p.config.delta.clone();
         let etag = instance
             .headers
             .get(header::ETAG)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        self.p.background.spawn(async move {
-            let kept = tokio::task::spawn_blocking(move || {
-                store.put_blob(&bytes)?;
-                let version = history::Version { hash: hash.to_hex(), etag, time: now_unix(), size: bytes.len() as u64 };
-                remember_version(&store, &delta, &resource, version)
-            })
-            .await;
-            if let Ok(Err(e)) = kept {
-                tracing::warn!(error = %e, "keeping an uncacheable instance as a delta base failed");
-            }
-        });
+        Some((bytes.clone(), *hash, etag))
+    }
+
+    async fn keep_base(&self, (bytes, hash, etag): (Bytes, Hash, Option<String>)) {
+        let Some(store) = self.p.store.clone() else {
+            return;
+        };
+        let resource = self.ctx.resource.clone();
+        let delta = self.p.config.delta.clone();
+        let kept = tokio::task::spawn_blocking(move || {
+            store.put_blob(&bytes)?;
+            let version = history::Version {
+                hash: hash.to_hex(),
+                etag,
+                time: now_unix(),
+                size: bytes.len() as u64,
+            };
+            remember_version(&store, &delta, &resource, version)
+        })
+        .await;
+        if let Ok(Err(e)) = kept {
+            self.p.metrics.store_write_errors.inc();
+            tracing::warn!(error = %e, "keeping an uncacheable instance as a delta base failed");
+        }
     }
 
     async fn send(&self, frame: &Frame) -> Result<(), Gone> {
+        if let Frame::Headers { status, .. } = frame {
+            self.status.store(status.as_u16(), Ordering::Relaxed);
+        }
         self.tx.send(Ok(frame.encode())).await.map_err(|_| Gone)
     }
 
@@ -617,7 +697,9 @@ impl Exchange {
 
 /// The cheapest way to give the client `target`, in coded bytes from now on: a delta
 /// against an instance it holds, finishing the stale stream then a delta against it,
-/// a delta against the stale prefix already sent, or the whole instance.
+/// a delta against the stale prefix already sent, or the whole instance. Deltas are
+/// tried first; once one is below [`SMALL_SHARE`] of the target, dearer candidates
+/// are not computed (each costs a full compression of the target).
 fn best_ending(
     target: &[u8],
     origin_coded: Option<(ContentCoding, Bytes)>,
@@ -625,62 +707,93 @@ fn best_ending(
     stale: Option<(Bytes, usize, u64, bool)>,
     levels: Levels,
 ) -> Candidate {
+    let small = (target.len() as f64 * SMALL_SHARE) as u64;
     let dcz =
         |base: &[u8]| codec::dictionary::encode(DictionaryCoding::Dcz, levels.delta, base, target);
+    let mut best: Option<Candidate> = None;
+    let consider = |candidate: Candidate, best: &mut Option<Candidate>| {
+        if best.as_ref().is_none_or(|b| candidate.cost < b.cost) {
+            *best = Some(candidate);
+        }
+    };
+    let good_enough = |best: &Option<Candidate>| best.as_ref().is_some_and(|b| b.cost <= small);
+    if let Some((base, bytes)) = held {
+        let delta = dcz(&bytes);
+        let base_len = bytes.len() as u64;
+        let ending = Ending::Held {
+            base,
+            base_len,
+            delta,
+        };
+        consider(
+            Candidate {
+                cost: ending_len(&ending),
+                ending,
+            },
+            &mut best,
+        );
+    }
+    if let Some((bytes, sent, remaining, complete)) = stale.filter(|_| !good_enough(&best)) {
+        let delta = dcz(&bytes);
+        let cost = remaining + delta.len() as u64;
+        consider(
+            Candidate {
+                cost,
+                ending: Ending::ContinueStale { delta },
+            },
+            &mut best,
+        );
+        if !complete && sent > 0 && !good_enough(&best) {
+            let delta = dcz(&bytes[..sent]);
+            let ending = Ending::PrefixOfStale {
+                delta,
+                base_len: sent as u64,
+            };
+            consider(
+                Candidate {
+                    cost: ending_len(&ending),
+                    ending,
+                },
+                &mut best,
+            );
+        }
+    }
+    if good_enough(&best) {
+        return best.expect("good enough implies a candidate");
+    }
     let full = |coding: ContentCoding, coded: Bytes| Candidate {
         cost: coded.len() as u64,
         ending: Ending::Full { coding, coded },
     };
-    // The origin's own br or zstd costs no work and is as good as ours; its gzip may
-    // lose to our coding.
-    let mut best = match origin_coded {
+    match origin_coded {
+        // The origin's own br or zstd costs no work and is as good as ours.
         Some((coding, coded)) if matches!(coding, ContentCoding::Br | ContentCoding::Zstd) => {
-            full(coding, coded)
+            consider(full(coding, coded), &mut best);
         }
         origin => {
             let (coding, level) = levels.stream;
-            let ours = full(coding, codec::compress(coding, level, target).into());
-            match origin.map(|(coding, coded)| full(coding, coded)) {
-                Some(theirs) if theirs.cost <= ours.cost => theirs,
-                _ => ours,
+            consider(
+                full(coding, codec::compress(coding, level, target).into()),
+                &mut best,
+            );
+            if let Some((coding, coded)) = origin {
+                consider(full(coding, coded), &mut best);
             }
         }
-    };
-    let mut consider = |candidate: Candidate| {
-        if candidate.cost < best.cost {
-            best = candidate;
-        }
-    };
-    if let Some((base, bytes)) = held {
-        let delta = dcz(&bytes);
-        let base_len = bytes.len() as u64;
-        consider(Candidate {
-            cost: delta.len() as u64,
-            ending: Ending::Held {
-                base,
-                base_len,
-                delta,
-            },
-        });
     }
-    if let Some((bytes, sent, remaining, complete)) = stale {
-        let delta = dcz(&bytes);
-        consider(Candidate {
-            cost: remaining + delta.len() as u64,
-            ending: Ending::ContinueStale { delta },
-        });
-        if !complete && sent > 0 {
-            let delta = dcz(&bytes[..sent]);
-            consider(Candidate {
-                cost: delta.len() as u64,
-                ending: Ending::PrefixOfStale {
-                    delta,
-                    base_len: sent as u64,
-                },
-            });
-        }
+    best.expect("a full candidate is always considered")
+}
+
+/// Below this share of the target's size a delta is taken without computing the
+/// alternatives: no compression of text gets close.
+const SMALL_SHARE: f64 = 0.02;
+
+fn ending_len(ending: &Ending) -> u64 {
+    match ending {
+        Ending::Held { delta, .. } | Ending::PrefixOfStale { delta, .. } => delta.len() as u64,
+        Ending::ContinueStale { delta } => delta.len() as u64,
+        Ending::Full { coded, .. } => coded.len() as u64,
     }
-    best
 }
 
 fn content_type(fields: &HeaderMap) -> String {
