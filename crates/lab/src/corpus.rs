@@ -42,6 +42,18 @@ impl ContentType {
             Self::Other => "other",
         }
     }
+
+    /// The media type a web server would send for this content type.
+    pub fn media_type(self) -> Option<&'static str> {
+        match self {
+            Self::Html => Some("text/html"),
+            Self::Css => Some("text/css"),
+            Self::Js => Some("text/javascript"),
+            Self::Json => Some("application/json"),
+            Self::Svg => Some("image/svg+xml"),
+            Self::Other => None,
+        }
+    }
 }
 
 /// One file to analyse.

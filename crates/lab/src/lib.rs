@@ -12,6 +12,7 @@ pub mod link;
 mod plot;
 mod report;
 mod savings;
+mod series_origin;
 mod timing;
 pub mod trace;
 
@@ -24,6 +25,7 @@ pub use deltas::DeltasArgs;
 pub use estimate::EstimateArgs;
 pub use link::LinkArgs;
 pub use savings::SavingsArgs;
+pub use series_origin::{SeriesOrigin, SeriesOriginArgs};
 
 /// A lab analysis.
 #[derive(Debug, clap::Subcommand)]
@@ -46,6 +48,10 @@ pub enum LabCommand {
     /// Delta-eligible and unchanged responses of HAR, WARC or version-corpus traces, and
     /// the bytes gzip, br, zstd, dcb, dcz and VCDIFF would send (Mogul et al. 1997, section 5).
     Savings(SavingsArgs),
+    /// An origin whose pages change on every request: each GET of a series' URL returns
+    /// its next version (br/gzip precompressed, optional delay), for the optimistic-delta
+    /// benchmark (docs/optimistic-bench.md). Prints the URLs, then `ready`.
+    SeriesOrigin(SeriesOriginArgs),
 }
 
 /// How a command prints its result.
@@ -77,6 +83,12 @@ pub enum LabError {
     RoundTrip { setting: String, path: PathBuf },
     #[error("writing the report: {0}")]
     Output(#[from] io::Error),
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: io::Error,
+    },
     #[error("lab link: {0}")]
     Link(#[from] link::LinkError),
 }
@@ -104,5 +116,6 @@ pub fn run_to(command: LabCommand, out: &mut dyn io::Write) -> Result<(), LabErr
         LabCommand::Estimate(args) => estimate::run(&args, out),
         LabCommand::Link(args) => Ok(link::run(&args)?),
         LabCommand::Savings(args) => savings::run(&args, out),
+        LabCommand::SeriesOrigin(args) => series_origin::run(&args, out),
     }
 }

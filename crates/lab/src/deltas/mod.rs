@@ -11,7 +11,7 @@
 mod external;
 mod method;
 mod pair;
-mod series;
+pub(crate) mod series;
 mod summary;
 
 use std::collections::{BTreeMap, BTreeSet};

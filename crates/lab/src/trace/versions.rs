@@ -41,24 +41,12 @@ fn version(url: String, path: PathBuf, max_body: usize) -> Item {
         url,
         method: None,
         status: 200,
-        content_type: media_type(ContentType::of(&path)).map(str::to_string),
+        content_type: ContentType::of(&path).media_type().map(str::to_string),
         client: None,
         time: None,
         body: Some(body),
         revisit_of: None,
     })
-}
-
-/// The media type a web server would send for the corpus's content types.
-fn media_type(ty: ContentType) -> Option<&'static str> {
-    match ty {
-        ContentType::Html => Some("text/html"),
-        ContentType::Css => Some("text/css"),
-        ContentType::Js => Some("text/javascript"),
-        ContentType::Json => Some("application/json"),
-        ContentType::Svg => Some("image/svg+xml"),
-        ContentType::Other => None,
-    }
 }
 
 /// Appends (url, file) for every version under `dir`, folders in name order.
