@@ -129,6 +129,8 @@ if ! "$WIREFOLD" client --help >/dev/null 2>&1 || ! "$WIREFOLD" serve --help 2>/
 fi
 
 TMP=$(mktemp -d /tmp/wirefold-optimistic.XXXXXX)
+# The client proxy's end of the link vanishes with its namespace: nothing to drain.
+printf '[limits]\nshutdown_grace_ms = 1000\n' >"$TMP/server.toml"
 PIDS_FILE=$TMP/pids
 : >"$PIDS_FILE"
 cleanup() {
@@ -207,7 +209,8 @@ run_config() {
     if [[ $config == optimistic_* ]]; then keep=0; fi
     mkdir -p "$dir/server" "$dir/client"
     "$WIREFOLD" serve --link --listen "0.0.0.0:$sp" --admin 127.0.0.1:0 \
-      --data-dir "$dir/server" --tls-self-signed --link-token "$LINK_TOKEN" >"$dir/server.log" 2>&1 &
+      --data-dir "$dir/server" --tls-self-signed --link-token "$LINK_TOKEN" \
+      --config "$TMP/server.toml" >"$dir/server.log" 2>&1 &
     server=$!
     started "$server"
     wait_port "$server" "$sp" || { cat "$dir/server.log" >&2; die "$profile $config: server proxy did not start"; }

@@ -26,6 +26,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use sha2::{Digest, Sha256};
 use store::Hash;
+use tokio::sync::watch;
 use wirefold_http::cache_control::CacheControl;
 
 use super::frame::{self, DeltaFormat, Frame, LinkCoding};
@@ -49,6 +50,66 @@ const TYPICAL_RATIO: f64 = 0.2;
 #[derive(Default)]
 pub struct LinkServer {
     waits: OriginWaits,
+    writes: PendingWrites,
+}
+
+/// Store writes still running after their answer went out, per resource: the next
+/// request for the resource waits for them, so it builds on what the last one kept.
+#[derive(Default)]
+struct PendingWrites {
+    running: std::sync::Mutex<std::collections::HashMap<String, watch::Receiver<()>>>,
+}
+
+/// The longest a request waits for an earlier request's store writes.
+const WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl PendingWrites {
+    /// Marks writes for `resource` as running until the returned guard drops.
+    fn begin(&self, resource: &str) -> PendingWrite<'_> {
+        let (done, running) = watch::channel(());
+        self.running
+            .lock()
+            .expect("pending writes lock")
+            .insert(resource.to_string(), running.clone());
+        PendingWrite {
+            writes: self,
+            resource: resource.to_string(),
+            running,
+            _done: done,
+        }
+    }
+
+    async fn wait_for(&self, resource: &str) {
+        let running = self
+            .running
+            .lock()
+            .expect("pending writes lock")
+            .get(resource)
+            .cloned();
+        if let Some(mut running) = running {
+            // Ends when the writer's sender drops (an error) or the wait is over.
+            let _ = tokio::time::timeout(WRITE_WAIT, running.changed()).await;
+        }
+    }
+}
+
+struct PendingWrite<'a> {
+    writes: &'a PendingWrites,
+    resource: String,
+    running: watch::Receiver<()>,
+    _done: watch::Sender<()>,
+}
+
+impl Drop for PendingWrite<'_> {
+    fn drop(&mut self) {
+        let mut map = self.writes.running.lock().expect("pending writes lock");
+        if map
+            .get(&self.resource)
+            .is_some_and(|r| r.same_channel(&self.running))
+        {
+            map.remove(&self.resource);
+        }
+    }
 }
 
 /// Whether a request came over a link (it carries `wirefold-link`).
@@ -225,15 +286,11 @@ enum Ending {
 impl Exchange {
     async fn run(self, req: Request<Body>) -> Result<(), Gone> {
         let p = self.p.clone();
+        p.link.writes.wait_for(&self.ctx.resource).await;
         let mut stale = self.stale_candidate().await;
         let started = Instant::now();
         let fetched = {
-            let fetch = async {
-                match fetch::fetch(&p, &self.ctx, req).await {
-                    Ok(fetched) => Ok(remember::remember(&p, fetched).await),
-                    Err(response) => Err(response),
-                }
-            };
+            let fetch = fetch::fetch(&p, &self.ctx, req);
             tokio::pin!(fetch);
             loop {
                 tokio::select! {
@@ -244,22 +301,40 @@ impl Exchange {
                 }
             }
         };
-        match fetched {
-            Ok(instance) => {
-                if matches!(
-                    instance.provenance,
-                    Provenance::Fetched { .. }
-                        | Provenance::Revalidated { .. }
-                        | Provenance::Bypass
-                ) {
-                    p.link.waits.record(&self.ctx.site, started.elapsed());
-                }
-                if let Some(base) = self.base_to_keep(&instance) {
-                    self.keep_base(base).await;
-                }
+        let fetched = match fetched {
+            Ok(fetched) => fetched,
+            Err(response) => return self.relay_error(response).await,
+        };
+        if matches!(
+            fetched.instance.provenance,
+            Provenance::Fetched { .. } | Provenance::Revalidated { .. } | Provenance::Bypass
+        ) {
+            p.link.waits.record(&self.ctx.site, started.elapsed());
+        }
+        let base = self.base_to_keep(&fetched.instance);
+        match whole_copy(&fetched.instance) {
+            // The store writes (fsynced) need not delay the answer: the copy goes out
+            // while `remember` writes. A request arriving before the writes land finds
+            // less to build on, never anything wrong.
+            Some(instance) => {
+                let writing = p.link.writes.begin(&self.ctx.resource);
+                let answer = async {
+                    if let Some(base) = base {
+                        self.keep_base(base).await;
+                    }
+                    self.answer(instance, stale).await
+                };
+                let remember = async {
+                    remember::remember(&p, fetched).await;
+                    drop(writing);
+                };
+                let (_, answered) = tokio::join!(remember, answer);
+                answered
+            }
+            None => {
+                let instance = remember::remember(&p, fetched).await;
                 self.answer(instance, stale).await
             }
-            Err(response) => self.relay_error(response).await,
         }
     }
 
@@ -794,6 +869,25 @@ fn ending_len(ending: &Ending) -> u64 {
         Ending::ContinueStale { delta } => delta.len() as u64,
         Ending::Full { coded, .. } => coded.len() as u64,
     }
+}
+
+/// A second handle on a `Whole` instance (its bytes are shared, not copied).
+fn whole_copy(instance: &Instance) -> Option<Instance> {
+    let InstanceBody::Whole { bytes, hash } = &instance.body else {
+        return None;
+    };
+    Some(Instance {
+        status: instance.status,
+        headers: instance.headers.clone(),
+        body: InstanceBody::Whole {
+            bytes: bytes.clone(),
+            hash: *hash,
+        },
+        provenance: instance.provenance,
+        reusable: instance.reusable,
+        last_modified: instance.last_modified,
+        origin_coded: instance.origin_coded.clone(),
+    })
 }
 
 fn content_type(fields: &HeaderMap) -> String {
