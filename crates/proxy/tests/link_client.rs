@@ -739,3 +739,29 @@ async fn a_full_body_over_the_buffer_limit_streams_and_fails_unless_verified() {
     assert_eq!(link.seen().len(), 2, "a streamed body is not repeated");
     client.running.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_coding_the_server_could_not_decode_stays_labelled() {
+    let coded = b"\x00\x01 bytes in a coding only the browser knows".to_vec();
+    let c = coded.clone();
+    let link = fake_link(move |_, _| {
+        Reply::Frames(full(
+            &c,
+            &[
+                ("content-encoding", "x-custom"),
+                ("content-type", "text/plain"),
+            ],
+        ))
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    let got = client.get("http://site.test/coded").await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, coded);
+    assert_eq!(got.header("content-encoding"), Some("x-custom"));
+    assert_eq!(
+        got.header("content-length"),
+        Some(coded.len().to_string().as_str())
+    );
+    client.running.shutdown().await;
+}

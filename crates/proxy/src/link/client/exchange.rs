@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::header::{
-    HeaderValue, ACCEPT_ENCODING, AGE, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, HOST,
-    RANGE, VIA,
+    HeaderValue, ACCEPT_ENCODING, AGE, AUTHORIZATION, CONTENT_LENGTH, HOST, RANGE,
+    TRANSFER_ENCODING, VIA,
 };
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
@@ -478,11 +478,13 @@ fn browser_response(
     response
 }
 
-/// Fields the client proxy sets itself, or that describe another hop.
+/// Fields the client proxy sets itself, or that describe another hop. A
+/// `Content-Encoding` in HEADERS stays: the server proxy sends it only when it could
+/// not decode the origin's coding, and then the instance is those coded bytes.
 fn clean_head(fields: &mut HeaderMap) {
     remove_hop_by_hop(fields);
     fields.remove(CONTENT_LENGTH);
-    fields.remove(CONTENT_ENCODING);
+    fields.remove(TRANSFER_ENCODING);
 }
 
 /// Every answer to a browser: `Via`, and its body counted.
