@@ -765,3 +765,42 @@ async fn a_coding_the_server_could_not_decode_stays_labelled() {
     );
     client.running.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_full_body_bomb_streams_in_bounded_steps_and_fails_unverified() {
+    let zeros = vec![0u8; 64 << 20];
+    let bomb = Bytes::from(codec::compress(ContentCoding::Zstd, 19, &zeros));
+    let link = fake_link(move |_, _| {
+        Reply::Frames(vec![
+            headers(&[]),
+            Frame::Full {
+                coding: LinkCoding::Coded(ContentCoding::Zstd),
+            },
+            Frame::Data(bomb.clone()),
+            end(b"not the zeros"),
+        ])
+    })
+    .await;
+    let client = start(ClientConfig {
+        max_body_bytes: 64 << 10,
+        ..config_for(&link)
+    })
+    .await;
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-S", "--max-time", "60", "-o", "/dev/null", "-x"])
+        .arg(client.proxy())
+        .arg("http://site.test/bomb")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a body that fails verification must not complete normally"
+    );
+    let metrics = client.metrics().await;
+    assert_eq!(
+        metric(&metrics, "wirefold_client_verification_failures_total"),
+        1.0
+    );
+    client.running.shutdown().await;
+}

@@ -412,12 +412,24 @@ fn stream_full_body(
     let (tx, streamed) = body::channel(STREAM_CHUNKS);
     let metrics = client.metrics.clone();
     let first = reassembler.take_unverified();
+    // From here a frame is decoded in steps of this many bytes, each sent before the
+    // next is decoded: however much one frame decodes to, little of it is in memory.
+    reassembler.set_output_bound(frame::MAX_PAYLOAD);
     tokio::spawn(async move {
         let held = HashMap::new();
         let mut chunk = first;
         let failure = loop {
             if !chunk.is_empty() && tx.send(Ok(chunk)).await.is_err() {
                 return; // the browser went away
+            }
+            if reassembler.has_pending() {
+                match reassembler.resume() {
+                    Ok(()) => {
+                        chunk = reassembler.take_unverified();
+                        continue;
+                    }
+                    Err(e) => break e.to_string(),
+                }
             }
             let frame = match frames.next().await {
                 Ok(Some(frame)) => frame,
