@@ -278,6 +278,21 @@ impl Decoder {
         self.remember(result)
     }
 
+    /// Feeds encoded input but stops once the output not yet taken reaches
+    /// `max_output` bytes (overshooting by at most one step, 64 KiB), so a small
+    /// input that decodes to a lot never does so in one call. Returns how many bytes
+    /// of `data` were consumed. When the output is below `max_output` on return, all
+    /// of `data` was consumed and the codec holds nothing more; otherwise take the
+    /// output and call again with the rest (empty input drains what the codec holds).
+    pub fn write_bounded(&mut self, data: &[u8], max_output: usize) -> Result<usize, DecodeError> {
+        self.fail_fast()?;
+        let result = self.pump_bounded(data, max_output);
+        match result {
+            Ok(consumed) => Ok(consumed),
+            Err(e) => self.remember(Err(e)).map(|()| 0),
+        }
+    }
+
     /// Takes the decoded output produced so far.
     pub fn take_output(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.output)
@@ -311,8 +326,18 @@ impl Decoder {
     }
 
     /// Runs the codec over `input` in bounded steps until it needs more input.
-    fn pump(&mut self, mut input: &[u8]) -> Result<(), DecodeError> {
+    fn pump(&mut self, input: &[u8]) -> Result<(), DecodeError> {
+        self.pump_bounded(input, usize::MAX).map(|_| ())
+    }
+
+    /// [`Decoder::pump`], stopping early once the untaken output reaches
+    /// `max_output`; returns the input consumed.
+    fn pump_bounded(&mut self, mut input: &[u8], max_output: usize) -> Result<usize, DecodeError> {
+        let total = input.len();
         loop {
+            if self.output.len() >= max_output {
+                return Ok(total - input.len());
+            }
             // One byte of room past the limit is enough to see it exceeded.
             let room = (self.limit - self.decoded)
                 .saturating_add(1)
@@ -332,7 +357,7 @@ impl Decoder {
             input = &input[step.consumed..];
             if step.consumed == 0 && step.written == 0 {
                 return match input.len() {
-                    0 => Ok(()),
+                    0 => Ok(total),
                     // Every codec either advances on input or rejects it; a guard against looping.
                     n => Err(DecodeError::Corrupt {
                         coding: self.coding.token(),

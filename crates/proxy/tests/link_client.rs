@@ -52,6 +52,8 @@ enum Reply {
     Status(u16, &'static str),
     /// These frames, then the whole connection is dropped.
     DropAfter(Vec<Frame>),
+    /// A 200 that is not a link answer: this content-type and body.
+    NotLink(&'static str, &'static str),
 }
 
 type Script = dyn Fn(&Seen, usize) -> Reply + Send + Sync;
@@ -174,6 +176,13 @@ fn answer(reply: Reply, kill: Arc<Notify>) -> Response<Scripted> {
         Reply::Frames(frames) => link(encode(frames), None),
         Reply::Bytes(bytes) => link(VecDeque::from([Bytes::from(bytes)]), None),
         Reply::DropAfter(frames) => link(encode(frames), Some(kill)),
+        Reply::NotLink(content_type, text) => Response::builder()
+            .header("content-type", content_type)
+            .body(Scripted {
+                chunks: VecDeque::from([Bytes::from_static(text.as_bytes())]),
+                kill: None,
+            })
+            .unwrap(),
         Reply::Status(status, text) => Response::builder()
             .status(status)
             .body(Scripted {
@@ -280,8 +289,11 @@ fn config_at(addr: SocketAddr, cert: &LinkCert) -> ClientConfig {
     }
 }
 
-async fn start(mut config: ClientConfig) -> Started {
-    let data = tempfile::tempdir().unwrap();
+async fn start(config: ClientConfig) -> Started {
+    start_in(config, tempfile::tempdir().unwrap()).await
+}
+
+async fn start_in(mut config: ClientConfig, data: tempfile::TempDir) -> Started {
     config.data_dir = data.path().to_path_buf();
     let running = client::start(config).await.expect("client proxy starts");
     Started {
@@ -737,5 +749,309 @@ async fn a_full_body_over_the_buffer_limit_streams_and_fails_unless_verified() {
         1.0
     );
     assert_eq!(link.seen().len(), 2, "a streamed body is not repeated");
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_coding_the_server_could_not_decode_stays_labelled() {
+    let coded = b"\x00\x01 bytes in a coding only the browser knows".to_vec();
+    let c = coded.clone();
+    let link = fake_link(move |_, _| {
+        Reply::Frames(full(
+            &c,
+            &[
+                ("content-encoding", "x-custom"),
+                ("content-type", "text/plain"),
+            ],
+        ))
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    let got = client.get("http://site.test/coded").await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, coded);
+    assert_eq!(got.header("content-encoding"), Some("x-custom"));
+    assert_eq!(
+        got.header("content-length"),
+        Some(coded.len().to_string().as_str())
+    );
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_full_body_bomb_streams_in_bounded_steps_and_fails_unverified() {
+    let zeros = vec![0u8; 64 << 20];
+    let bomb = Bytes::from(codec::compress(ContentCoding::Zstd, 19, &zeros));
+    let link = fake_link(move |_, _| {
+        Reply::Frames(vec![
+            headers(&[]),
+            Frame::Full {
+                coding: LinkCoding::Coded(ContentCoding::Zstd),
+            },
+            Frame::Data(bomb.clone()),
+            end(b"not the zeros"),
+        ])
+    })
+    .await;
+    let client = start(ClientConfig {
+        max_body_bytes: 64 << 10,
+        ..config_for(&link)
+    })
+    .await;
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-S", "--max-time", "60", "-o", "/dev/null", "-x"])
+        .arg(client.proxy())
+        .arg("http://site.test/bomb")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a body that fails verification must not complete normally"
+    );
+    let metrics = client.metrics().await;
+    assert_eq!(
+        metric(&metrics, "wirefold_client_verification_failures_total"),
+        1.0
+    );
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unsafe_request_offers_nothing_and_is_not_retried_after_a_failed_verification() {
+    let link = fake_link(|seen, _| match seen.method.as_str() {
+        "GET" => Reply::Frames(full(b"a held base", &[("cache-control", "no-cache")])),
+        _ => Reply::Frames(vec![
+            headers(&[]),
+            Frame::Full {
+                coding: LinkCoding::Identity,
+            },
+            Frame::Data(Bytes::from_static(b"what arrived")),
+            end(b"what was promised"),
+        ]),
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    assert_eq!(client.get("http://site.test/p").await.body, b"a held base");
+    let posted = curl("http://site.test/p", &["-x", &client.proxy(), "-d", "a=1"]).await;
+    assert_eq!(posted.status, 502);
+    let text = String::from_utf8_lossy(&posted.body);
+    assert!(
+        text.contains("failed verification") && text.contains("POST"),
+        "{text}"
+    );
+    let seen = link.seen();
+    assert_eq!(seen.len(), 2, "a POST is not sent again");
+    assert_eq!(seen[1].method, Method::POST);
+    assert_eq!(
+        seen[1].field("wirefold-have"),
+        None,
+        "a POST offers nothing"
+    );
+    assert_eq!(seen[1].field("wirefold-want"), None);
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn reverse_mode_is_no_open_proxy() {
+    let origin = support::origin(|_| response(200, &[], "direct answer")).await;
+    let link = fake_link(|_, _| Reply::Frames(full(b"site page", &[]))).await;
+    let client = start(ClientConfig {
+        site: Some("https://site.test/base/".into()),
+        ..config_for(&link)
+    })
+    .await;
+    let elsewhere = curl("http://elsewhere.test/x", &["-x", &client.proxy()]).await;
+    assert_eq!(elsewhere.status, 400);
+    let text = String::from_utf8_lossy(&elsewhere.body);
+    assert!(text.contains("serves only the site"), "{text}");
+
+    let own = curl("http://site.test/docs", &["-x", &client.proxy()]).await;
+    assert_eq!((own.status, &own.body[..]), (200, &b"site page"[..]));
+    assert_eq!(link.seen().len(), 1);
+    assert_eq!(link.seen()[0].uri, "https://site.test/base/docs");
+
+    let tunnel = tokio::process::Command::new("curl")
+        .args(["-s", "-S", "--max-time", "30", "-p", "-x"])
+        .arg(client.proxy())
+        .arg(origin.url("/t"))
+        .output()
+        .await
+        .unwrap();
+    assert!(!tunnel.status.success());
+    let stderr = String::from_utf8_lossy(&tunnel.stderr);
+    assert!(stderr.contains("400"), "{stderr}");
+    assert_eq!(origin.hits(), 0, "no tunnel was made");
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn browser_link_fields_are_not_passed_on() {
+    let link = fake_link(|_, _| Reply::Frames(full(b"page", &[]))).await;
+    let client = start(config_for(&link)).await;
+    let forged = Hash::of(b"something").to_hex();
+    let got = curl(
+        "http://site.test/f",
+        &[
+            "-x",
+            &client.proxy(),
+            "-H",
+            "wirefold-link: forged-token",
+            "-H",
+            &format!("wirefold-have: {forged}"),
+            "-H",
+            "wirefold-want: full",
+        ],
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let seen = link.seen();
+    assert_eq!(seen[0].field("wirefold-link"), Some("1"));
+    assert_eq!(seen[0].fields.get_all("wirefold-link").iter().count(), 1);
+    assert_eq!(seen[0].field("wirefold-have"), None);
+    assert_eq!(seen[0].field("wirefold-want"), None);
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_offered_instance_evicted_before_the_answer_gets_the_full_instance() {
+    let data = tempfile::tempdir().unwrap();
+    let blobs = data.path().join("store").join("blobs");
+    // Larger than the store's memory cache (max_store_bytes / 8): read from its file.
+    let base: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    let current = b"the current instance".to_vec();
+    let (b, c) = (base.clone(), current.clone());
+    let link = fake_link(move |seen, n| match n {
+        0 => Reply::Frames(full(&b, &[("cache-control", "no-cache")])),
+        1 => {
+            assert!(seen.field("wirefold-have").is_some());
+            // Evicted between the offer and the answer.
+            std::fs::remove_dir_all(&blobs).unwrap();
+            std::fs::create_dir_all(&blobs).unwrap();
+            Reply::Frames(vec![headers(&[]), Frame::Confirm { hash: Hash::of(&b) }])
+        }
+        _ => {
+            assert_eq!(seen.field("wirefold-want"), Some("full"));
+            Reply::Frames(full(&c, &[]))
+        }
+    })
+    .await;
+    let client = start_in(
+        ClientConfig {
+            max_store_bytes: 1 << 20,
+            ..config_for(&link)
+        },
+        data,
+    )
+    .await;
+    assert_eq!(client.get("http://site.test/e").await.body, base);
+    let got = client.get("http://site.test/e").await;
+    assert_eq!((got.status, &got.body[..]), (200, &current[..]));
+    assert_eq!(link.seen().len(), 3);
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_200_that_is_not_a_link_answer_is_a_502() {
+    let link = fake_link(|_, _| Reply::NotLink("text/html", "<html>a web page</html>")).await;
+    let client = start(config_for(&link)).await;
+    let got = client.get("http://site.test/n").await;
+    assert_eq!(got.status, 502);
+    let text = String::from_utf8_lossy(&got.body);
+    assert!(
+        text.contains("text/html") && text.contains("not a link answer"),
+        "{text}"
+    );
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_head_goes_as_a_get_and_keeps_its_length() {
+    let link = fake_link(|seen, _| {
+        assert_eq!(
+            seen.method,
+            Method::GET,
+            "an HTTP/2 HEAD answer cannot carry frames"
+        );
+        if seen.uri.ends_with("/empty") {
+            // An empty instance: the length HEADERS names is the browser's.
+            Reply::Frames(vec![
+                headers(&[("content-length", "12345"), ("content-type", "text/plain")]),
+                Frame::Full {
+                    coding: LinkCoding::Identity,
+                },
+                end(b""),
+            ])
+        } else {
+            Reply::Frames(full(b"twelve bytes", &[("content-length", "999")]))
+        }
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    let empty = curl("http://site.test/empty", &["-x", &client.proxy(), "-I"]).await;
+    assert_eq!(empty.status, 200);
+    assert_eq!(empty.header("content-length"), Some("12345"));
+    let head = curl("http://site.test/h", &["-x", &client.proxy(), "-I"]).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("content-length"), Some("12"));
+    let get = client.get("http://site.test/h").await;
+    assert_eq!(get.header("content-length"), Some("12"));
+    assert_eq!(get.body, b"twelve bytes");
+    assert_eq!(link.seen().len(), 3);
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_browsers_conditions_are_evaluated_against_the_instance() {
+    let link = fake_link(|seen, _| {
+        let (etag, cache) = if seen.uri.ends_with("/fresh") {
+            ("\"v2\"", "max-age=600")
+        } else {
+            ("\"v1\"", "no-cache")
+        };
+        Reply::Frames(full(
+            b"tagged",
+            &[
+                ("etag", etag),
+                ("cache-control", cache),
+                ("last-modified", "Tue, 01 Jan 2030 00:00:00 GMT"),
+            ],
+        ))
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    let proxy = client.proxy();
+    let with = |header: &'static str, url: &'static str| {
+        let proxy = proxy.clone();
+        async move { curl(url, &["-x", &proxy, "-H", header]).await }
+    };
+    // Over the link.
+    let not_modified = with("If-None-Match: \"v1\"", "http://site.test/c").await;
+    assert_eq!(not_modified.status, 304);
+    assert_eq!(not_modified.header("etag"), Some("\"v1\""));
+    assert!(not_modified.body.is_empty());
+    let failed = with("If-Match: \"other\"", "http://site.test/c").await;
+    assert_eq!(failed.status, 412);
+    let since = with(
+        "If-Modified-Since: Wed, 01 Jan 2031 00:00:00 GMT",
+        "http://site.test/c",
+    )
+    .await;
+    assert_eq!(since.status, 304);
+    let unmodified = with(
+        "If-Unmodified-Since: Mon, 01 Jan 2029 00:00:00 GMT",
+        "http://site.test/c",
+    )
+    .await;
+    assert_eq!(unmodified.status, 412);
+    let other = with("If-None-Match: \"v0\"", "http://site.test/c").await;
+    assert_eq!((other.status, &other.body[..]), (200, &b"tagged"[..]));
+    // From a fresh held instance.
+    assert_eq!(client.get("http://site.test/fresh").await.status, 200);
+    let seen_before = link.seen().len();
+    let local = with("If-None-Match: \"v2\"", "http://site.test/fresh").await;
+    assert_eq!(local.status, 304);
+    assert_eq!(local.header("etag"), Some("\"v2\""));
+    assert_eq!(link.seen().len(), seen_before, "answered from the store");
     client.running.shutdown().await;
 }

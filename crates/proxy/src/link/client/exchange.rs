@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::header::{
-    HeaderValue, ACCEPT_ENCODING, AGE, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, HOST,
-    RANGE, VIA,
+    HeaderValue, ACCEPT_ENCODING, AGE, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, RANGE,
+    TRANSFER_ENCODING, VIA,
 };
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
@@ -16,16 +16,19 @@ use hyper::body::Incoming;
 use store::Hash;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::caching::{reuse, Reuse};
+use wirefold_http::conditional::{evaluate, last_modified, EntityTag, Precondition};
 use wirefold_http::hop_by_hop::remove_hop_by_hop;
 
 use super::connection::LinkError;
 use super::instances::{may_keep, Received};
 use super::metrics::{ClientMetrics, Outcome as Answered};
-use super::reassemble::{referenced_instance, Current, Delivery, Outcome, Reassembler};
+use super::reassemble::{
+    referenced_instance, Current, Delivery, Outcome, ReassembleError, Reassembler,
+};
 use super::Client;
 use crate::body::{self, Body, IdleTimeout};
 use crate::link::frame::{self, Frame, FrameError, FrameReader};
-use crate::pipeline::respond::error_response;
+use crate::pipeline::respond::{error_response, not_modified};
 
 /// What the client proxy adds to `Via`, towards the server proxy and the browser.
 pub const VIA_VALUE: &str = "1.1 wirefold-client";
@@ -37,7 +40,7 @@ const STREAM_CHUNKS: usize = 4;
 struct Proxied {
     method: Method,
     target: Uri,
-    /// End-to-end fields: hop-by-hop, `Host` and `Accept-Encoding` removed.
+    /// End-to-end fields: hop-by-hop, `Host`, `Accept-Encoding` and `wirefold-*` removed.
     fields: HeaderMap,
     body: Bytes,
 }
@@ -48,6 +51,16 @@ impl Proxied {
     }
     fn idempotent(&self) -> bool {
         self.method == Method::GET || self.method == Method::HEAD
+    }
+    /// The method on the link: a HEAD goes as a GET, because an HTTP/2 response to
+    /// HEAD cannot carry a body, and so no frames (RFC 9113 §8.1.1; the h2 crate
+    /// resets such a stream). The browser still gets only the head.
+    fn link_method(&self) -> Method {
+        if self.method == Method::HEAD {
+            Method::GET
+        } else {
+            self.method.clone()
+        }
     }
 }
 
@@ -85,6 +98,10 @@ pub async fn answer(client: &Client, req: Request<Incoming>, target: Uri) -> Res
     remove_hop_by_hop(&mut fields);
     fields.remove(HOST);
     fields.remove(ACCEPT_ENCODING);
+    // The link's own fields are the client proxy's to set, never a browser's.
+    for name in [frame::LINK_HEADER, frame::HAVE_HEADER, frame::WANT_HEADER] {
+        fields.remove(name);
+    }
     let request = Proxied {
         method: parts.method,
         target,
@@ -132,6 +149,9 @@ async fn local_fresh(client: &Client, request: &Proxied) -> Option<Response<Body
     let body = tokio::task::spawn_blocking(move || instances.body(&hash))
         .await
         .ok()??;
+    if let Some(response) = preconditions(request, StatusCode::OK, &fields) {
+        return Some(response);
+    }
     let mut response =
         browser_response(StatusCode::OK, fields, body, request.method == Method::HEAD);
     let age = freshness.current_age(now).as_secs();
@@ -145,7 +165,9 @@ async fn over_the_link(client: &Client, request: &Proxied) -> Response<Body> {
     let mut want_full = false;
     let mut link_retried = false;
     loop {
-        let offer = if want_full {
+        // Only safe requests offer instances: an unsafe one is never sent twice, so
+        // it must not depend on a base that might fail verification.
+        let offer = if want_full || !request.idempotent() {
             Vec::new()
         } else {
             let instances = client.instances.clone();
@@ -164,6 +186,17 @@ async fn over_the_link(client: &Client, request: &Proxied) -> Response<Body> {
                     return error_response(
                         StatusCode::BAD_GATEWAY,
                         &format!("the server proxy's full instance failed verification: {reason}"),
+                    );
+                }
+                if !request.idempotent() {
+                    client.metrics.answered(Answered::Error);
+                    return error_response(
+                        StatusCode::BAD_GATEWAY,
+                        &format!(
+                            "the server proxy's answer failed verification: {reason} \
+                             (a {} is not sent again)",
+                            request.method
+                        ),
                     );
                 }
                 want_full = true;
@@ -208,6 +241,24 @@ async fn attempt(client: &Client, request: &Proxied, offer: &[Hash], want_full: 
         client.metrics.answered(Answered::Error);
         return Attempt::Answer(refused(response).await);
     }
+    let content_type = response.headers().get(CONTENT_TYPE);
+    let essence = content_type
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim());
+    if !essence.is_some_and(|e| e.eq_ignore_ascii_case(frame::CONTENT_TYPE)) {
+        client.metrics.answered(Answered::Error);
+        let named = content_type.map_or_else(
+            || "no content-type".to_string(),
+            |v| format!("content-type `{}`", String::from_utf8_lossy(v.as_bytes())),
+        );
+        return Attempt::Answer(error_response(
+            StatusCode::BAD_GATEWAY,
+            &format!(
+                "the server proxy's 200 answer has {named}, not {}: not a link answer",
+                frame::CONTENT_TYPE
+            ),
+        ));
+    }
     let mut frames = Frames {
         body: body::boxed(IdleTimeout::new(response.into_body(), idle)),
         reader: FrameReader::default(),
@@ -216,7 +267,9 @@ async fn attempt(client: &Client, request: &Proxied, offer: &[Hash], want_full: 
     };
     match read_outcome(client, request, offer, &mut frames).await {
         Read::Done(attempt) => attempt,
-        Read::Stream(reassembler) => Attempt::Answer(stream_full_body(client, reassembler, frames)),
+        Read::Stream(reassembler) => {
+            Attempt::Answer(stream_full_body(client, request, reassembler, frames))
+        }
         Read::LinkFailed(reason) => {
             client.link.discard(connection.generation).await;
             Attempt::LinkFailed(reason)
@@ -231,7 +284,7 @@ fn link_request(
     want_full: bool,
 ) -> Request<Full<Bytes>> {
     let mut link = Request::new(Full::new(request.body.clone()));
-    *link.method_mut() = request.method.clone();
+    *link.method_mut() = request.link_method();
     *link.uri_mut() = request.target.clone();
     *link.version_mut() = http::Version::HTTP_2;
     let fields = link.headers_mut();
@@ -282,6 +335,8 @@ async fn read_outcome(
     let limit = client.config.max_body_bytes;
     let mut reassembler = Box::new(Reassembler::new(limit));
     let mut held: HashMap<Hash, Bytes> = HashMap::new();
+    // Offered instances gone from the store since (evicted).
+    let mut gone: Vec<Hash> = Vec::new();
     let request_time = SystemTime::now();
     loop {
         let frame = match frames.next().await {
@@ -296,13 +351,15 @@ async fn read_outcome(
             Err(FramesError::Link(reason)) => return Read::LinkFailed(reason),
         };
         // Only instances this request offered may be named; load them off the reactor.
-        if let Some(hash) = referenced_instance(&frame) {
-            if offer.contains(&hash) && !held.contains_key(&hash) {
+        let referenced = referenced_instance(&frame);
+        if let Some(hash) = referenced {
+            if offer.contains(&hash) && !held.contains_key(&hash) && !gone.contains(&hash) {
                 let instances = client.instances.clone();
-                if let Ok(Some(body)) =
-                    tokio::task::spawn_blocking(move || instances.body(&hash)).await
-                {
-                    held.insert(hash, body);
+                match tokio::task::spawn_blocking(move || instances.body(&hash)).await {
+                    Ok(Some(body)) => {
+                        held.insert(hash, body);
+                    }
+                    _ => gone.push(hash),
                 }
             }
         }
@@ -337,6 +394,17 @@ async fn read_outcome(
             Err(e) if e.is_verification_failure() => {
                 return Read::Done(Attempt::Unverified(e.to_string()))
             }
+            // The server named an instance this request offered, but it was evicted
+            // since: like a failed verification, worth one request for the full one.
+            Err(
+                e @ (ReassembleError::UnknownInstance(_)
+                | ReassembleError::BaseTooShort { .. }
+                | ReassembleError::StaleIncomplete { .. }),
+            ) if referenced.is_some_and(|h| gone.contains(&h)) => {
+                return Read::Done(Attempt::Unverified(format!(
+                    "an offered instance is no longer held: {e}"
+                )))
+            }
             Err(e) => return Read::Done(malformed(client, &e.to_string())),
         }
     }
@@ -363,7 +431,7 @@ async fn deliver(
         Delivery::Full => Answered::Full,
     });
     if may_keep(
-        &request.method,
+        &request.link_method(),
         &request.fields,
         current.status,
         &current.fields,
@@ -390,6 +458,9 @@ async fn deliver(
             }
         }
     }
+    if let Some(response) = preconditions(request, current.status, &current.fields) {
+        return response;
+    }
     browser_response(
         current.status,
         current.fields,
@@ -398,10 +469,38 @@ async fn deliver(
     )
 }
 
+/// The browser's own preconditions against the instance about to be served (RFC 9110
+/// §13.2.2): `304` with its validators or `412`, as the server pipeline answers them.
+/// Only a GET's or HEAD's `200` is a selected representation to compare with; an
+/// unsafe request's preconditions were the origin's to evaluate.
+fn preconditions(
+    request: &Proxied,
+    status: StatusCode,
+    fields: &HeaderMap,
+) -> Option<Response<Body>> {
+    if !request.idempotent() || status != StatusCode::OK {
+        return None;
+    }
+    match evaluate(
+        &request.method,
+        &request.fields,
+        EntityTag::from_headers(fields).as_ref(),
+        last_modified(fields),
+    ) {
+        Precondition::Proceed => None,
+        Precondition::NotModified => Some(not_modified(fields, None)),
+        Precondition::Failed => Some(error_response(
+            StatusCode::PRECONDITION_FAILED,
+            "precondition failed",
+        )),
+    }
+}
+
 /// Sends the head now and the rest of a long full body as it arrives; the body ends
 /// with an error (never normally) unless END verifies all of it.
 fn stream_full_body(
     client: &Client,
+    request: &Proxied,
     mut reassembler: Box<Reassembler>,
     mut frames: Frames,
 ) -> Response<Body> {
@@ -409,15 +508,31 @@ fn stream_full_body(
         .head()
         .map(|(status, fields)| (status, fields.clone()))
         .expect("a full body follows HEADERS");
+    if let Some(response) = preconditions(request, status, &fields) {
+        client.metrics.answered(Answered::Full);
+        return response; // the rest of the body is not needed: the stream is dropped
+    }
     let (tx, streamed) = body::channel(STREAM_CHUNKS);
     let metrics = client.metrics.clone();
     let first = reassembler.take_unverified();
+    // From here a frame is decoded in steps of this many bytes, each sent before the
+    // next is decoded: however much one frame decodes to, little of it is in memory.
+    reassembler.set_output_bound(frame::MAX_PAYLOAD);
     tokio::spawn(async move {
         let held = HashMap::new();
         let mut chunk = first;
         let failure = loop {
             if !chunk.is_empty() && tx.send(Ok(chunk)).await.is_err() {
                 return; // the browser went away
+            }
+            if reassembler.has_pending() {
+                match reassembler.resume() {
+                    Ok(()) => {
+                        chunk = reassembler.take_unverified();
+                        continue;
+                    }
+                    Err(e) => break e.to_string(),
+                }
             }
             let frame = match frames.next().await {
                 Ok(Some(frame)) => frame,
@@ -461,6 +576,12 @@ fn browser_response(
     head_only: bool,
 ) -> Response<Body> {
     let length = instance.len();
+    // A HEAD over the link gets an empty instance; HEADERS may carry the
+    // representation's length in Content-Length, which the browser then gets.
+    let head_length = fields
+        .get(CONTENT_LENGTH)
+        .filter(|v| v.to_str().is_ok_and(|s| s.parse::<u64>().is_ok()))
+        .cloned();
     let mut response = Response::new(if head_only {
         body::empty()
     } else {
@@ -469,20 +590,23 @@ fn browser_response(
     *response.status_mut() = status;
     *response.headers_mut() = fields;
     clean_head(response.headers_mut());
-    // A HEAD's instance over the link is empty: its length is unknown.
-    if !(head_only && length == 0) {
-        response
-            .headers_mut()
-            .insert(CONTENT_LENGTH, HeaderValue::from(length));
+    let length = match (head_only && length == 0, head_length) {
+        (false, _) => Some(HeaderValue::from(length)),
+        (true, from_headers) => from_headers,
+    };
+    if let Some(length) = length {
+        response.headers_mut().insert(CONTENT_LENGTH, length);
     }
     response
 }
 
-/// Fields the client proxy sets itself, or that describe another hop.
+/// Fields the client proxy sets itself, or that describe another hop. A
+/// `Content-Encoding` in HEADERS stays: the server proxy sends it only when it could
+/// not decode the origin's coding, and then the instance is those coded bytes.
 fn clean_head(fields: &mut HeaderMap) {
     remove_hop_by_hop(fields);
     fields.remove(CONTENT_LENGTH);
-    fields.remove(CONTENT_ENCODING);
+    fields.remove(TRANSFER_ENCODING);
 }
 
 /// Every answer to a browser: `Via`, and its body counted.

@@ -70,6 +70,14 @@ pub(super) async fn accept_loop(
 
 async fn dispatch(client: &Arc<Client>, req: Request<Incoming>) -> Response<Body> {
     if req.method() == Method::CONNECT {
+        if let Some(site) = &client.site {
+            // A reverse proxy for one site is no tunnel to anywhere.
+            client.metrics.answered(Outcome::Error);
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                &format!("CONNECT is refused: this client proxy serves only the site {site}"),
+            );
+        }
         return tunnel(client, req).await;
     }
     match target(client, &req) {
@@ -86,7 +94,14 @@ fn target(client: &Client, req: &Request<Incoming>) -> Result<Uri, String> {
     let uri = req.uri();
     // HTTP/2 requests always carry an authority: in `--site` mode they are the site's.
     let reverse_h2 = req.version() == http::Version::HTTP_2 && client.site.is_some();
-    if uri.authority().is_some() && !reverse_h2 {
+    if let (Some(site), Some(authority), false) = (&client.site, uri.authority(), reverse_h2) {
+        // Absolute-form in reverse mode: only for the site itself (no open proxy).
+        if site.authority() != Some(authority) {
+            return Err(format!(
+                "cannot proxy `{uri}`: this client proxy serves only the site {site}"
+            ));
+        }
+    } else if uri.authority().is_some() && !reverse_h2 {
         return match uri.scheme_str() {
             Some("http") => Ok(uri.clone()),
             _ => Err(format!(

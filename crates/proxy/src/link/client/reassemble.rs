@@ -87,6 +87,10 @@ pub enum ReassembleError {
     FullCoding(DecodeError),
     #[error("delta: {0}")]
     Delta(DictionaryError),
+    #[error("{frame} frame with status {status}: the browser's status must be 200..=599")]
+    BadStatus { frame: &'static str, status: u16 },
+    #[error("a frame was pushed before the previous DATA frame was decoded")]
+    Undrained,
     #[error("the instance is {actual_length} bytes with SHA-256 {actual}, not {expected_length} bytes with {expected}")]
     Mismatch {
         expected: String,
@@ -159,6 +163,11 @@ enum Phase {
     FullBody {
         /// `None`: identity coding.
         decoder: Option<Box<Decoder>>,
+        /// Coded bytes of the last DATA frame not yet decoded.
+        pending: Bytes,
+        /// The last decoding step stopped at the output bound: the decoder may hold
+        /// more output even when `pending` is empty.
+        stalled: bool,
     },
     Done,
 }
@@ -166,6 +175,9 @@ enum Phase {
 /// Consumes one response's frames in order; see the module documentation.
 pub struct Reassembler {
     limit: usize,
+    /// A full body's decoding stops once this many decoded bytes wait untaken; see
+    /// [`Reassembler::resume`].
+    output_bound: usize,
     phase: Phase,
     last_frame: &'static str,
     stale: Option<Stale>,
@@ -178,10 +190,14 @@ pub struct Reassembler {
 
 impl Reassembler {
     /// `limit` bounds every instance held in memory: the stale one, a delta and its
-    /// result. A full body is not bounded here: its caller takes it as it arrives.
+    /// result. A full body's total is not bounded here (its caller streams it once it
+    /// exceeds `limit`), but its decoding is: a DATA frame is decoded only until
+    /// `limit + 1` bytes wait untaken (plus at most one 64 KiB decoder step); the
+    /// rest waits for [`Reassembler::resume`].
     pub fn new(limit: usize) -> Self {
         Reassembler {
             limit,
+            output_bound: limit.saturating_add(1),
             phase: Phase::Start,
             last_frame: "the start",
             stale: None,
@@ -200,6 +216,17 @@ impl Reassembler {
         held: &dyn HeldInstances,
     ) -> Result<Option<Outcome>, ReassembleError> {
         let name = frame.name();
+        if self.has_pending() {
+            return Err(ReassembleError::Undrained);
+        }
+        if let Frame::Headers { status, .. } | Frame::Error { status, .. } = &frame {
+            if !(200..=599).contains(&status.as_u16()) {
+                return Err(ReassembleError::BadStatus {
+                    frame: name,
+                    status: status.as_u16(),
+                });
+            }
+        }
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
         let (next, outcome) = self.step(phase, frame, held)?;
         self.phase = next;
@@ -223,6 +250,58 @@ impl Reassembler {
     /// Whether a full body is arriving (the only kind that may be streamed).
     pub fn in_full_body(&self) -> bool {
         matches!(self.phase, Phase::FullBody { .. })
+    }
+
+    /// Whether the last DATA frame of a full body is not all decoded yet: take the
+    /// output and call [`Reassembler::resume`] until it is, before the next frame.
+    pub fn has_pending(&self) -> bool {
+        matches!(self.phase, Phase::FullBody { stalled: true, .. })
+    }
+
+    /// Decodes more of the last DATA frame, again only until the output bound.
+    pub fn resume(&mut self) -> Result<(), ReassembleError> {
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        let Phase::FullBody {
+            decoder: Some(mut decoder),
+            mut pending,
+            stalled: true,
+        } = phase
+        else {
+            self.phase = phase;
+            return Ok(());
+        };
+        let stalled = self.decode_some(&mut decoder, &mut pending)?;
+        self.phase = Phase::FullBody {
+            decoder: Some(decoder),
+            pending,
+            stalled,
+        };
+        Ok(())
+    }
+
+    /// Once streaming, decode a full body in steps of `bytes` (the caller takes each).
+    pub fn set_output_bound(&mut self, bytes: usize) {
+        self.output_bound = bytes.max(1);
+    }
+
+    /// Decodes `pending` until it is used up or the output bound is reached; whether
+    /// it stopped at the bound.
+    fn decode_some(
+        &mut self,
+        decoder: &mut Decoder,
+        pending: &mut Bytes,
+    ) -> Result<bool, ReassembleError> {
+        let room = self.output_bound.saturating_sub(self.output.len());
+        if room == 0 {
+            return Ok(true);
+        }
+        let consumed = decoder
+            .write_bounded(pending, room)
+            .map_err(ReassembleError::FullCoding)?;
+        let _ = pending.split_to(consumed);
+        let decoded = decoder.take_output();
+        self.produce(&decoded);
+        Ok(decoded.len() >= room)
     }
 
     /// Bytes of the full body decoded and not yet taken.
@@ -305,25 +384,40 @@ impl Reassembler {
             (Phase::Headers, Frame::Full { coding }) => {
                 let decoder = match coding {
                     LinkCoding::Identity => None,
+                    // Bounded per step instead (`decode_some`): streamed bodies may be long.
                     LinkCoding::Coded(coding) => Some(Box::new(Decoder::new(coding, usize::MAX))),
                 };
-                Ok((Phase::FullBody { decoder }, None))
+                Ok((
+                    Phase::FullBody {
+                        decoder,
+                        pending: Bytes::new(),
+                        stalled: false,
+                    },
+                    None,
+                ))
             }
             (Phase::DeltaBody { base, mut body }, Frame::Data(data)) => {
                 self.check_limit("delta", (body.len() + data.len()) as u64)?;
                 body.extend_from_slice(&data);
                 Ok((Phase::DeltaBody { base, body }, None))
             }
-            (Phase::FullBody { mut decoder }, Frame::Data(data)) => {
-                match &mut decoder {
-                    Some(d) => {
-                        d.write(&data).map_err(ReassembleError::FullCoding)?;
-                        let decoded = d.take_output();
-                        self.produce(&decoded);
+            (Phase::FullBody { mut decoder, .. }, Frame::Data(mut data)) => {
+                let stalled = match &mut decoder {
+                    Some(d) => self.decode_some(d, &mut data)?,
+                    None => {
+                        self.produce(&data);
+                        data.clear();
+                        false
                     }
-                    None => self.produce(&data),
-                }
-                Ok((Phase::FullBody { decoder }, None))
+                };
+                Ok((
+                    Phase::FullBody {
+                        decoder,
+                        pending: data,
+                        stalled,
+                    },
+                    None,
+                ))
             }
             (Phase::DeltaBody { base, body }, Frame::End { hash, length }) => {
                 let instance =
@@ -453,6 +547,7 @@ fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::link::frame;
     use codec::{ContentCoding, Encoder};
 
     const LIMIT: usize = 1 << 20;
@@ -1042,6 +1137,76 @@ mod tests {
             r.push(data(&[0u8; 17]), &none()),
             Err(ReassembleError::TooLarge { what: "delta", .. })
         ));
+    }
+
+    #[test]
+    fn a_full_body_bomb_is_decoded_in_bounded_steps() {
+        const SMALL: usize = 64 << 10;
+        const STEP: usize = 64 << 10; // the decoder's step
+        let zeros = vec![0u8; 64 << 20];
+        let bomb = codec::compress(ContentCoding::Zstd, 19, &zeros);
+        assert!(bomb.len() < frame::MAX_PAYLOAD);
+        let mut r = Reassembler::new(SMALL);
+        for f in [
+            headers(),
+            Frame::Full {
+                coding: LinkCoding::Coded(ContentCoding::Zstd),
+            },
+            Frame::Data(bomb.into()),
+        ] {
+            assert!(r.push(f, &none()).unwrap().is_none());
+        }
+        // One frame decoded only just past the limit; the rest waits.
+        assert!(r.unverified_len() > SMALL);
+        assert!(
+            r.unverified_len() <= SMALL + 1 + STEP,
+            "{}",
+            r.unverified_len()
+        );
+        assert!(r.has_pending());
+        assert_eq!(
+            r.push(end(&zeros), &none()),
+            Err(ReassembleError::Undrained)
+        );
+        // Streamed: taken in steps of at most the bound (plus one decoder step).
+        let bound = 1 << 20;
+        r.set_output_bound(bound);
+        let mut total = r.take_unverified().len();
+        while r.has_pending() {
+            r.resume().unwrap();
+            let piece = r.take_unverified();
+            assert!(piece.len() <= bound + STEP, "{}", piece.len());
+            total += piece.len();
+        }
+        assert_eq!(total, zeros.len());
+        let c = current(r.push(end(&zeros), &none()).unwrap().unwrap());
+        assert_eq!(c.length, zeros.len() as u64);
+    }
+
+    #[test]
+    fn statuses_outside_200_to_599_are_refused() {
+        let informational = Frame::Headers {
+            status: StatusCode::SWITCHING_PROTOCOLS,
+            fields: HeaderMap::new(),
+        };
+        assert_eq!(
+            run(vec![informational], &none()),
+            Err(ReassembleError::BadStatus {
+                frame: "HEADERS",
+                status: 101
+            })
+        );
+        let error = Frame::Error {
+            status: StatusCode::CONTINUE,
+            message: "continue?".into(),
+        };
+        assert_eq!(
+            run(vec![error], &none()),
+            Err(ReassembleError::BadStatus {
+                frame: "ERROR",
+                status: 100
+            })
+        );
     }
 
     #[test]
