@@ -168,3 +168,24 @@ async fn a_link_that_drops_fails_clearly_and_comes_back() {
     );
     assert_eq!(again.body, page(1).as_bytes());
 }
+
+#[tokio::test]
+async fn head_through_the_pair_gets_the_length_without_the_body() {
+    let (origin, _) = versioned(Duration::ZERO).await;
+    let pair = start_pair(|_| {}, |_| {}).await;
+    let url = origin.url("/doc.html");
+    assert_eq!(get(&pair, &url).await.status, 200);
+    let head = curl(&url, &["-I", "-x", &pair.proxy(), "--noproxy", ""]).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(
+        head.header("content-length"),
+        Some(page(1).len().to_string().as_str())
+    );
+    // curl -I writes the head where the body would go; no document follows it.
+    assert!(!String::from_utf8_lossy(&head.body).contains("<!doctype"));
+    assert_eq!(
+        server_outcome(&pair, "empty").await,
+        1.0,
+        "no body crossed the link"
+    );
+}

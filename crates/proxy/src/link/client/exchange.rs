@@ -99,7 +99,12 @@ pub async fn answer(client: &Client, req: Request<Incoming>, target: Uri) -> Res
     fields.remove(HOST);
     fields.remove(ACCEPT_ENCODING);
     // The link's own fields are the client proxy's to set, never a browser's.
-    for name in [frame::LINK_HEADER, frame::HAVE_HEADER, frame::WANT_HEADER] {
+    for name in [
+        frame::LINK_HEADER,
+        frame::HAVE_HEADER,
+        frame::WANT_HEADER,
+        frame::METHOD_HEADER,
+    ] {
         fields.remove(name);
     }
     let request = Proxied {
@@ -290,6 +295,10 @@ fn link_request(
     let fields = link.headers_mut();
     *fields = request.fields.clone();
     fields.insert(frame::LINK_HEADER, client.link_value.clone());
+    if request.method == Method::HEAD {
+        // The server answers with the head and no body.
+        fields.insert(frame::METHOD_HEADER, HeaderValue::from_static("HEAD"));
+    }
     if !offer.is_empty() {
         let have: Vec<String> = offer.iter().map(Hash::to_hex).collect();
         fields.insert(
