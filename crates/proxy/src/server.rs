@@ -162,7 +162,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         pipeline.clone(),
         stopped.clone(),
     ));
-    let admin = tokio::spawn(admin_loop(admin_listener, pipeline, stopped));
+    let admin = tokio::spawn(admin_loop(admin_listener, stopped, move |req| {
+        let pipeline = pipeline.clone();
+        async move { admin(&pipeline, req).await }
+    }));
     Ok(Running {
         addr,
         admin_addr,
@@ -298,11 +301,16 @@ async fn dispatch(
     pipeline.handle(req.map(body::boxed), conn).await
 }
 
-async fn admin_loop(
+/// Serves a plain HTTP/1.1 admin endpoint (metrics, health) with `handler` until
+/// `stop` changes. Shared by the server and the client proxy.
+pub(crate) async fn admin_loop<H, F>(
     listener: TcpListener,
-    pipeline: Arc<Pipeline>,
     mut stop: watch::Receiver<bool>,
-) {
+    handler: H,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Response<Body>> + Send + 'static,
+{
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -315,10 +323,10 @@ async fn admin_loop(
             },
             _ = stop.changed() => return,
         };
-        let pipeline = pipeline.clone();
+        let handler = handler.clone();
         let service = service_fn(move |req: Request<Incoming>| {
-            let pipeline = pipeline.clone();
-            async move { Ok::<_, Infallible>(admin(&pipeline, req).await) }
+            let answer = handler(req);
+            async move { Ok::<_, Infallible>(answer.await) }
         });
         tokio::spawn(async move {
             let _ = hyper::server::conn::http1::Builder::new()

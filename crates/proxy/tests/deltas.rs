@@ -43,8 +43,11 @@ fn with_tool(tool: &str, args: &[&str], files: &[(&str, &[u8])]) -> Vec<u8> {
     out.stdout
 }
 
+/// Path, content type, cache control and body of each resource.
+type Files = Arc<Mutex<Vec<(String, &'static str, String, Vec<u8>)>>>;
+
 /// An origin whose resources can be replaced while it runs.
-async fn mutable_origin(files: Arc<Mutex<Vec<(String, &'static str, String, Vec<u8>)>>>) -> Origin {
+async fn mutable_origin(files: Files) -> Origin {
     origin(move |req| {
         let files = files.lock().unwrap();
         let Some((_, ct, cc, body)) = files.iter().find(|(p, ..)| p == req.uri().path()) else {

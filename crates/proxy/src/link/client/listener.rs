@@ -182,37 +182,7 @@ async fn tunnel(client: &Client, mut req: Request<Incoming>) -> Response<Body> {
     Response::new(body::empty())
 }
 
-pub(super) async fn admin_loop(
-    listener: TcpListener,
-    metrics: Arc<ClientMetrics>,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = stop.changed() => return,
-        };
-        let metrics = metrics.clone();
-        let service = service_fn(move |req: Request<Incoming>| {
-            let metrics = metrics.clone();
-            async move { Ok::<_, Infallible>(admin(&metrics, &req)) }
-        });
-        tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
-fn admin(metrics: &ClientMetrics, req: &Request<Incoming>) -> Response<Body> {
+pub(super) fn admin(metrics: &ClientMetrics, req: &Request<Incoming>) -> Response<Body> {
     let (status, content_type, text) = match req.uri().path() {
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
         "/metrics" => (

@@ -142,10 +142,11 @@ pub async fn start(config: ClientConfig) -> Result<RunningClient, ClientError> {
     });
     let (stop, stopped) = watch::channel(false);
     let main = tokio::spawn(listener::accept_loop(listener, client, stopped.clone()));
-    let admin = tokio::spawn(listener::admin_loop(
+    let admin_metrics = metrics.clone();
+    let admin = tokio::spawn(crate::server::admin_loop(
         admin_listener,
-        metrics.clone(),
         stopped,
+        move |req| std::future::ready(listener::admin(&admin_metrics, &req)),
     ));
     Ok(RunningClient {
         addr,
