@@ -17,6 +17,9 @@ use wirefold_http::caching::{check_storable, Freshness, NotStorable};
 use crate::cache::{decode_head, encode_head};
 use crate::link::frame::MAX_HAVE;
 
+/// The most instances one request offers (the protocol allows [`MAX_HAVE`]).
+const OFFERED: usize = 4;
+
 const URL_RECORD: &str = "link-client/url/";
 const CLUSTER_RECORD: &str = "link-client/cluster/";
 
@@ -87,13 +90,21 @@ impl Instances {
         self.url_record(url).instances.into_iter().next()
     }
 
-    /// The hashes to offer in `wirefold-have`: the URL's own instances, then its
-    /// cluster's, newest first, at most [`MAX_HAVE`].
+    /// The hashes to offer in `wirefold-have`: the URL's two newest instances, then
+    /// its cluster's, newest first, at most [`OFFERED`]. Each costs ~40 bytes of
+    /// request that no HPACK table can save (it changes with every version): on a
+    /// 28.8 kbit/s link, 16 of them would add 0.2 s to every request, while older
+    /// instances rarely make the better base.
     pub fn offer(&self, url: &str) -> Vec<Hash> {
         if self.keep == 0 {
             return Vec::new();
         }
-        let own = self.url_record(url).instances.into_iter().map(|i| i.hash);
+        let own = self
+            .url_record(url)
+            .instances
+            .into_iter()
+            .take(2)
+            .map(|i| i.hash);
         let cluster = cluster_key(url)
             .map(|key| self.cluster_record(&key).members)
             .unwrap_or_default()
@@ -104,7 +115,7 @@ impl Instances {
             if !offer.contains(&hash) {
                 offer.push(hash);
             }
-            if offer.len() == MAX_HAVE {
+            if offer.len() == OFFERED {
                 break;
             }
         }
