@@ -191,3 +191,30 @@ fn a_flushed_prefix_decodes_to_everything_written_before_the_flush() {
         assert_eq!(decoded, page, "{coding:?}");
     }
 }
+
+#[test]
+fn bounded_writes_hand_out_a_bomb_in_steps_and_lose_nothing() {
+    let zeros = vec![0u8; 8 << 20];
+    for coding in CODINGS {
+        let packed = compress(coding, 6, &zeros);
+        let mut dec = Decoder::new(coding, usize::MAX);
+        let (mut rest, mut total, mut largest) = (&packed[..], 0usize, 0usize);
+        loop {
+            let consumed = dec.write_bounded(rest, 1 << 20).unwrap();
+            rest = &rest[consumed..];
+            let out = dec.take_output();
+            assert!(out.iter().all(|&b| b == 0), "{coding:?}");
+            largest = largest.max(out.len());
+            total += out.len();
+            if out.is_empty() && rest.is_empty() {
+                break;
+            }
+        }
+        total += dec.finish().unwrap().len();
+        assert_eq!(total, zeros.len(), "{coding:?}: every byte comes out");
+        assert!(
+            largest <= (1 << 20) + 64 * 1024,
+            "{coding:?}: one step held {largest} bytes"
+        );
+    }
+}
