@@ -303,7 +303,16 @@ impl Exchange {
         };
         let fetched = match fetched {
             Ok(fetched) => fetched,
-            Err(response) => return self.relay_error(response).await,
+            Err(response) => {
+                // A failed or timed-out origin made us wait too: optimism may pay there.
+                if matches!(
+                    response.status(),
+                    StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT
+                ) {
+                    p.link.waits.record(&self.ctx.site, started.elapsed());
+                }
+                return self.relay_error(response).await;
+            }
         };
         if matches!(
             fetched.instance.provenance,
