@@ -254,7 +254,7 @@ struct Exchange {
     status: Arc<AtomicU16>,
 }
 
-/// A body the server can send as a delta: against all or a prefix of `base`.
+/// One way to end the answer, and what it costs on the link.
 struct Candidate {
     /// Coded bytes this choice sends from now on.
     cost: u64,
