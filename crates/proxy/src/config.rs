@@ -404,6 +404,18 @@ impl Default for LinkConfig {
     }
 }
 
+/// Reads and parses a TOML document (the server's or the client proxy's).
+pub fn read_toml<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.into(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.into(),
+        message: e.to_string(),
+    })
+}
+
 /// A configuration error, naming the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -421,14 +433,7 @@ pub enum ConfigError {
 impl Config {
     /// Reads and parses a TOML file; unknown keys are errors (a typo must not be ignored).
     pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.into(),
-            source,
-        })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.into(),
-            message: e.to_string(),
-        })
+        read_toml(path)
     }
 
     /// Validates the whole document; the first problem found is reported with its key.

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::config::ConfigError;
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClientConfig {
@@ -70,36 +72,15 @@ impl Default for ClientConfig {
     }
 }
 
-/// A configuration error, naming the key.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("`{key}`: {message}")]
-    Invalid { key: &'static str, message: String },
-}
-
 impl ClientConfig {
     /// Reads and parses a TOML file; unknown keys are errors.
-    pub fn from_file(path: &Path) -> Result<ClientConfig, ClientConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ClientConfigError::Read {
-            path: path.into(),
-            source,
-        })?;
-        toml::from_str(&text).map_err(|e| ClientConfigError::Parse {
-            path: path.into(),
-            message: e.to_string(),
-        })
+    pub fn from_file(path: &Path) -> Result<ClientConfig, ConfigError> {
+        crate::config::read_toml(path)
     }
 
     /// Validates the whole document; the first problem found is reported with its key.
-    pub fn check(&self) -> Result<(), ClientConfigError> {
-        let invalid = |key, message: String| Err(ClientConfigError::Invalid { key, message });
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
         if self.upstream.is_empty() {
             return invalid(
                 "upstream",

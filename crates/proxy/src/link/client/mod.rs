@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use config::{ClientConfig, ClientConfigError};
+pub use config::ClientConfig;
 pub use metrics::ClientMetrics;
 
 use connection::Link;
@@ -36,7 +36,7 @@ use instances::Instances;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error(transparent)]
-    Config(#[from] ClientConfigError),
+    Config(#[from] crate::config::ConfigError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
