@@ -491,3 +491,135 @@ async fn an_origin_coded_body_crosses_the_link_as_it_came() {
         "the coding is the link's business"
     );
 }
+
+/// Bytes no coding shrinks, so a stale stream of them outlasts any flow-control window.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_diverges_early_is_cut_through_as_it_arrives() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (v1, v2) = (noise(1, 4 << 20), noise(2, 4 << 20));
+    let half = v2.len() / 2;
+    let requests = Arc::new(AtomicUsize::new(0));
+    let first_half_sent = Arc::new(tokio::sync::Notify::new());
+    let release_rest = Arc::new(tokio::sync::Notify::new());
+    let script = {
+        let (v1, v2) = (v1.clone(), v2.clone());
+        let (requests, first_half_sent, release_rest) = (
+            requests.clone(),
+            first_half_sent.clone(),
+            release_rest.clone(),
+        );
+        move |mut stream: tokio::net::TcpStream| {
+            let (v1, v2) = (v1.clone(), v2.clone());
+            let (requests, first_half_sent, release_rest) = (
+                requests.clone(),
+                first_half_sent.clone(),
+                release_rest.clone(),
+            );
+            async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let body = if requests.fetch_add(1, Ordering::SeqCst) == 0 {
+                    v1
+                } else {
+                    v2
+                };
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncache-control: no-cache\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                stream.write_all(head.as_bytes()).await.unwrap();
+                if body.len() == half * 2 && requests.load(Ordering::SeqCst) > 1 {
+                    stream.write_all(&body[..half]).await.unwrap();
+                    first_half_sent.notify_one();
+                    release_rest.notified().await;
+                    stream.write_all(&body[half..]).await.unwrap();
+                } else {
+                    stream.write_all(&body).await.unwrap();
+                }
+            }
+        }
+    };
+    let origin = raw_origin(script).await;
+    let server = link_server(|c| c.link.min_origin_wait_ms = 0).await;
+    let mut link = Link::connect(&server).await;
+    let url = format!("http://{origin}/noise");
+    let (_, frames) = link.get(&url, &[], &[]).await;
+    assert_eq!(decode_full(&frames), v1);
+
+    // The client holds nothing: version 1 goes ahead as stale data until the window
+    // stops it; version 2 starts arriving and differs at once.
+    let req = Request::get(&url)
+        .header("wirefold-link", "1")
+        .body(Empty::new())
+        .unwrap();
+    let response = link.sender.send_request(req).await.unwrap();
+    first_half_sent.notified().await;
+    let mut body = response.into_body();
+    let mut reader = FrameReader::default();
+    let mut frames = Vec::new();
+    let mut released = false;
+    let read_all = async {
+        while let Some(chunk) = body.frame().await {
+            if let Ok(data) = chunk.unwrap().into_data() {
+                reader.push(&data);
+            }
+            while let Some(frame) = reader.next_frame().unwrap() {
+                // New data before the origin has finished: that is the cut-through.
+                if !released && matches!(frame, Frame::Data(_)) {
+                    release_rest.notify_one();
+                    released = true;
+                }
+                frames.push(frame);
+            }
+        }
+    };
+    // Without a cut-through nothing new arrives until the origin finishes, which it
+    // does only once new data arrived: the wait would never end.
+    let ended = tokio::time::timeout(Duration::from_secs(60), read_all).await;
+    assert!(
+        ended.is_ok(),
+        "no new data came while the origin was still sending"
+    );
+    assert!(
+        released,
+        "no new data arrived before the origin finished: {:?}",
+        names(&frames)
+    );
+    assert_eq!(
+        names(&frames),
+        [
+            "STALE_BEGIN",
+            "STALE_DATA",
+            "HEADERS",
+            "FULL",
+            "DATA",
+            "END"
+        ]
+    );
+    assert_eq!(decode_full(&frames), v2);
+    assert_eq!(end_hash(&frames), Hash::of(&v2));
+    let stale_sent = stream_bytes(&frames, true).len();
+    assert!(
+        stale_sent < v1.len(),
+        "the stale stream stopped early: {stale_sent} bytes"
+    );
+}
