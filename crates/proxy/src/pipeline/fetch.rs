@@ -734,6 +734,7 @@ async fn admit<'a>(
                 status,
                 fields: headers.clone(),
                 decode: decoded_coding,
+                length: declared_length,
             });
             let tap = tap.clone();
             body::tapped(body, move |data| {
