@@ -300,18 +300,12 @@ impl Exchange {
             let fetch = fetch::fetch(&p, &self.ctx, req);
             tokio::pin!(fetch);
             loop {
-                let cut_due = watch.cut_due();
-                let far = Instant::now() + std::time::Duration::from_secs(3600);
                 tokio::select! {
                     biased;
                     fetched = &mut fetch => break fetched,
                     Some(event) = tapped.recv() => {
                         let stale = stale.as_ref().expect("only a stale stream taps");
                         self.watch_origin(&mut watch, event, stale).await?;
-                    }
-                    _ = tokio::time::sleep_until(cut_due.unwrap_or(far).into()), if cut_due.is_some() => {
-                        let stale = stale.as_ref().expect("only a stale stream taps");
-                        self.start_cut_through(&mut watch, stale).await?;
                     }
                     sent = async { stale.as_mut().expect("guarded").send_next(&self.tx).await },
                         if watch.cut.is_none() && stale.as_ref().is_some_and(|s| !s.complete()) => sent?,
@@ -382,18 +376,14 @@ impl Exchange {
                 status,
                 fields,
                 decode,
-                length,
             } => {
                 let limit = self.p.config.limits.max_decoded_body;
                 watch.decoder = decode.map(|coding| Decoder::new(coding, limit));
                 watch.head = Some((status, fields));
-                watch.length = length;
                 return Ok(());
             }
             TapEvent::Data(data) => data,
         };
-        watch.coded += data.len() as u64;
-        watch.first_data.get_or_insert_with(Instant::now);
         let decoded = match watch.decoder.as_mut() {
             // A body that fails to decode fails in `fetch` too; stop watching it.
             Some(decoder) => match decoder.write(&data) {
@@ -410,29 +400,14 @@ impl Exchange {
         let common = watch.received.len().min(stale_bytes.len());
         let diverged = (watch.compared..common).find(|&i| watch.received[i] != stale_bytes[i]);
         watch.compared = common;
-        watch.diverged_early |= diverged.is_some_and(|at| at < stale_bytes.len() / 2);
-        if watch.cut_due().is_some_and(|due| Instant::now() >= due) {
-            return self.start_cut_through(watch, stale).await;
-        }
-        Ok(())
-    }
-
-    /// Stops the stale stream for good and sends the new instance's head and what has
-    /// arrived of it so far; the rest follows as it comes.
-    async fn start_cut_through(
-        &self,
-        watch: &mut OriginWatch,
-        stale: &StaleStream,
-    ) -> Result<(), Gone> {
-        if stale.complete() {
-            watch.diverged_early = false; // all of it is with the client: a delta will do
+        let early = diverged.is_some_and(|at| at < stale_bytes.len() / 2);
+        if !early || stale.complete() {
             return Ok(());
         }
         let Some((status, fields)) = watch.head.take() else {
-            watch.diverged_early = false;
             return Ok(());
         };
-        let level = levels::levels(self.link, stale.bytes.len() as u64).stream;
+        let level = levels::levels(self.link, stale_bytes.len() as u64).stream;
         self.send(&Frame::Headers { status, fields }).await?;
         self.send(&Frame::Full {
             coding: LinkCoding::Coded(level.0),
@@ -1037,33 +1012,7 @@ struct OriginWatch {
     received: Vec<u8>,
     /// Bytes of it already compared with the stale instance.
     compared: usize,
-    /// The coded length the origin declared, and the coded bytes seen so far.
-    length: Option<u64>,
-    coded: u64,
-    first_data: Option<Instant>,
-    /// The new instance differs from the stale one within the stale one's first half.
-    diverged_early: bool,
     cut: Option<CutThrough>,
-}
-
-/// A body still arriving this long after its first bytes is slow enough to cut
-/// through; one that arrives faster is better served by the delta chosen once it
-/// is in.
-const ARRIVING: std::time::Duration = std::time::Duration::from_millis(100);
-
-impl OriginWatch {
-    /// When to start cutting through, if the new instance diverged early and its
-    /// body is still on its way.
-    fn cut_due(&self) -> Option<Instant> {
-        let more_to_come = self.length.is_none_or(|length| self.coded < length);
-        match (
-            self.diverged_early && more_to_come && self.cut.is_none(),
-            self.first_data,
-        ) {
-            (true, Some(first)) => Some(first + ARRIVING),
-            _ => None,
-        }
-    }
 }
 
 /// The new instance streaming to the client as it arrives: encoded and hashed.

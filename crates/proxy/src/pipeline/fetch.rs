@@ -734,7 +734,6 @@ async fn admit<'a>(
                 status,
                 fields: headers.clone(),
                 decode: decoded_coding,
-                length: declared_length,
             });
             let tap = tap.clone();
             body::tapped(body, move |data| {

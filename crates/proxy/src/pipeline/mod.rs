@@ -79,14 +79,12 @@ pub struct RequestContext {
 }
 
 /// What a body tap sees: the instance's head (as `fetch` will hand it on), then the
-/// origin's bytes as they arrive, still in the origin's coding (`decode`); `length`
-/// is the coded length the origin declared.
+/// origin's bytes as they arrive, still in the origin's coding (`decode`).
 pub enum TapEvent {
     Head {
         status: StatusCode,
         fields: HeaderMap,
         decode: Option<ContentCoding>,
-        length: Option<u64>,
     },
     Data(Bytes),
 }
