@@ -41,7 +41,6 @@ use crate::pipeline::remember::{now_unix, remember_version};
 use crate::pipeline::respond::error_response;
 use crate::pipeline::{
     fetch, remember, Instance, InstanceBody, Pipeline, Provenance, RequestContext, StreamCoding,
-    TapEvent,
 };
 
 /// A text body's typical compressed share, for estimates before measuring.
@@ -285,16 +284,10 @@ enum Ending {
 }
 
 impl Exchange {
-    async fn run(mut self, req: Request<Body>) -> Result<(), Gone> {
+    async fn run(self, req: Request<Body>) -> Result<(), Gone> {
         let p = self.p.clone();
         p.link.writes.wait_for(&self.ctx.resource).await;
         let mut stale = self.stale_candidate().await;
-        // With a stale stream going, watch the origin's answer arrive.
-        let (tap, mut tapped) = tokio::sync::mpsc::unbounded_channel();
-        if stale.is_some() {
-            self.ctx.body_tap = Some(tap);
-        }
-        let mut watch = OriginWatch::default();
         let started = Instant::now();
         let fetched = {
             let fetch = fetch::fetch(&p, &self.ctx, req);
@@ -303,19 +296,11 @@ impl Exchange {
                 tokio::select! {
                     biased;
                     fetched = &mut fetch => break fetched,
-                    Some(event) = tapped.recv() => {
-                        let stale = stale.as_ref().expect("only a stale stream taps");
-                        self.watch_origin(&mut watch, event, stale).await?;
-                    }
                     sent = async { stale.as_mut().expect("guarded").send_next(&self.tx).await },
-                        if watch.cut.is_none() && stale.as_ref().is_some_and(|s| !s.complete()) => sent?,
+                        if stale.as_ref().is_some_and(|s| !s.complete()) => sent?,
                 }
             }
         };
-        drop(tapped);
-        if let Some(cut) = watch.cut.take() {
-            return self.finish_cut_through(cut, fetched).await;
-        }
         let fetched = match fetched {
             Ok(fetched) => fetched,
             Err(response) => {
@@ -360,114 +345,6 @@ impl Exchange {
                 self.answer(instance, stale).await
             }
         }
-    }
-
-    /// Follows the origin's answer as `fetch` reads it. When the new instance differs
-    /// from the stale one in its first half, the stale stream stops and the new data
-    /// goes to the client as it arrives (FULL), instead of after the whole body.
-    async fn watch_origin(
-        &self,
-        watch: &mut OriginWatch,
-        event: TapEvent,
-        stale: &StaleStream,
-    ) -> Result<(), Gone> {
-        let data = match event {
-            TapEvent::Head {
-                status,
-                fields,
-                decode,
-            } => {
-                let limit = self.p.config.limits.max_decoded_body;
-                watch.decoder = decode.map(|coding| Decoder::new(coding, limit));
-                watch.head = Some((status, fields));
-                return Ok(());
-            }
-            TapEvent::Data(data) => data,
-        };
-        let decoded = match watch.decoder.as_mut() {
-            // A body that fails to decode fails in `fetch` too; stop watching it.
-            Some(decoder) => match decoder.write(&data) {
-                Ok(()) => Bytes::from(decoder.take_output()),
-                Err(_) => return Ok(()),
-            },
-            None => data,
-        };
-        if let Some(cut) = watch.cut.as_mut() {
-            return self.send_data(&cut.feed(decoded).await).await;
-        }
-        watch.received.extend_from_slice(&decoded);
-        let stale_bytes = &stale.bytes[..];
-        let common = watch.received.len().min(stale_bytes.len());
-        let diverged = (watch.compared..common).find(|&i| watch.received[i] != stale_bytes[i]);
-        watch.compared = common;
-        let early = diverged.is_some_and(|at| at < stale_bytes.len() / 2);
-        if !early || stale.complete() {
-            return Ok(());
-        }
-        let Some((status, fields)) = watch.head.take() else {
-            return Ok(());
-        };
-        let level = levels::levels(self.link, stale_bytes.len() as u64).stream;
-        self.send(&Frame::Headers { status, fields }).await?;
-        self.send(&Frame::Full {
-            coding: LinkCoding::Coded(level.0),
-        })
-        .await?;
-        let mut cut = CutThrough::new(level);
-        let received = Bytes::from(std::mem::take(&mut watch.received));
-        self.send_data(&cut.feed(received).await).await?;
-        watch.cut = Some(cut);
-        Ok(())
-    }
-
-    /// Ends a cut-through: the rest of the instance `fetch` read (and `remember`
-    /// keeps), then END.
-    async fn finish_cut_through(
-        self,
-        mut cut: CutThrough,
-        fetched: Result<fetch::Fetched<'_>, Response<Body>>,
-    ) -> Result<(), Gone> {
-        self.p.metrics.link_outcome("cut-through");
-        let fetched = match fetched {
-            Ok(fetched) => fetched,
-            Err(response) => {
-                let message = format!(
-                    "the origin's answer failed after it began: {}",
-                    response.status()
-                );
-                return self.fail(StatusCode::BAD_GATEWAY, &message).await;
-            }
-        };
-        let instance = remember::remember(&self.p, fetched).await;
-        let InstanceBody::Whole { bytes, hash } = instance.body else {
-            let message = "the origin's answer outgrew the buffer after it began streaming";
-            return self.fail(StatusCode::BAD_GATEWAY, message).await;
-        };
-        if cut.sent > bytes.len() {
-            return self
-                .fail(
-                    StatusCode::BAD_GATEWAY,
-                    "the origin's answer changed under us",
-                )
-                .await;
-        }
-        let rest = bytes.slice(cut.sent..);
-        self.send_data(&cut.feed(rest).await).await?;
-        let (tail, sent_hash) = cut.finish().await;
-        if sent_hash != hash {
-            return self
-                .fail(
-                    StatusCode::BAD_GATEWAY,
-                    "the origin's answer changed under us",
-                )
-                .await;
-        }
-        self.send_data(&tail).await?;
-        self.send(&Frame::End {
-            hash,
-            length: bytes.len() as u64,
-        })
-        .await
     }
 
     /// The newest instance of this URL the server holds, when the client holds none
@@ -1000,62 +877,6 @@ fn ending_len(ending: &Ending) -> u64 {
         Ending::Held { delta, .. } | Ending::PrefixOfStale { delta, .. } => delta.len() as u64,
         Ending::ContinueStale { delta } => delta.len() as u64,
         Ending::Full { coded, .. } => coded.len() as u64,
-    }
-}
-
-/// What a link exchange knows of the origin's answer while `fetch` reads it.
-#[derive(Default)]
-struct OriginWatch {
-    head: Option<(StatusCode, HeaderMap)>,
-    decoder: Option<Decoder>,
-    /// The new instance so far, decoded (until a cut-through starts).
-    received: Vec<u8>,
-    /// Bytes of it already compared with the stale instance.
-    compared: usize,
-    cut: Option<CutThrough>,
-}
-
-/// The new instance streaming to the client as it arrives: encoded and hashed.
-struct CutThrough {
-    encoder: Option<Encoder>,
-    sha: Sha256,
-    /// Decoded bytes sent.
-    sent: usize,
-}
-
-impl CutThrough {
-    fn new((coding, level): (ContentCoding, u32)) -> CutThrough {
-        CutThrough {
-            encoder: Some(Encoder::new(coding, level)),
-            sha: Sha256::new(),
-            sent: 0,
-        }
-    }
-
-    /// Encodes and flushes `data`; returns the coded bytes to send.
-    async fn feed(&mut self, data: Bytes) -> Vec<u8> {
-        self.sha.update(&data);
-        self.sent += data.len();
-        let mut encoder = self.encoder.take().expect("an encoder until finish");
-        let (encoder, out) = tokio::task::spawn_blocking(move || {
-            encoder.write(&data);
-            encoder.flush();
-            let out = encoder.take_output();
-            (encoder, out)
-        })
-        .await
-        .expect("compression does not panic");
-        self.encoder = Some(encoder);
-        out
-    }
-
-    /// The end of the coded stream and the SHA-256 of everything fed.
-    async fn finish(mut self) -> (Vec<u8>, Hash) {
-        let encoder = self.encoder.take().expect("an encoder until finish");
-        let tail = tokio::task::spawn_blocking(move || encoder.finish())
-            .await
-            .expect("compression does not panic");
-        (tail, Hash(self.sha.finalize().into()))
     }
 }
 
