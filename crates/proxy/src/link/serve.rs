@@ -943,17 +943,28 @@ mod tests {
         assert!(best.cost < 300, "{}", best.cost);
     }
 
+    /// The ending for `new` while `stale` is streaming, `sent` of it gone and
+    /// `remaining` coded bytes to go.
+    fn against_stale(
+        new: &[u8],
+        stale: impl Into<Bytes>,
+        sent: usize,
+        remaining: u64,
+    ) -> Candidate {
+        best_ending(
+            new,
+            None,
+            None,
+            Some((stale.into(), sent, remaining, false)),
+            LEVELS,
+        )
+    }
+
     #[test]
     fn a_stale_stream_well_along_is_finished_and_patched() {
         let (old, new) = (page(1), page(2));
         let sent = old.len() - 1000;
-        let best = best_ending(
-            &new,
-            None,
-            None,
-            Some((old.clone().into(), sent, 50, false)),
-            LEVELS,
-        );
+        let best = against_stale(&new, old.clone(), sent, 50);
         assert!(
             matches!(best.ending, Ending::ContinueStale { .. }),
             "cost {}",
@@ -965,13 +976,7 @@ mod tests {
     fn a_stale_stream_just_begun_stops_and_the_prefix_serves_as_base() {
         let (old, new) = (page(1), page(2));
         let remaining = 20_000; // most of the stale instance still to go
-        let best = best_ending(
-            &new,
-            None,
-            None,
-            Some((old.clone().into(), old.len() / 2, remaining, false)),
-            LEVELS,
-        );
+        let best = against_stale(&new, old.clone(), old.len() / 2, remaining);
         assert!(
             matches!(best.ending, Ending::PrefixOfStale { .. }),
             "cost {}",
@@ -985,13 +990,7 @@ mod tests {
         let unrelated: Vec<u8> = (0..new.len() as u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
             .collect();
-        let best = best_ending(
-            &new,
-            None,
-            None,
-            Some((unrelated.into(), 0, 60_000, false)),
-            LEVELS,
-        );
+        let best = against_stale(&new, unrelated, 0, 60_000);
         assert!(
             matches!(best.ending, Ending::Full { .. }),
             "cost {}",
