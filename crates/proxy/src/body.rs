@@ -204,6 +204,17 @@ pub fn file(mut file: tokio::fs::File, start: u64, len: u64) -> Body {
     body
 }
 
+/// Shows `each` every data frame as it goes through, unchanged.
+pub fn tapped(body: Body, each: impl Fn(&Bytes) + Send + 'static) -> Body {
+    body.map_frame(move |frame| {
+        if let Some(data) = frame.data_ref() {
+            each(data);
+        }
+        frame
+    })
+    .boxed_unsync()
+}
+
 /// Calls `done` with the number of data bytes that went through, once the body ends
 /// or is dropped (a client that disconnects is counted for what it received).
 pub fn counted(body: Body, done: impl FnOnce(u64) + Send + 'static) -> Body {

@@ -82,6 +82,12 @@ struct Link {
 
 impl Link {
     async fn connect(server: &Proxy) -> Link {
+        Link::connect_with_window(server, 2 << 20).await
+    }
+
+    /// Connects with a per-stream receive window of `window` bytes, released only as
+    /// the test reads the body.
+    async fn connect_with_window(server: &Proxy, window: u32) -> Link {
         let pem = std::fs::read(server.data.path().join("self-signed-cert.pem")).unwrap();
         let mut roots = rustls::RootCertStore::empty();
         for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
@@ -102,10 +108,11 @@ impl Link {
             .connect(name, tcp)
             .await
             .unwrap();
-        let (sender, connection) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-                .await
-                .unwrap();
+        let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .initial_stream_window_size(window)
+            .handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
         tokio::spawn(connection);
         Link { sender }
     }
@@ -489,5 +496,167 @@ async fn an_origin_coded_body_crosses_the_link_as_it_came() {
     assert!(
         fields.get("content-encoding").is_none(),
         "the coding is the link's business"
+    );
+}
+
+/// Bytes no coding shrinks, so a stale stream of them outlasts a flow-control window.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_diverges_early_is_cut_through_as_it_arrives() {
+    cut_through_case(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_answer_that_outgrows_the_buffer_after_a_cut_through_streams_on() {
+    cut_through_case(true).await;
+}
+
+/// Version 2 of a 1 MiB page arrives in two parts: 128 KiB at once, the rest only
+/// once the client has seen new data. `chunked`: without a declared length, and the
+/// rest outgrows the buffer (512 KiB, which version 1 fits) while the cut-through runs.
+async fn cut_through_case(chunked: bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let v1_len = if chunked { 480 << 10 } else { 1 << 20 };
+    let (v1, v2) = (noise(1, v1_len), noise(2, 1 << 20));
+    let first_part = 128 << 10;
+    let requests = Arc::new(AtomicUsize::new(0));
+    let release_rest = Arc::new(tokio::sync::Notify::new());
+    let script = {
+        let (v1, v2) = (v1.clone(), v2.clone());
+        let (requests, release_rest) = (requests.clone(), release_rest.clone());
+        move |mut stream: tokio::net::TcpStream| {
+            let (v1, v2) = (v1.clone(), v2.clone());
+            let (requests, release_rest) = (requests.clone(), release_rest.clone());
+            async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let first = requests.fetch_add(1, Ordering::SeqCst) == 0;
+                let body = if first { v1 } else { v2 };
+                let framing = if chunked {
+                    "transfer-encoding: chunked".to_string()
+                } else {
+                    format!("content-length: {}", body.len())
+                };
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncache-control: no-cache\r\n\
+                     {framing}\r\nconnection: close\r\n\r\n"
+                );
+                stream.write_all(head.as_bytes()).await.unwrap();
+                let parts = if first {
+                    vec![&body[..]]
+                } else {
+                    vec![&body[..first_part], &body[first_part..]]
+                };
+                for (i, part) in parts.iter().enumerate() {
+                    if i > 0 {
+                        release_rest.notified().await;
+                    }
+                    if chunked {
+                        let size = format!("{:x}\r\n", part.len());
+                        stream.write_all(size.as_bytes()).await.unwrap();
+                    }
+                    stream.write_all(part).await.unwrap();
+                    if chunked {
+                        stream.write_all(b"\r\n").await.unwrap();
+                    }
+                }
+                if chunked {
+                    stream.write_all(b"0\r\n\r\n").await.unwrap();
+                }
+            }
+        }
+    };
+    let origin = raw_origin(script).await;
+    let server = link_server(|c| {
+        c.link.min_origin_wait_ms = 0;
+        if chunked {
+            c.limits.max_buffered_body = 512 << 10;
+        }
+    })
+    .await;
+    // A 64 KiB window, released only as the test reads.
+    let mut link = Link::connect_with_window(&server, 64 << 10).await;
+    let url = format!("http://{origin}/noise");
+    let (_, frames) = link.get(&url, &[], &[]).await;
+    assert!(decode_full(&frames) == v1, "{:?}", names(&frames));
+    // The client holds nothing: version 1 goes ahead as stale data, read slowly (a
+    // slow link: 16 KiB per 40 ms, over a second for all of it) so flow control holds it
+    // back; the first part of version 2 arrives at once and differs from the first byte.
+    let req = Request::get(&url)
+        .header("wirefold-link", "1")
+        .body(Empty::new())
+        .unwrap();
+    let response = link.sender.send_request(req).await.unwrap();
+    let mut body = response.into_body();
+    let mut reader = FrameReader::default();
+    let mut frames = Vec::new();
+    let mut released = false;
+    let read_all = async {
+        while let Some(chunk) = body.frame().await {
+            if let Ok(data) = chunk.unwrap().into_data() {
+                reader.push(&data);
+            }
+            while let Some(frame) = reader.next_frame().unwrap() {
+                // New data before the origin has finished: that is the cut-through.
+                if !released && matches!(frame, Frame::Data(_)) {
+                    release_rest.notify_one();
+                    released = true;
+                }
+                if matches!(frame, Frame::StaleData(_)) {
+                    tokio::time::sleep(Duration::from_millis(40)).await;
+                }
+                frames.push(frame);
+            }
+        }
+    };
+    // Without a cut-through nothing new arrives until the origin finishes, which it
+    // does only once new data arrived: the wait would never end.
+    let ended = tokio::time::timeout(Duration::from_secs(60), read_all).await;
+    assert!(
+        ended.is_ok(),
+        "no new data came while the origin was still sending"
+    );
+    assert!(
+        released,
+        "no new data arrived before the origin finished: {:?}",
+        names(&frames)
+    );
+    assert_eq!(
+        names(&frames),
+        [
+            "STALE_BEGIN",
+            "STALE_DATA",
+            "HEADERS",
+            "FULL",
+            "DATA",
+            "END"
+        ]
+    );
+    assert!(
+        decode_full(&frames) == v2,
+        "the new instance is what arrived"
+    );
+    assert_eq!(end_hash(&frames), Hash::of(&v2));
+    let stale_sent = stream_bytes(&frames, true).len();
+    assert!(
+        stale_sent < v1.len(),
+        "the stale stream stopped early: {stale_sent} bytes"
     );
 }

@@ -13,6 +13,7 @@
 //! bases, the stale stream stops as soon as finishing it plus the delta would cost
 //! more than the alternatives, and per-host origin waits skip optimism that cannot pay.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -41,6 +42,7 @@ use crate::pipeline::remember::{now_unix, remember_version};
 use crate::pipeline::respond::error_response;
 use crate::pipeline::{
     fetch, remember, Instance, InstanceBody, Pipeline, Provenance, RequestContext, StreamCoding,
+    TapEvent,
 };
 
 /// A text body's typical compressed share, for estimates before measuring.
@@ -284,23 +286,50 @@ enum Ending {
 }
 
 impl Exchange {
-    async fn run(self, req: Request<Body>) -> Result<(), Gone> {
+    async fn run(mut self, req: Request<Body>) -> Result<(), Gone> {
         let p = self.p.clone();
         p.link.writes.wait_for(&self.ctx.resource).await;
         let mut stale = self.stale_candidate().await;
+        // With a stale stream going, watch the origin's answer arrive.
+        let (tap, mut tapped) = tokio::sync::mpsc::unbounded_channel();
+        if stale.is_some() {
+            self.ctx.body_tap = Some(tap);
+        }
+        let mut watch = OriginWatch::default();
         let started = Instant::now();
         let fetched = {
             let fetch = fetch::fetch(&p, &self.ctx, req);
             tokio::pin!(fetch);
             loop {
+                let cut_due = watch.cut_due();
+                let far = Instant::now() + std::time::Duration::from_secs(3600);
                 tokio::select! {
                     biased;
                     fetched = &mut fetch => break fetched,
+                    Some(event) = tapped.recv() => {
+                        let stale = stale.as_ref().expect("only a stale stream taps");
+                        self.watch_origin(&mut watch, event, stale).await;
+                    }
+                    _ = tokio::time::sleep_until(cut_due.unwrap_or(far).into()), if cut_due.is_some() => {
+                        let stale = stale.as_ref().expect("only a stale stream taps");
+                        self.start_cut_through(&mut watch, stale).await;
+                    }
+                    // Cut-through frames go out as the link takes them, while the
+                    // origin's answer keeps being read.
+                    permit = self.tx.reserve(), if watch.cut.as_ref().is_some_and(|c| !c.outbox.is_empty()) => {
+                        let permit = permit.map_err(|_| Gone)?;
+                        let cut = watch.cut.as_mut().expect("guarded");
+                        permit.send(Ok(cut.outbox.pop_front().expect("guarded")));
+                    }
                     sent = async { stale.as_mut().expect("guarded").send_next(&self.tx).await },
-                        if stale.as_ref().is_some_and(|s| !s.complete()) => sent?,
+                        if watch.cut.is_none() && stale.as_ref().is_some_and(|s| !s.complete()) => sent?,
                 }
             }
         };
+        drop(tapped);
+        if watch.cut.is_some() {
+            return self.finish_cut_through(watch, fetched).await;
+        }
         let fetched = match fetched {
             Ok(fetched) => fetched,
             Err(response) => {
@@ -344,6 +373,110 @@ impl Exchange {
                 let instance = remember::remember(&p, fetched).await;
                 self.answer(instance, stale).await
             }
+        }
+    }
+
+    /// Follows the origin's answer as `fetch` reads it. When the new instance differs
+    /// from the stale one in its first half, the stale stream stops and the new data
+    /// goes to the client as it arrives (FULL), instead of after the whole body.
+    async fn watch_origin(&self, watch: &mut OriginWatch, event: TapEvent, stale: &StaleStream) {
+        let data = match event {
+            TapEvent::Head {
+                status,
+                fields,
+                decode,
+                length,
+            } => {
+                let limit = self.p.config.limits.max_decoded_body;
+                watch.decoder = decode.map(|coding| Decoder::new(coding, limit));
+                watch.head = Some((status, fields));
+                watch.length = length;
+                return;
+            }
+            TapEvent::Data(data) => data,
+        };
+        watch.coded += data.len() as u64;
+        watch.first_data.get_or_insert_with(Instant::now);
+        let decoded = match watch.decoder.as_mut() {
+            // A body that fails to decode fails in `fetch` too; stop watching it.
+            Some(decoder) => match decoder.write(&data) {
+                Ok(()) => Bytes::from(decoder.take_output()),
+                Err(_) => return,
+            },
+            None => data,
+        };
+        if let Some(cut) = watch.cut.as_mut() {
+            return cut.feed(decoded).await;
+        }
+        watch.received.extend_from_slice(&decoded);
+        let stale_bytes = &stale.bytes[..];
+        let common = watch.received.len().min(stale_bytes.len());
+        let diverged = (watch.compared..common).find(|&i| watch.received[i] != stale_bytes[i]);
+        watch.compared = common;
+        watch.diverged_early |= diverged.is_some_and(|at| at < stale_bytes.len() / 2);
+        if watch.cut_due().is_some_and(|due| Instant::now() >= due) {
+            self.start_cut_through(watch, stale).await;
+        }
+    }
+
+    /// Stops the stale stream for good and queues the new instance's head and what
+    /// has arrived of it so far; the rest follows as it comes.
+    async fn start_cut_through(&self, watch: &mut OriginWatch, stale: &StaleStream) {
+        if stale.complete() {
+            watch.diverged_early = false; // all of it is with the client: a delta will do
+            return;
+        }
+        let Some((status, fields)) = watch.head.take() else {
+            watch.diverged_early = false;
+            return;
+        };
+        self.status.store(status.as_u16(), Ordering::Relaxed);
+        let level = levels::levels(self.link, stale.bytes.len() as u64).stream;
+        let mut cut = FullStream::new(Some((status, fields)), level);
+        cut.feed(Bytes::from(std::mem::take(&mut watch.received)))
+            .await;
+        watch.cut = Some(cut);
+    }
+
+    /// Ends a cut-through: the rest of the instance `fetch` read (and `remember`
+    /// keeps), then END. A body of undeclared length that outgrew the buffer goes on
+    /// streaming from where the watch left off.
+    async fn finish_cut_through(
+        self,
+        mut watch: OriginWatch,
+        fetched: Result<fetch::Fetched<'_>, Response<Body>>,
+    ) -> Result<(), Gone> {
+        let mut cut = watch.cut.take().expect("a cut-through is running");
+        self.p.metrics.link_outcome("cut-through");
+        let changed = "the origin's answer changed under us";
+        let fetched = match fetched {
+            Ok(fetched) => fetched,
+            Err(response) => {
+                let message = format!(
+                    "the origin's answer failed after it began: {}",
+                    response.status()
+                );
+                return self.fail(StatusCode::BAD_GATEWAY, &message).await;
+            }
+        };
+        let instance = remember::remember(&self.p, fetched).await;
+        match instance.body {
+            InstanceBody::Whole { bytes, hash } => {
+                if cut.fed > bytes.len() as u64 {
+                    return self.fail(StatusCode::BAD_GATEWAY, changed).await;
+                }
+                cut.feed(bytes.slice(cut.fed as usize..)).await;
+                if cut.hash() != hash {
+                    return self.fail(StatusCode::BAD_GATEWAY, changed).await;
+                }
+                self.end_full(cut).await
+            }
+            InstanceBody::Stream { body, .. } => {
+                // The body starts again from its first byte; the watch has decoded
+                // and fed the first `watch.coded` of them.
+                self.pump_full(cut, body, watch.decoder, watch.coded).await
+            }
+            _ => self.fail(StatusCode::BAD_GATEWAY, changed).await,
         }
     }
 
@@ -604,86 +737,74 @@ impl Exchange {
     /// hashing what it sends, then END.
     async fn stream_full(
         &self,
-        mut body: Body,
+        body: Body,
         decode: Option<ContentCoding>,
         outcome: &'static str,
     ) -> Result<(), Gone> {
         let limits = &self.p.config.limits;
-        let (coding, level) = levels::levels(self.link, limits.max_buffered_body as u64).stream;
-        self.send(&Frame::Full {
-            coding: LinkCoding::Coded(coding),
-        })
-        .await?;
-        let mut decoder = decode.map(|c| Decoder::new(c, limits.max_decoded_body));
-        let mut encoder = Some(Encoder::new(coding, level));
-        let mut sha = Sha256::new();
-        let mut length = 0u64;
-        while let Some(frame) = body.frame().await {
-            let data = match frame {
-                Ok(frame) => match frame.into_data() {
-                    Ok(data) => data,
-                    Err(_) => continue,
-                },
-                Err(e) => {
-                    return self
-                        .fail(StatusCode::BAD_GATEWAY, &format!("origin body failed: {e}"))
-                        .await
-                }
-            };
-            let data = match decoder.as_mut() {
-                Some(d) => match d.write(&data) {
-                    Ok(()) => Bytes::from(d.take_output()),
-                    Err(e) => {
-                        return self
-                            .fail(
-                                StatusCode::BAD_GATEWAY,
-                                &format!("origin body failed to decode: {e}"),
-                            )
-                            .await
-                    }
-                },
-                None => data,
-            };
-            sha.update(&data);
-            length += data.len() as u64;
-            let mut enc = encoder.take().expect("encoder present");
-            let (enc, out) = tokio::task::spawn_blocking(move || {
-                enc.write(&data);
-                enc.flush();
-                let out = enc.take_output();
-                (enc, out)
-            })
+        let level = levels::levels(self.link, limits.max_buffered_body as u64).stream;
+        self.p.metrics.link_outcome(outcome);
+        let decoder = decode.map(|c| Decoder::new(c, limits.max_decoded_body));
+        self.pump_full(FullStream::new(None, level), body, decoder, 0)
             .await
-            .expect("compression does not panic");
-            encoder = Some(enc);
-            self.send_data(&out).await?;
-        }
-        if let Some(d) = decoder {
-            match d.finish() {
-                Ok(rest) => {
-                    sha.update(&rest);
-                    length += rest.len() as u64;
-                    let enc = encoder.as_mut().expect("encoder present");
-                    enc.write(&rest);
-                }
+    }
+
+    /// Feeds `full` the rest of `body` after its first `skip` bytes, decoded with
+    /// `decoder`, sending frames as they are made; then END.
+    async fn pump_full(
+        &self,
+        mut full: FullStream,
+        mut body: Body,
+        mut decoder: Option<Decoder>,
+        mut skip: u64,
+    ) -> Result<(), Gone> {
+        while let Some(frame) = body.frame().await {
+            let mut data = match frame.map(|f| f.into_data()) {
+                Ok(Ok(data)) => data,
+                Ok(Err(_)) => continue, // trailers
                 Err(e) => {
-                    return self
-                        .fail(
-                            StatusCode::BAD_GATEWAY,
-                            &format!("origin body failed to decode: {e}"),
-                        )
-                        .await
+                    let message = format!("origin body failed: {e}");
+                    return self.fail(StatusCode::BAD_GATEWAY, &message).await;
+                }
+            };
+            let skipped = skip.min(data.len() as u64);
+            skip -= skipped;
+            let data = data.split_off(skipped as usize);
+            let data = match decoder
+                .as_mut()
+                .map(|d| d.write(&data).map(|()| d.take_output()))
+            {
+                None => data,
+                Some(Ok(decoded)) => Bytes::from(decoded),
+                Some(Err(e)) => {
+                    let message = format!("origin body failed to decode: {e}");
+                    return self.fail(StatusCode::BAD_GATEWAY, &message).await;
+                }
+            };
+            full.feed(data).await;
+            while let Some(frame) = full.outbox.pop_front() {
+                self.tx.send(Ok(frame)).await.map_err(|_| Gone)?;
+            }
+        }
+        if let Some(decoder) = decoder {
+            match decoder.finish() {
+                Ok(rest) => full.feed(Bytes::from(rest)).await,
+                Err(e) => {
+                    let message = format!("origin body failed to decode: {e}");
+                    return self.fail(StatusCode::BAD_GATEWAY, &message).await;
                 }
             }
         }
-        let tail = encoder.take().expect("encoder present").finish();
-        self.send_data(&tail).await?;
-        self.p.metrics.link_outcome(outcome);
-        self.send(&Frame::End {
-            hash: Hash(sha.finalize().into()),
-            length,
-        })
-        .await
+        self.end_full(full).await
+    }
+
+    /// Sends what `full` still holds, the end of its coded stream, and END.
+    async fn end_full(&self, full: FullStream) -> Result<(), Gone> {
+        let (frames, hash, length) = full.finish().await;
+        for frame in frames {
+            self.tx.send(Ok(frame)).await.map_err(|_| Gone)?;
+        }
+        self.send(&Frame::End { hash, length }).await
     }
 
     /// A finished response from the pipeline (origin failure, 404, 405 …), relayed
@@ -877,6 +998,105 @@ fn ending_len(ending: &Ending) -> u64 {
         Ending::Held { delta, .. } | Ending::PrefixOfStale { delta, .. } => delta.len() as u64,
         Ending::ContinueStale { delta } => delta.len() as u64,
         Ending::Full { coded, .. } => coded.len() as u64,
+    }
+}
+
+/// What a link exchange knows of the origin's answer while `fetch` reads it.
+#[derive(Default)]
+struct OriginWatch {
+    head: Option<(StatusCode, HeaderMap)>,
+    decoder: Option<Decoder>,
+    /// The new instance so far, decoded (until a cut-through starts).
+    received: Vec<u8>,
+    /// Bytes of it already compared with the stale instance.
+    compared: usize,
+    /// The coded length the origin declared, and the coded bytes seen so far.
+    length: Option<u64>,
+    coded: u64,
+    first_data: Option<Instant>,
+    /// The new instance differs from the stale one within the stale one's first half.
+    diverged_early: bool,
+    cut: Option<FullStream>,
+}
+
+/// A body still arriving this long after its first bytes is slow enough to cut
+/// through; one that arrives faster is better served by the delta chosen once it
+/// is in.
+const ARRIVING: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl OriginWatch {
+    /// When to start cutting through, if the new instance diverged early and its
+    /// body is still on its way.
+    fn cut_due(&self) -> Option<Instant> {
+        let more_to_come = self.length.is_none_or(|length| self.coded < length);
+        match (
+            self.diverged_early && more_to_come && self.cut.is_none(),
+            self.first_data,
+        ) {
+            (true, Some(first)) => Some(first + ARRIVING),
+            _ => None,
+        }
+    }
+}
+
+/// An instance streaming to the client as FULL while its bytes come: encoded,
+/// hashed and framed into `outbox`, which the exchange drains as the link takes
+/// frames.
+struct FullStream {
+    encoder: Option<Encoder>,
+    sha: Sha256,
+    /// Decoded bytes fed.
+    fed: u64,
+    outbox: VecDeque<Bytes>,
+}
+
+impl FullStream {
+    /// Starts with HEADERS (when `head` is given) and FULL queued.
+    fn new(head: Option<(StatusCode, HeaderMap)>, (coding, level): (ContentCoding, u32)) -> Self {
+        let headers = head.map(|(status, fields)| Frame::Headers { status, fields });
+        let full = Frame::Full {
+            coding: LinkCoding::Coded(coding),
+        };
+        FullStream {
+            encoder: Some(Encoder::new(coding, level)),
+            sha: Sha256::new(),
+            fed: 0,
+            outbox: headers.iter().chain([&full]).map(Frame::encode).collect(),
+        }
+    }
+
+    /// Encodes and flushes `data`, queueing its DATA frames.
+    async fn feed(&mut self, data: Bytes) {
+        self.sha.update(&data);
+        self.fed += data.len() as u64;
+        let mut encoder = self.encoder.take().expect("an encoder until finish");
+        let (encoder, out) = tokio::task::spawn_blocking(move || {
+            encoder.write(&data);
+            encoder.flush();
+            let out = encoder.take_output();
+            (encoder, out)
+        })
+        .await
+        .expect("compression does not panic");
+        self.encoder = Some(encoder);
+        self.outbox.extend(frame::data_frames(&out));
+    }
+
+    /// The SHA-256 of everything fed so far.
+    fn hash(&self) -> Hash {
+        Hash(self.sha.clone().finalize().into())
+    }
+
+    /// Every frame still to send, the end of the coded stream included; the SHA-256
+    /// and length of everything fed.
+    async fn finish(mut self) -> (VecDeque<Bytes>, Hash, u64) {
+        let hash = self.hash();
+        let encoder = self.encoder.take().expect("an encoder until finish");
+        let tail = tokio::task::spawn_blocking(move || encoder.finish())
+            .await
+            .expect("compression does not panic");
+        self.outbox.extend(frame::data_frames(&tail));
+        (self.outbox, hash, self.fed)
     }
 }
 

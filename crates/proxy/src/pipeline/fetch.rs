@@ -19,7 +19,10 @@ use wirefold_http::conditional::EntityTag;
 use wirefold_http::dictionary::{use_as_dictionary, USE_AS_DICTIONARY};
 
 use super::remember::{self, StorePlan};
-use super::{Instance, InstanceBody, Pipeline, Provenance, RequestContext, Source, StreamCoding};
+use super::{
+    BodyTap, Instance, InstanceBody, Pipeline, Provenance, RequestContext, Source, StreamCoding,
+    TapEvent,
+};
 use crate::body::{self, Body};
 use crate::cache::{
     self, resource_of, site_of, CacheEntry, HotEntries, LeaderGuard, Role, StoredResponse,
@@ -304,7 +307,16 @@ async fn fetch_origin<'a>(
             }
             Reuse::MustRevalidate => {
                 let request_cc = profile.cache_control.clone();
-                return match revalidate(p, origin, &key, &stored, &profile.headers, ctx.conn).await
+                return match revalidate(
+                    p,
+                    origin,
+                    &key,
+                    &stored,
+                    &profile.headers,
+                    ctx.conn,
+                    ctx.body_tap.as_ref(),
+                )
+                .await
                 {
                     Ok(fetched)
                         if serve_stale_instead(
@@ -379,6 +391,7 @@ async fn fetch_origin<'a>(
         &profile.headers,
         response,
         request_time,
+        ctx.body_tap.as_ref(),
     )
     .await?;
     p.metrics.origin_latency.observe(latency.as_secs_f64());
@@ -519,7 +532,16 @@ async fn pass_through<'a>(
         .await
         .map_err(|e| origin_failure(&e))?;
     p.metrics.origin_latency.observe(latency.as_secs_f64());
-    let mut fetched = admit(p, method, None, &request_headers, response, request_time).await?;
+    let mut fetched = admit(
+        p,
+        method,
+        None,
+        &request_headers,
+        response,
+        request_time,
+        None,
+    )
+    .await?;
     fetched.instance.provenance = Provenance::Bypass;
     Ok(fetched)
 }
@@ -533,6 +555,7 @@ async fn revalidate<'a>(
     stored: &StoredResponse,
     client: &HeaderMap,
     conn: ConnInfo,
+    tap: Option<&BodyTap>,
 ) -> Result<Fetched<'a>, OriginError> {
     let stored_headers = stored.headers();
     let uri: http::Uri = key_path(key)
@@ -544,11 +567,19 @@ async fn revalidate<'a>(
     p.metrics.origin_latency.observe(latency.as_secs_f64());
     if response.status() != StatusCode::NOT_MODIFIED {
         p.metrics.cache_result("miss");
-        return admit(p, Method::GET, Some(key), client, response, request_time)
-            .await
-            .map_err(|r| {
-                OriginError::Protocol(format!("response rejected with status {}", r.status()))
-            });
+        return admit(
+            p,
+            Method::GET,
+            Some(key),
+            client,
+            response,
+            request_time,
+            tap,
+        )
+        .await
+        .map_err(|r| {
+            OriginError::Protocol(format!("response rejected with status {}", r.status()))
+        });
     }
     p.metrics.cache_result("revalidated");
     let mut headers = stored_headers;
@@ -621,7 +652,7 @@ fn spawn_revalidation(
             Role::Leader(guard) => guard,
             Role::Follower(_) => return, // someone is already refreshing it
         };
-        match revalidate(&p, &origin, &key, &stored, &client, conn).await {
+        match revalidate(&p, &origin, &key, &stored, &client, conn, None).await {
             Ok(mut fetched) => {
                 fetched.leader = Some(leader);
                 // Drain a streamed body so a storable one completes; the client got the stale copy.
@@ -643,6 +674,7 @@ async fn admit<'a>(
     request: &HeaderMap,
     response: Response<Body>,
     request_time: SystemTime,
+    tap: Option<&BodyTap>,
 ) -> Result<Fetched<'a>, Response<Body>> {
     let response_time = SystemTime::now();
     let (mut parts, body) = response.into_parts();
@@ -689,6 +721,28 @@ async fn admit<'a>(
             last_modified,
         )));
     }
+    let decoded_coding = match coding {
+        StreamCoding::Known(c) => Some(c),
+        _ => None,
+    };
+    if decoded_coding.is_some() {
+        weaken_etag(headers);
+    }
+    let body = match tap {
+        Some(tap) => {
+            let _ = tap.send(TapEvent::Head {
+                status,
+                fields: headers.clone(),
+                decode: decoded_coding,
+                length: declared_length,
+            });
+            let tap = tap.clone();
+            body::tapped(body, move |data| {
+                let _ = tap.send(TapEvent::Data(data.clone()));
+            })
+        }
+        None => body,
+    };
     let bytes = match body::read_up_to(body, limit).await {
         Ok(body::ReadUpTo::Complete(bytes)) => bytes,
         Ok(body::ReadUpTo::Partial(prefix, rest)) => {
@@ -711,10 +765,6 @@ async fn admit<'a>(
         }
     };
     let max_decoded = p.config.limits.max_decoded_body;
-    let decoded_coding = match coding {
-        StreamCoding::Known(c) => Some(c),
-        _ => None,
-    };
     let origin_coded = decoded_coding.map(|c| (c, bytes.clone()));
     let (bytes, hash) =
         tokio::task::spawn_blocking(move || decode_and_hash(decoded_coding, bytes, max_decoded))
@@ -728,9 +778,6 @@ async fn admit<'a>(
                     &format!("origin sent an undecodable body: {e}"),
                 )
             })?;
-    if decoded_coding.is_some() {
-        weaken_etag(headers);
-    }
     let store_plan = match (storable, key, secondary_key) {
         (true, Some(key), Some(secondary_key)) => {
             let freshness = Freshness::new(status, headers, request_time, response_time);

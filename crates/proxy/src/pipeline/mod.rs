@@ -73,7 +73,25 @@ pub struct RequestContext {
     pub resource: String,
     pub conn: ConnInfo,
     pub started: Instant,
+    /// Set by a link exchange that wants to watch the origin's answer arrive while
+    /// `fetch` reads it whole (to cut through when it diverges from a stale copy).
+    pub body_tap: Option<BodyTap>,
 }
+
+/// What a body tap sees: the instance's head (as `fetch` will hand it on), then the
+/// origin's bytes as they arrive, still in the origin's coding (`decode`); `length`
+/// is the coded length the origin declared.
+pub enum TapEvent {
+    Head {
+        status: StatusCode,
+        fields: HeaderMap,
+        decode: Option<ContentCoding>,
+        length: Option<u64>,
+    },
+    Data(Bytes),
+}
+
+pub type BodyTap = tokio::sync::mpsc::UnboundedSender<TapEvent>;
 
 /// The current instance of a resource, as `fetch` yields it.
 pub struct Instance {
@@ -212,6 +230,7 @@ impl Pipeline {
             resource,
             conn,
             started,
+            body_tap: None,
         })
     }
 }
