@@ -108,6 +108,7 @@ DELAYS=(0 5)
 command -v curl >/dev/null || die "needs curl"
 curl -V | grep -qw brotli || die "this curl cannot decode br (curl -V lists no brotli)"
 command -v sha256sum >/dev/null || die "needs sha256sum"
+command -v zstd >/dev/null || die "needs zstd (the floor column's deltas)"
 
 if [[ -z ${WIREFOLD:-} ]]; then
   log "building wirefold (release)"
@@ -158,7 +159,7 @@ fi
 ((${#DIRS[@]} > 0)) || die "no series selected"
 # expected/<series index>: the SHA-256 of each version the origin serves, in order: the
 # same rule as series-origin (at most VERSIONS, evenly spaced, first and last included).
-mkdir -p "$TMP/expected"
+mkdir -p "$TMP/expected" "$TMP/versions" "$TMP/deltas"
 i=0
 for dir in "${DIRS[@]}"; do
   i=$((i + 1))
@@ -169,8 +170,16 @@ for dir in "${DIRS[@]}"; do
   count=$((n < VERSIONS ? n : VERSIONS))
   for ((k = 0; k < count; k++)); do
     index=$(( n <= VERSIONS ? k : (k * (n - 1) + (VERSIONS - 1) / 2) / (VERSIONS - 1) ))
-    sha256sum "$dir/${files[index]}" | cut -d' ' -f1
-  done >"$TMP/expected/$i"
+    echo "$dir/${files[index]}"
+  done >"$TMP/versions/$i"
+  xargs -d '\n' sha256sum <"$TMP/versions/$i" | cut -d' ' -f1 >"$TMP/expected/$i"
+  # deltas/<series index>: line k = bytes of version k as zstd's own delta against
+  # version k-1 (-19 --patch-from): what a delta-based pair must carry at least.
+  prev=
+  while read -r file; do
+    if [[ -z $prev ]]; then echo 0; else zstd -19 -q -c --single-thread --patch-from="$prev" "$file" | wc -c; fi
+    prev=$file
+  done <"$TMP/versions/$i" >"$TMP/deltas/$i"
 done
 log "${#DIRS[@]} series, $VERSIONS versions at most: ${DIRS[*]#"$CORPUS"/}"
 
@@ -236,7 +245,8 @@ run_config() {
       [[ $status == 200 ]] || die "$profile $config $path GET $k: status $status"
       [[ $got == "$want" ]] || die "$profile $config $path GET $k: WRONG BODY (sha256 $got, expected version's $want)"
       if ((k > 1)); then
-        printf '%s\t%s\t%s\t%d\t%s\t%s\n' "$profile" "$config" "$path" "$k" "$seconds" "$bytes"
+        printf '%s\t%s\t%s\t%d\t%s\t%s\t%s\n' "$profile" "$config" "$path" "$k" "$seconds" "$bytes" \
+          "$(sed -n "${k}p" "$TMP/deltas/$i")"
       fi
     done <"$dir/out/$i/times"
     ((k == $(wc -l <"$TMP/expected/$i"))) || die "$profile $config $path: $k GETs answered"
@@ -274,15 +284,31 @@ while ((${#jobs[@]} > 0)); do
 done
 
 # ------------------------------------------------------------- report
+# seconds 160ms → 0.16; bits 28.8kbit → 28800 (the profiles' own notation).
+seconds() { awk -v v="$1" 'BEGIN { n = v + 0; print (v ~ /ms$/) ? n / 1000 : n }'; }
+bits() {
+  awk -v v="$1" 'BEGIN { n = v + 0; print (v ~ /gbit$/) ? n * 1e9 : (v ~ /mbit$/) ? n * 1e6 : (v ~ /kbit$/) ? n * 1e3 : n }'
+}
 mkdir -p "$REPO/bench/results"
 RESULTS=$REPO/bench/results/optimistic-$(date +%Y%m%d-%H%M%S).tsv
 {
-  printf 'profile\tconfig\tseries\tget\tseconds\tbytes\tbaseline_seconds\tratio\n'
+  printf 'profile\tconfig\tseries\tget\tseconds\tbytes\tdelta_bytes\tbaseline_seconds\tratio\tfloor\n'
   for profile in $PROFILES; do
-    # Pair rows get the baseline time of the same page and delay, and their ratio.
-    awk -F'\t' -v OFS='\t' '
-      $2 ~ /^baseline_/ { d = substr($2, 10); base[d, $3, $4] = $5; print $0, "", ""; next }
-      { d = $2; sub(/^[a-z]+_/, "", d); b = base[d, $3, $4]; print $0, b, sprintf("%.4f", $5 / b) }
+    # Pair rows get the baseline time of the same page and delay, their ratio, and
+    # the floor: the best ratio a correct pair could reach on the page. It waits for
+    # the origin and one round trip, carries zstd's delta at the link's TCP payload
+    # rate (1448 of every 1500 bytes), and, holding nothing, also the stale copy (as
+    # long as the direct fetch takes without delay).
+    awk -F'\t' -v OFS='\t' -v one_way="$(seconds "${ONE_WAY[$profile]}")" -v rate="$(bits "${RATE[$profile]}")" '
+      function max(a, b) { return a > b ? a : b }
+      $2 ~ /^baseline_/ { d = substr($2, 10); base[d, $3, $4] = $5; print $0, "", "", ""; next }
+      {
+        d = $2; sub(/^[a-z]+_/, "", d); sub(/s$/, "", d); b = base[d "s", $3, $4]
+        wait = d + 2 * one_way
+        if ($2 ~ /^optimistic_/) wait = max(wait, base["0s", $3, $4])
+        floor = wait + $7 / (rate / 8 * 1448 / 1500)
+        print $0, b, sprintf("%.4f", $5 / b), sprintf("%.4f", floor / b)
+      }
     ' "$TMP/$profile.rows"
   done
 } >"$RESULTS"
@@ -297,7 +323,7 @@ summary() {
 }
 
 echo
-printf '%-8s %-15s %10s %10s %10s %6s\n' profile config mean median max pages
+printf '%-8s %-15s %10s %10s %10s %6s %10s\n' profile config mean median max pages floor
 json=
 for profile in $PROFILES; do
   pjson=
@@ -307,14 +333,16 @@ for profile in $PROFILES; do
   done
   if [[ $PAIR == 1 ]]; then
     for config in simple_0s simple_5s optimistic_0s optimistic_5s; do
-      read -r mean median max pages < <(summary "$profile" "$config" 8)
-      printf '%-8s %-15s %10.3f %10.3f %10.3f %6d\n' "$profile" "$config" "$mean" "$median" "$max" "$pages"
-      pjson+="${pjson:+, }\"$config\": {\"mean\": $mean, \"median\": $median, \"max\": $max, \"pages\": $pages}"
+      read -r mean median max pages < <(summary "$profile" "$config" 9)
+      read -r floor _ < <(summary "$profile" "$config" 10)
+      printf '%-8s %-15s %10.3f %10.3f %10.3f %6d %10.3f\n' "$profile" "$config" "$mean" "$median" "$max" "$pages" "$floor"
+      pjson+="${pjson:+, }\"$config\": {\"mean\": $mean, \"median\": $median, \"max\": $max, \"pages\": $pages, \"floor\": $floor}"
     done
     json+="${json:+, }\"$profile\": {$pjson}"
   fi
 done
-echo "(baseline: seconds per page; pair configurations: pair time / baseline time per page)"
+echo "(baseline: seconds per page; pair configurations: pair time / baseline time per page;"
+echo " floor: the mean best ratio a correct pair could reach, docs/optimistic-bench.md)"
 log "per-page rows: $RESULTS; total $(($(date +%s) - START_TS)) s"
 if [[ $PAIR == 1 ]]; then
   echo "{\"profiles\": {$json}}"

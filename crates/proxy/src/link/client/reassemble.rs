@@ -774,6 +774,30 @@ mod tests {
         assert_eq!(c.delivery, Delivery::Delta);
     }
 
+    /// A stale stream stopped for a FULL one (an abort, or a cut-through of an
+    /// instance that diverged early): the stale bytes are dropped, never shown.
+    #[test]
+    fn stale_prefix_then_full() {
+        let old = b"the stale instance, abandoned".repeat(20);
+        let new = b"an unrelated new instance".repeat(20);
+        let mut frames = stale_frames(&old, &[&old[..100], &old[100..200]]);
+        frames.extend([
+            headers(),
+            Frame::Full {
+                coding: LinkCoding::Coded(ContentCoding::Zstd),
+            },
+        ]);
+        frames.extend(
+            zstd_pieces(&[&new[..50], &new[50..]])
+                .into_iter()
+                .map(Frame::Data),
+        );
+        frames.push(end(&new));
+        let c = current(run(frames, &none()).unwrap());
+        assert_eq!(&c.body[..], &new[..]);
+        assert_eq!(c.delivery, Delivery::Full);
+    }
+
     #[test]
     fn delta_against_a_held_instance() {
         let old = b"held base, version 1".repeat(10);
