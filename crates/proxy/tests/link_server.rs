@@ -597,8 +597,9 @@ async fn cut_through_case(chunked: bool) {
     let (_, frames) = link.get(&url, &[], &[]).await;
     assert!(decode_full(&frames) == v1, "{:?}", names(&frames));
     // The client holds nothing: version 1 goes ahead as stale data, read slowly (a
-    // slow link: 16 KiB per 40 ms, over a second for all of it) so flow control holds it
-    // back; the first part of version 2 arrives at once and differs from the first byte.
+    // slow link: 16 KiB per 60 ms, 1.8 s or more for all of it) so flow control holds
+    // it back; the first part of version 2 arrives at once and differs from the
+    // first byte.
     let req = Request::get(&url)
         .header("wirefold-link", "1")
         .body(Empty::new())
@@ -620,7 +621,7 @@ async fn cut_through_case(chunked: bool) {
                     released = true;
                 }
                 if matches!(frame, Frame::StaleData(_)) {
-                    tokio::time::sleep(Duration::from_millis(40)).await;
+                    tokio::time::sleep(Duration::from_millis(60)).await;
                 }
                 frames.push(frame);
             }

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use codec::cost::Link;
 use codec::dictionary::DictionaryCoding;
 use codec::{ContentCoding, Decoder, Encoder};
@@ -319,7 +319,7 @@ impl Exchange {
                     permit = self.tx.reserve(), if watch.cut.as_ref().is_some_and(|c| !c.outbox.is_empty()) => {
                         let permit = permit.map_err(|_| Gone)?;
                         let cut = watch.cut.as_mut().expect("guarded");
-                        permit.send(Ok(cut.outbox.pop_front().expect("guarded")));
+                        permit.send(Ok(together(cut.outbox.drain(..))));
                     }
                     sent = async { stale.as_mut().expect("guarded").send_next(&self.tx).await },
                         if watch.cut.is_none() && stale.as_ref().is_some_and(|s| !s.complete()) => sent?,
@@ -430,9 +430,8 @@ impl Exchange {
             watch.diverged_early = false;
             return;
         };
-        self.status.store(status.as_u16(), Ordering::Relaxed);
         let level = levels::levels(self.link, stale.bytes.len() as u64).stream;
-        let mut cut = FullStream::new(Some((status, fields)), level);
+        let mut cut = FullStream::new(Some(self.head(status, fields)), level);
         cut.feed(Bytes::from(std::mem::take(&mut watch.received)))
             .await;
         watch.cut = Some(cut);
@@ -555,12 +554,13 @@ impl Exchange {
                         None
                     }
                 };
-                self.send(&Frame::Headers { status, fields }).await?;
-                self.stream_full(body, decode, "full-stream").await
+                let head = self.head(status, fields);
+                self.stream_full(Some(head), body, decode, "full-stream")
+                    .await
             }
             InstanceBody::File { file, len } => {
-                self.send(&Frame::Headers { status, fields }).await?;
-                self.stream_full(body::file(file, 0, len), None, "full-stream")
+                let (head, body) = (self.head(status, fields), body::file(file, 0, len));
+                self.stream_full(Some(head), body, None, "full-stream")
                     .await
             }
             InstanceBody::Empty => self.send_empty(status, fields).await,
@@ -569,17 +569,16 @@ impl Exchange {
 
     /// HEADERS, then an empty FULL body.
     async fn send_empty(&self, status: StatusCode, fields: HeaderMap) -> Result<(), Gone> {
-        self.send(&Frame::Headers { status, fields }).await?;
-        self.send(&Frame::Full {
-            coding: LinkCoding::Identity,
-        })
-        .await?;
         self.p.metrics.link_outcome("empty");
-        self.send(&Frame::End {
+        let full = Frame::Full {
+            coding: LinkCoding::Identity,
+        };
+        let end = Frame::End {
             hash: Hash::of(b""),
             length: 0,
-        })
-        .await
+        };
+        self.send_together([self.head(status, fields), full.encode(), end.encode()])
+            .await
     }
 
     async fn answer_whole(
@@ -592,16 +591,16 @@ impl Exchange {
         let metrics = &self.p.metrics;
         let content_type = content_type(&fields);
         if self.have.contains(&hash) {
-            self.send(&Frame::Headers { status, fields }).await?;
-            self.send(&Frame::Confirm { hash }).await?;
+            self.send_together([self.head(status, fields), Frame::Confirm { hash }.encode()])
+                .await?;
             metrics.link_outcome("confirm");
             metrics.record_body("link-confirm", &content_type, bytes.len() as u64, 0);
             return Ok(());
         }
         if let Some(s) = stale.as_mut().filter(|s| s.hash == hash) {
             s.finish(&self.tx).await?;
-            self.send(&Frame::Headers { status, fields }).await?;
-            self.send(&Frame::Confirm { hash }).await?;
+            self.send_together([self.head(status, fields), Frame::Confirm { hash }.encode()])
+                .await?;
             metrics.link_outcome("stale-confirmed");
             metrics.record_body(
                 "link-stale-confirmed",
@@ -628,73 +627,52 @@ impl Exchange {
         .await
         .expect("encoding does not panic");
         let stale_sent = stale.as_ref().map_or(0, |s| s.sent_coded as u64);
-        let (outcome, sent) = match best.ending {
+        let dcz = |base, base_len| Frame::Delta {
+            format: DeltaFormat::Dcz,
+            base,
+            base_len,
+        };
+        let (outcome, sent, opening, body) = match best.ending {
             Ending::ContinueStale { delta } => {
                 let s = stale.as_mut().expect("only offered with a stale stream");
                 s.finish(&self.tx).await?;
-                let (base, base_len) = (s.hash, s.bytes.len() as u64);
-                self.send(&Frame::Headers { status, fields }).await?;
-                self.send(&Frame::Delta {
-                    format: DeltaFormat::Dcz,
-                    base,
-                    base_len,
-                })
-                .await?;
-                self.send_data(&delta).await?;
-                ("stale-delta", s.sent_coded as u64 + delta.len() as u64)
+                let sent = s.sent_coded as u64 + delta.len() as u64;
+                let opening = dcz(s.hash, s.bytes.len() as u64);
+                ("stale-delta", sent, opening, Bytes::from(delta))
             }
             Ending::PrefixOfStale { delta, base_len } => {
-                let base = stale
-                    .as_ref()
-                    .expect("only offered with a stale stream")
-                    .hash;
-                self.send(&Frame::Headers { status, fields }).await?;
-                self.send(&Frame::Delta {
-                    format: DeltaFormat::Dcz,
-                    base,
-                    base_len,
-                })
-                .await?;
-                self.send_data(&delta).await?;
-                ("stale-prefix-delta", stale_sent + delta.len() as u64)
+                let base = stale.as_ref().expect("only offered with a stale stream");
+                let sent = stale_sent + delta.len() as u64;
+                let opening = dcz(base.hash, base_len);
+                ("stale-prefix-delta", sent, opening, Bytes::from(delta))
             }
             Ending::Held {
                 base,
                 base_len,
                 delta,
             } => {
-                self.send(&Frame::Headers { status, fields }).await?;
-                self.send(&Frame::Delta {
-                    format: DeltaFormat::Dcz,
-                    base,
-                    base_len,
-                })
-                .await?;
-                self.send_data(&delta).await?;
-                ("delta", stale_sent + delta.len() as u64)
+                let sent = stale_sent + delta.len() as u64;
+                ("delta", sent, dcz(base, base_len), Bytes::from(delta))
             }
             Ending::Full { coding, coded } => {
-                self.send(&Frame::Headers { status, fields }).await?;
-                self.send(&Frame::Full {
+                let outcome = if stale.is_some() {
+                    "stale-aborted-full"
+                } else {
+                    "full"
+                };
+                let opening = Frame::Full {
                     coding: LinkCoding::Coded(coding),
-                })
-                .await?;
-                self.send_data(&coded).await?;
-                (
-                    if stale.is_some() {
-                        "stale-aborted-full"
-                    } else {
-                        "full"
-                    },
-                    stale_sent + coded.len() as u64,
-                )
+                };
+                (outcome, stale_sent + coded.len() as u64, opening, coded)
             }
         };
-        self.send(&Frame::End {
+        let end = Frame::End {
             hash,
             length: bytes.len() as u64,
-        })
-        .await?;
+        };
+        let head = [self.head(status, fields), opening.encode()];
+        let frames = head.into_iter().chain(frame::data_frames(&body));
+        self.send_together(frames.chain([end.encode()])).await?;
         metrics.link_outcome(outcome);
         metrics.record_body(
             &format!("link-{outcome}"),
@@ -734,9 +712,10 @@ impl Exchange {
     }
 
     /// Streams a body as FULL DATA frames (decoding the origin's coding first),
-    /// hashing what it sends, then END.
+    /// hashing what it sends, then END; after `head` (HEADERS) when given.
     async fn stream_full(
         &self,
+        head: Option<Bytes>,
         body: Body,
         decode: Option<ContentCoding>,
         outcome: &'static str,
@@ -745,7 +724,7 @@ impl Exchange {
         let level = levels::levels(self.link, limits.max_buffered_body as u64).stream;
         self.p.metrics.link_outcome(outcome);
         let decoder = decode.map(|c| Decoder::new(c, limits.max_decoded_body));
-        self.pump_full(FullStream::new(None, level), body, decoder, 0)
+        self.pump_full(FullStream::new(head, level), body, decoder, 0)
             .await
     }
 
@@ -782,9 +761,7 @@ impl Exchange {
                 }
             };
             full.feed(data).await;
-            while let Some(frame) = full.outbox.pop_front() {
-                self.tx.send(Ok(frame)).await.map_err(|_| Gone)?;
-            }
+            self.send_together(full.outbox.drain(..)).await?;
         }
         if let Some(decoder) = decoder {
             match decoder.finish() {
@@ -801,10 +778,9 @@ impl Exchange {
     /// Sends what `full` still holds, the end of its coded stream, and END.
     async fn end_full(&self, full: FullStream) -> Result<(), Gone> {
         let (frames, hash, length) = full.finish().await;
-        for frame in frames {
-            self.tx.send(Ok(frame)).await.map_err(|_| Gone)?;
-        }
-        self.send(&Frame::End { hash, length }).await
+        let end = Frame::End { hash, length };
+        self.send_together(frames.into_iter().chain([end.encode()]))
+            .await
     }
 
     /// A finished response from the pipeline (origin failure, 404, 405 …), relayed
@@ -813,21 +789,17 @@ impl Exchange {
         let (parts, body) = response.into_parts();
         let mut fields = parts.headers;
         fields.remove(header::CONTENT_LENGTH);
-        self.send(&Frame::Headers {
-            status: parts.status,
-            fields,
-        })
-        .await?;
-        self.stream_full(body, None, "relayed").await
+        let head = self.head(parts.status, fields);
+        self.stream_full(Some(head), body, None, "relayed").await
     }
 
     async fn fail(&self, status: StatusCode, message: &str) -> Result<(), Gone> {
         self.p.metrics.link_outcome("error");
-        self.send(&Frame::Error {
+        let error = Frame::Error {
             status,
             message: message.to_string(),
-        })
-        .await
+        };
+        self.send_together([error.encode()]).await
     }
 
     /// Instances of pages the cache may not reuse (no-cache, no validators, no
@@ -885,18 +857,17 @@ impl Exchange {
         }
     }
 
-    async fn send(&self, frame: &Frame) -> Result<(), Gone> {
-        if let Frame::Headers { status, .. } = frame {
-            self.status.store(status.as_u16(), Ordering::Relaxed);
-        }
-        self.tx.send(Ok(frame.encode())).await.map_err(|_| Gone)
+    /// HEADERS, encoded; the status is kept for the request's metrics.
+    fn head(&self, status: StatusCode, fields: HeaderMap) -> Bytes {
+        self.status.store(status.as_u16(), Ordering::Relaxed);
+        Frame::Headers { status, fields }.encode()
     }
 
-    async fn send_data(&self, bytes: &[u8]) -> Result<(), Gone> {
-        for frame in frame::data_frames(bytes) {
-            self.tx.send(Ok(frame)).await.map_err(|_| Gone)?;
-        }
-        Ok(())
+    /// Sends encoded frames that are ready together as one body chunk. Each chunk is
+    /// an HTTP/2 write of its own, and on a slow link a lone small frame costs its own
+    /// TLS record and TCP segment (52 bytes of headers are 15 ms at 28.8 kbit/s).
+    async fn send_together(&self, frames: impl IntoIterator<Item = Bytes>) -> Result<(), Gone> {
+        self.tx.send(Ok(together(frames))).await.map_err(|_| Gone)
     }
 }
 
@@ -1051,9 +1022,8 @@ struct FullStream {
 }
 
 impl FullStream {
-    /// Starts with HEADERS (when `head` is given) and FULL queued.
-    fn new(head: Option<(StatusCode, HeaderMap)>, (coding, level): (ContentCoding, u32)) -> Self {
-        let headers = head.map(|(status, fields)| Frame::Headers { status, fields });
+    /// Starts with `head` (encoded HEADERS, when given) and FULL queued.
+    fn new(head: Option<Bytes>, (coding, level): (ContentCoding, u32)) -> Self {
         let full = Frame::Full {
             coding: LinkCoding::Coded(coding),
         };
@@ -1061,7 +1031,7 @@ impl FullStream {
             encoder: Some(Encoder::new(coding, level)),
             sha: Sha256::new(),
             fed: 0,
-            outbox: headers.iter().chain([&full]).map(Frame::encode).collect(),
+            outbox: head.into_iter().chain([full.encode()]).collect(),
         }
     }
 
@@ -1098,6 +1068,15 @@ impl FullStream {
         self.outbox.extend(frame::data_frames(&tail));
         (self.outbox, hash, self.fed)
     }
+}
+
+/// Encoded frames as one body chunk.
+fn together(frames: impl IntoIterator<Item = Bytes>) -> Bytes {
+    let mut chunk = BytesMut::new();
+    for frame in frames {
+        chunk.extend_from_slice(&frame);
+    }
+    chunk.freeze()
 }
 
 /// A second handle on a `Whole` instance (its bytes are shared, not copied).
