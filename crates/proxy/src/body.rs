@@ -204,15 +204,55 @@ pub fn file(mut file: tokio::fs::File, start: u64, len: u64) -> Body {
     body
 }
 
-/// Shows `each` every data frame as it goes through, unchanged.
-pub fn tapped(body: Body, each: impl Fn(&Bytes) + Send + 'static) -> Body {
-    body.map_frame(move |frame| {
-        if let Some(data) = frame.data_ref() {
-            each(data);
-        }
-        frame
-    })
+/// Shows `each` every data frame as it goes through, unchanged, then `None` once
+/// the body has ended.
+pub fn tapped(body: Body, each: impl Fn(Option<&Bytes>) + Send + Unpin + 'static) -> Body {
+    Tapped {
+        inner: body,
+        each,
+        ended: false,
+    }
     .boxed_unsync()
+}
+
+struct Tapped<F> {
+    inner: Body,
+    each: F,
+    ended: bool,
+}
+
+impl<F: Fn(Option<&Bytes>) + Unpin> HttpBody for Tapped<F> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    (this.each)(Some(data));
+                }
+            }
+            Poll::Ready(None) if !this.ended => {
+                this.ended = true;
+                (this.each)(None);
+            }
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Calls `done` with the number of data bytes that went through, once the body ends

@@ -525,18 +525,22 @@ async fn a_chunked_answer_that_outgrows_the_buffer_after_a_cut_through_streams_o
 /// Version 2 of a 1 MiB page arrives in two parts: 128 KiB at once, the rest only
 /// once the client has seen new data. `chunked`: without a declared length, and the
 /// rest outgrows the buffer (512 KiB, which version 1 fits) while the cut-through runs.
+/// The page is one the cache may not keep (`Vary: *`); version 3 differs from
+/// version 2 in one byte.
 async fn cut_through_case(chunked: bool) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let v1_len = if chunked { 480 << 10 } else { 1 << 20 };
     let (v1, v2) = (noise(1, v1_len), noise(2, 1 << 20));
+    let mut v3 = v2.clone();
+    v3[1000] ^= 0xff;
     let first_part = 128 << 10;
     let requests = Arc::new(AtomicUsize::new(0));
     let release_rest = Arc::new(tokio::sync::Notify::new());
     let script = {
-        let (v1, v2) = (v1.clone(), v2.clone());
+        let versions = [v1.clone(), v2.clone(), v3.clone()];
         let (requests, release_rest) = (requests.clone(), release_rest.clone());
         move |mut stream: tokio::net::TcpStream| {
-            let (v1, v2) = (v1.clone(), v2.clone());
+            let versions = versions.clone();
             let (requests, release_rest) = (requests.clone(), release_rest.clone());
             async move {
                 let mut head = Vec::new();
@@ -547,22 +551,22 @@ async fn cut_through_case(chunked: bool) {
                     }
                     head.push(byte[0]);
                 }
-                let first = requests.fetch_add(1, Ordering::SeqCst) == 0;
-                let body = if first { v1 } else { v2 };
+                let n = requests.fetch_add(1, Ordering::SeqCst).min(2);
+                let body = &versions[n];
                 let framing = if chunked {
                     "transfer-encoding: chunked".to_string()
                 } else {
                     format!("content-length: {}", body.len())
                 };
                 let head = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncache-control: no-cache\r\n\
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nvary: *\r\n\
                      {framing}\r\nconnection: close\r\n\r\n"
                 );
                 stream.write_all(head.as_bytes()).await.unwrap();
-                let parts = if first {
-                    vec![&body[..]]
-                } else {
+                let parts = if n == 1 {
                     vec![&body[..first_part], &body[first_part..]]
+                } else {
+                    vec![&body[..]]
                 };
                 for (i, part) in parts.iter().enumerate() {
                     if i > 0 {
@@ -660,4 +664,121 @@ async fn cut_through_case(chunked: bool) {
         stale_sent < v1.len(),
         "the stale stream stopped early: {stale_sent} bytes"
     );
+
+    if chunked {
+        return; // too big for the buffer: no base is kept
+    }
+    // What was cut through is kept as a base like any other answer.
+    let (_, frames) = link.get(&url, &[Hash::of(&v2)], &[]).await;
+    assert_eq!(names(&frames), ["HEADERS", "DELTA", "DATA", "END"]);
+    assert_eq!(end_hash(&frames), Hash::of(&v3));
+}
+
+/// An error page that arrives slowly is never cut through: a stored copy may yet
+/// stand in for it (stale-if-error) once it is in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_error_page_is_not_cut_through() {
+    let error_page = noise(2, 512 << 10);
+    let (frames, cut) = slow_second_answer("503 Service Unavailable", error_page.clone()).await;
+    let status = frames.iter().find_map(|f| match f {
+        Frame::Headers { status, .. } => Some(*status),
+        _ => None,
+    });
+    assert_eq!(status, Some(StatusCode::SERVICE_UNAVAILABLE));
+    assert!(decode_full(&frames) == error_page, "{:?}", names(&frames));
+    assert!(!cut, "an error page was cut through");
+}
+
+/// A slow page that differs from the stale one only by an early edit (a nonce) is
+/// not cut through: the delta once it is in is far smaller than the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_page_with_an_early_edit_is_patched_not_cut_through() {
+    let mut edited = noise(1, 512 << 10);
+    edited[10..26].copy_from_slice(b"nonce=0123456789");
+    let (frames, cut) = slow_second_answer("200 OK", edited.clone()).await;
+    assert!(!cut, "a small early edit was cut through");
+    assert_eq!(
+        names(&frames),
+        [
+            "STALE_BEGIN",
+            "STALE_DATA",
+            "HEADERS",
+            "DELTA",
+            "DATA",
+            "END"
+        ]
+    );
+    assert_eq!(end_hash(&frames), Hash::of(&edited));
+}
+
+/// A 512 KiB page (noise), then `second` with `status`, whose body pauses 400 ms
+/// after its first 128 KiB; the second request holds nothing, so the first page
+/// streams as stale data to a slowly reading client meanwhile. Returns the second
+/// answer's frames and whether the server cut through.
+async fn slow_second_answer(status: &'static str, second: Vec<u8>) -> (Vec<Frame>, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let page = noise(1, 512 << 10);
+    let requests = Arc::new(AtomicUsize::new(0));
+    let script = {
+        let (page, second, requests) = (page.clone(), second.clone(), requests.clone());
+        move |mut stream: tokio::net::TcpStream| {
+            let (page, second) = (page.clone(), second.clone());
+            let first = requests.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let (status, body) = if first {
+                    ("200 OK", page)
+                } else {
+                    (status, second)
+                };
+                let head = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: text/html\r\nvary: *\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                stream.write_all(head.as_bytes()).await.unwrap();
+                stream.write_all(&body[..128 << 10]).await.unwrap();
+                if !first {
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                }
+                stream.write_all(&body[128 << 10..]).await.unwrap();
+            }
+        }
+    };
+    let origin = raw_origin(script).await;
+    let server = link_server(|c| c.link.min_origin_wait_ms = 0).await;
+    let mut link = Link::connect_with_window(&server, 64 << 10).await;
+    let url = format!("http://{origin}/slow");
+    let (_, frames) = link.get(&url, &[], &[]).await;
+    assert!(decode_full(&frames) == page, "{:?}", names(&frames));
+
+    let req = Request::get(&url)
+        .header("wirefold-link", "1")
+        .body(Empty::new())
+        .unwrap();
+    let mut body = link.sender.send_request(req).await.unwrap().into_body();
+    let (mut reader, mut frames) = (FrameReader::default(), Vec::new());
+    while let Some(chunk) = body.frame().await {
+        if let Ok(data) = chunk.unwrap().into_data() {
+            reader.push(&data);
+        }
+        while let Some(frame) = reader.next_frame().unwrap() {
+            if matches!(frame, Frame::StaleData(_)) {
+                tokio::time::sleep(Duration::from_millis(60)).await; // a slow link
+            }
+            frames.push(frame);
+        }
+    }
+    let (_, metrics) =
+        proxy::server::call_admin(server.running.admin_addr, http::Method::GET, "/metrics")
+            .await
+            .unwrap();
+    (frames, metrics.contains("result=\"cut-through\""))
 }

@@ -192,12 +192,16 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
     };
     tokio::spawn(async move {
         let (p, status) = (exchange.p.clone(), exchange.status.clone());
-        if let Err(Gone) = exchange.run(req).await {
-            tracing::debug!("client proxy went away mid-response");
-        }
-        // The browser's status; 499 (nginx's "client closed") if none was sent.
-        let status = StatusCode::from_u16(status.load(Ordering::Relaxed))
-            .unwrap_or(StatusCode::from_u16(499).expect("a valid status"));
+        let client_closed = StatusCode::from_u16(499).expect("a valid status");
+        // The browser's status; 499 (nginx's "client closed") if the answer did not
+        // get through.
+        let status = match exchange.run(req).await {
+            Ok(()) => StatusCode::from_u16(status.load(Ordering::Relaxed)).unwrap_or(client_closed),
+            Err(Gone) => {
+                tracing::debug!("client proxy went away mid-response");
+                client_closed
+            }
+        };
         p.metrics.record_request(&method, status, started.elapsed());
     });
     let mut response = Response::new(body);
@@ -306,10 +310,6 @@ impl Exchange {
                 tokio::select! {
                     biased;
                     fetched = &mut fetch => break fetched,
-                    Some(event) = tapped.recv() => {
-                        let stale = stale.as_ref().expect("only a stale stream taps");
-                        self.watch_origin(&mut watch, event, stale).await;
-                    }
                     _ = tokio::time::sleep_until(cut_due.unwrap_or(far).into()), if cut_due.is_some() => {
                         let stale = stale.as_ref().expect("only a stale stream taps");
                         self.start_cut_through(&mut watch, stale).await;
@@ -321,15 +321,16 @@ impl Exchange {
                         let cut = watch.cut.as_mut().expect("guarded");
                         permit.send(Ok(together(cut.outbox.drain(..))));
                     }
+                    Some(event) = tapped.recv() => {
+                        let stale = stale.as_ref().expect("only a stale stream taps");
+                        self.watch_origin(&mut watch, event, stale).await;
+                    }
                     sent = async { stale.as_mut().expect("guarded").send_next(&self.tx).await },
                         if watch.cut.is_none() && stale.as_ref().is_some_and(|s| !s.complete()) => sent?,
                 }
             }
         };
         drop(tapped);
-        if watch.cut.is_some() {
-            return self.finish_cut_through(watch, fetched).await;
-        }
         let fetched = match fetched {
             Ok(fetched) => fetched,
             Err(response) => {
@@ -339,6 +340,13 @@ impl Exchange {
                     StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT
                 ) {
                     p.link.waits.record(&self.ctx.site, started.elapsed());
+                }
+                if watch.cut.is_some() {
+                    let message = format!(
+                        "the origin's answer failed after it began: {}",
+                        response.status()
+                    );
+                    return self.fail(StatusCode::BAD_GATEWAY, &message).await;
                 }
                 return self.relay_error(response).await;
             }
@@ -360,7 +368,10 @@ impl Exchange {
                     if let Some(base) = base {
                         self.keep_base(base).await;
                     }
-                    self.answer(instance, stale).await
+                    match watch.cut {
+                        Some(cut) => self.finish_cut_through(cut, instance).await,
+                        None => self.answer(instance, stale).await,
+                    }
                 };
                 let remember = async {
                     remember::remember(&p, fetched).await;
@@ -371,14 +382,18 @@ impl Exchange {
             }
             None => {
                 let instance = remember::remember(&p, fetched).await;
-                self.answer(instance, stale).await
+                match watch.cut.take() {
+                    Some(cut) => self.resume_cut_through(cut, watch, instance).await,
+                    None => self.answer(instance, stale).await,
+                }
             }
         }
     }
 
-    /// Follows the origin's answer as `fetch` reads it. When the new instance differs
-    /// from the stale one in its first half, the stale stream stops and the new data
-    /// goes to the client as it arrives (FULL), instead of after the whole body.
+    /// Follows the origin's answer as `fetch` reads it. When a new 200 differs from
+    /// the stale instance in its first half (and shares little with it), the stale
+    /// stream stops and the new data goes to the client as it arrives (FULL),
+    /// instead of after the whole body (docs/link-protocol.md).
     async fn watch_origin(&self, watch: &mut OriginWatch, event: TapEvent, stale: &StaleStream) {
         let data = match event {
             TapEvent::Head {
@@ -387,12 +402,22 @@ impl Exchange {
                 decode,
                 length,
             } => {
+                // Only a new 200 replaces the stale 200; anything else may yet be
+                // replaced by a stored copy (stale-if-error) once it is in.
+                if status != StatusCode::OK {
+                    return watch.settle();
+                }
                 let limit = self.p.config.limits.max_decoded_body;
                 watch.decoder = decode.map(|coding| Decoder::new(coding, limit));
                 watch.head = Some((status, fields));
                 watch.length = length;
                 return;
             }
+            TapEvent::End => {
+                watch.ended = true;
+                return;
+            }
+            TapEvent::Data(_) if watch.settled => return,
             TapEvent::Data(data) => data,
         };
         watch.coded += data.len() as u64;
@@ -414,6 +439,10 @@ impl Exchange {
         let diverged = (watch.compared..common).find(|&i| watch.received[i] != stale_bytes[i]);
         watch.compared = common;
         watch.diverged_early |= diverged.is_some_and(|at| at < stale_bytes.len() / 2);
+        if !watch.diverged_early && watch.compared >= stale_bytes.len() / 2 {
+            // The first half is the same: no early divergence can come any more.
+            return watch.settle();
+        }
         if watch.cut_due().is_some_and(|due| Instant::now() >= due) {
             self.start_cut_through(watch, stale).await;
         }
@@ -423,59 +452,64 @@ impl Exchange {
     /// has arrived of it so far; the rest follows as it comes.
     async fn start_cut_through(&self, watch: &mut OriginWatch, stale: &StaleStream) {
         if stale.complete() {
-            watch.diverged_early = false; // all of it is with the client: a delta will do
-            return;
+            return watch.settle(); // all of it is with the client: a delta will do
         }
         let Some((status, fields)) = watch.head.take() else {
-            watch.diverged_early = false;
-            return;
+            return watch.settle();
         };
+        let received = Bytes::from(std::mem::take(&mut watch.received));
+        let (arrived, old) = (received.clone(), stale.bytes.clone());
+        let unlike = tokio::task::spawn_blocking(move || shares_little(&arrived, &old))
+            .await
+            .expect("compression does not panic");
+        if !unlike {
+            // A small edit early on (a nonce, a date): the delta chosen once the
+            // answer is in will be small.
+            return watch.settle();
+        }
         let level = levels::levels(self.link, stale.bytes.len() as u64).stream;
         let mut cut = FullStream::new(Some(self.head(status, fields)), level);
-        cut.feed(Bytes::from(std::mem::take(&mut watch.received)))
-            .await;
+        cut.feed(received).await;
         watch.cut = Some(cut);
     }
 
-    /// Ends a cut-through: the rest of the instance `fetch` read (and `remember`
-    /// keeps), then END. A body of undeclared length that outgrew the buffer goes on
-    /// streaming from where the watch left off.
-    async fn finish_cut_through(
-        self,
-        mut watch: OriginWatch,
-        fetched: Result<fetch::Fetched<'_>, Response<Body>>,
-    ) -> Result<(), Gone> {
-        let mut cut = watch.cut.take().expect("a cut-through is running");
-        self.p.metrics.link_outcome("cut-through");
+    /// Ends a cut-through with the rest of the instance `fetch` read whole, then END.
+    async fn finish_cut_through(self, mut cut: FullStream, instance: Instance) -> Result<(), Gone> {
         let changed = "the origin's answer changed under us";
-        let fetched = match fetched {
-            Ok(fetched) => fetched,
-            Err(response) => {
-                let message = format!(
-                    "the origin's answer failed after it began: {}",
-                    response.status()
-                );
-                return self.fail(StatusCode::BAD_GATEWAY, &message).await;
-            }
+        let InstanceBody::Whole { bytes, hash } = instance.body else {
+            unreachable!("a whole copy")
         };
-        let instance = remember::remember(&self.p, fetched).await;
+        // `fetch` may hand on another instance than the one that began arriving (a
+        // stored copy, under stale-if-error): what went out cannot be taken back.
+        if cut.fed > bytes.len() as u64 {
+            return self.fail(StatusCode::BAD_GATEWAY, changed).await;
+        }
+        cut.feed(bytes.slice(cut.fed as usize..)).await;
+        if cut.hash() != hash {
+            return self.fail(StatusCode::BAD_GATEWAY, changed).await;
+        }
+        self.end_full(cut, "cut-through").await
+    }
+
+    /// Ends a cut-through of a body of undeclared length that outgrew the buffer:
+    /// it streams on from where the watch left off.
+    async fn resume_cut_through(
+        self,
+        cut: FullStream,
+        watch: OriginWatch,
+        instance: Instance,
+    ) -> Result<(), Gone> {
         match instance.body {
-            InstanceBody::Whole { bytes, hash } => {
-                if cut.fed > bytes.len() as u64 {
-                    return self.fail(StatusCode::BAD_GATEWAY, changed).await;
-                }
-                cut.feed(bytes.slice(cut.fed as usize..)).await;
-                if cut.hash() != hash {
-                    return self.fail(StatusCode::BAD_GATEWAY, changed).await;
-                }
-                self.end_full(cut).await
-            }
+            // The body starts again from its first byte; the watch has decoded and
+            // fed the first `watch.coded` of them.
             InstanceBody::Stream { body, .. } => {
-                // The body starts again from its first byte; the watch has decoded
-                // and fed the first `watch.coded` of them.
-                self.pump_full(cut, body, watch.decoder, watch.coded).await
+                self.pump_full(cut, body, watch.decoder, watch.coded, "cut-through")
+                    .await
             }
-            _ => self.fail(StatusCode::BAD_GATEWAY, changed).await,
+            _ => {
+                let changed = "the origin's answer changed under us";
+                self.fail(StatusCode::BAD_GATEWAY, changed).await
+            }
         }
     }
 
@@ -722,9 +756,8 @@ impl Exchange {
     ) -> Result<(), Gone> {
         let limits = &self.p.config.limits;
         let level = levels::levels(self.link, limits.max_buffered_body as u64).stream;
-        self.p.metrics.link_outcome(outcome);
         let decoder = decode.map(|c| Decoder::new(c, limits.max_decoded_body));
-        self.pump_full(FullStream::new(head, level), body, decoder, 0)
+        self.pump_full(FullStream::new(head, level), body, decoder, 0, outcome)
             .await
     }
 
@@ -736,6 +769,7 @@ impl Exchange {
         mut body: Body,
         mut decoder: Option<Decoder>,
         mut skip: u64,
+        outcome: &'static str,
     ) -> Result<(), Gone> {
         while let Some(frame) = body.frame().await {
             let mut data = match frame.map(|f| f.into_data()) {
@@ -772,15 +806,17 @@ impl Exchange {
                 }
             }
         }
-        self.end_full(full).await
+        self.end_full(full, outcome).await
     }
 
     /// Sends what `full` still holds, the end of its coded stream, and END.
-    async fn end_full(&self, full: FullStream) -> Result<(), Gone> {
+    async fn end_full(&self, full: FullStream, outcome: &'static str) -> Result<(), Gone> {
         let (frames, hash, length) = full.finish().await;
         let end = Frame::End { hash, length };
         self.send_together(frames.into_iter().chain([end.encode()]))
-            .await
+            .await?;
+        self.p.metrics.link_outcome(outcome);
+        Ok(())
     }
 
     /// A finished response from the pipeline (origin failure, 404, 405 …), relayed
@@ -795,6 +831,7 @@ impl Exchange {
 
     async fn fail(&self, status: StatusCode, message: &str) -> Result<(), Gone> {
         self.p.metrics.link_outcome("error");
+        self.status.store(status.as_u16(), Ordering::Relaxed);
         let error = Frame::Error {
             status,
             message: message.to_string(),
@@ -867,7 +904,20 @@ impl Exchange {
     /// an HTTP/2 write of its own, and on a slow link a lone small frame costs its own
     /// TLS record and TCP segment (52 bytes of headers are 15 ms at 28.8 kbit/s).
     async fn send_together(&self, frames: impl IntoIterator<Item = Bytes>) -> Result<(), Gone> {
-        self.tx.send(Ok(together(frames))).await.map_err(|_| Gone)
+        let mut pending = Vec::new();
+        for frame in frames {
+            let big = frame.len() >= TOGETHER;
+            pending.push(frame);
+            // A big frame closes a chunk: later ones are not copied onto it.
+            if big {
+                let chunk = together(std::mem::take(&mut pending));
+                self.tx.send(Ok(chunk)).await.map_err(|_| Gone)?;
+            }
+        }
+        if pending.is_empty() {
+            return Ok(());
+        }
+        self.tx.send(Ok(together(pending))).await.map_err(|_| Gone)
     }
 }
 
@@ -987,6 +1037,10 @@ struct OriginWatch {
     first_data: Option<Instant>,
     /// The new instance differs from the stale one within the stale one's first half.
     diverged_early: bool,
+    /// The origin's body has ended.
+    ended: bool,
+    /// No cut-through can come any more: the rest of the answer is not watched.
+    settled: bool,
     cut: Option<FullStream>,
 }
 
@@ -996,10 +1050,18 @@ struct OriginWatch {
 const ARRIVING: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl OriginWatch {
+    /// Stops watching (and holding what arrived).
+    fn settle(&mut self) {
+        self.settled = true;
+        self.diverged_early = false;
+        self.decoder = None;
+        self.received = Vec::new();
+    }
+
     /// When to start cutting through, if the new instance diverged early and its
     /// body is still on its way.
     fn cut_due(&self) -> Option<Instant> {
-        let more_to_come = self.length.is_none_or(|length| self.coded < length);
+        let more_to_come = !self.ended && self.length.is_none_or(|length| self.coded < length);
         match (
             self.diverged_early && more_to_come && self.cut.is_none(),
             self.first_data,
@@ -1070,9 +1132,25 @@ impl FullStream {
     }
 }
 
-/// Encoded frames as one body chunk.
+/// Whether `arrived` shares little with `stale`: a delta against it would not even
+/// halve plain compression, so sending the new bytes as they come loses nothing.
+fn shares_little(arrived: &[u8], stale: &[u8]) -> bool {
+    let delta = codec::dictionary::encode(DictionaryCoding::Dcz, 3, stale, arrived);
+    let mut plain = Encoder::new(ContentCoding::Zstd, 3);
+    plain.write(arrived);
+    delta.len() * 2 > plain.finish().len()
+}
+
+/// Frames from this size on end the chunk they join.
+const TOGETHER: usize = 16 * 1024;
+
+/// Encoded frames as one body chunk (a lone frame as it is).
 fn together(frames: impl IntoIterator<Item = Bytes>) -> Bytes {
-    let mut chunk = BytesMut::new();
+    let mut frames: Vec<Bytes> = frames.into_iter().collect();
+    if frames.len() == 1 {
+        return frames.pop().expect("one frame");
+    }
+    let mut chunk = BytesMut::with_capacity(frames.iter().map(Bytes::len).sum());
     for frame in frames {
         chunk.extend_from_slice(&frame);
     }

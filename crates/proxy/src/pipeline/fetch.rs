@@ -725,20 +725,21 @@ async fn admit<'a>(
         StreamCoding::Known(c) => Some(c),
         _ => None,
     };
-    if decoded_coding.is_some() {
-        weaken_etag(headers);
-    }
     let body = match tap {
         Some(tap) => {
+            let mut fields = headers.clone();
+            if decoded_coding.is_some() {
+                weaken_etag(&mut fields);
+            }
             let _ = tap.send(TapEvent::Head {
                 status,
-                fields: headers.clone(),
+                fields,
                 decode: decoded_coding,
                 length: declared_length,
             });
             let tap = tap.clone();
             body::tapped(body, move |data| {
-                let _ = tap.send(TapEvent::Data(data.clone()));
+                let _ = tap.send(data.map_or(TapEvent::End, |d| TapEvent::Data(d.clone())));
             })
         }
         None => body,
@@ -764,6 +765,9 @@ async fn admit<'a>(
             ));
         }
     };
+    if decoded_coding.is_some() {
+        weaken_etag(headers);
+    }
     let max_decoded = p.config.limits.max_decoded_body;
     let origin_coded = decoded_coding.map(|c| (c, bytes.clone()));
     let (bytes, hash) =

@@ -79,8 +79,8 @@ pub struct RequestContext {
 }
 
 /// What a body tap sees: the instance's head (as `fetch` will hand it on), then the
-/// origin's bytes as they arrive, still in the origin's coding (`decode`); `length`
-/// is the coded length the origin declared.
+/// origin's bytes as they arrive, still in the origin's coding (`decode`), then the
+/// body's end; `length` is the coded length the origin declared.
 pub enum TapEvent {
     Head {
         status: StatusCode,
@@ -89,6 +89,7 @@ pub enum TapEvent {
         length: Option<u64>,
     },
     Data(Bytes),
+    End,
 }
 
 pub type BodyTap = tokio::sync::mpsc::UnboundedSender<TapEvent>;
