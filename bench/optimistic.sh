@@ -178,7 +178,13 @@ for dir in "${DIRS[@]}"; do
   # version k-1 (-19 --patch-from): what a delta-based pair must carry at least.
   prev=
   while read -r file; do
-    if [[ -z $prev ]]; then echo 0; else zstd -19 -q -c --single-thread --patch-from="$prev" "$file" | wc -c; fi
+    if [[ -z $prev ]]; then
+      echo 0
+    else
+      # -qq: zstd 1.5 prints tuning notes for --patch-from even with -q.
+      zstd -19 -qq -c --single-thread --patch-from="$prev" "$file" | wc -c ||
+        die "zstd could not make a delta of $file"
+    fi
     prev=$file
   done <"$TMP/versions/$i" >"$TMP/deltas/$i"
 done
@@ -299,7 +305,8 @@ RESULTS=$REPO/bench/results/optimistic-$(date +%Y%m%d-%H%M%S).tsv
     # the floor: the best ratio a correct pair could reach on the page. It waits for
     # the origin and one round trip, carries zstd's delta at the link's TCP payload
     # rate (1448 of every 1500 bytes), and, holding nothing, also the stale copy (as
-    # long as the direct fetch takes without delay).
+    # long as the direct fetch takes without delay), unless sending the page whole
+    # after the origin's answer, as the direct fetch does, is faster.
     awk -F'\t' -v OFS='\t' -v one_way="$(seconds "${ONE_WAY[$profile]}")" -v rate="$(bits "${RATE[$profile]}")" '
       function max(a, b) { return a > b ? a : b }
       $2 ~ /^baseline_/ { d = substr($2, 10); base[d, $3, $4] = $5; print $0, "", "", ""; next }
@@ -308,6 +315,7 @@ RESULTS=$REPO/bench/results/optimistic-$(date +%Y%m%d-%H%M%S).tsv
         wait = d + 2 * one_way
         if ($2 ~ /^optimistic_/) wait = max(wait, base["0s", $3, $4])
         floor = wait + $7 / (rate / 8 * 1448 / 1500)
+        if ($2 ~ /^optimistic_/ && b < floor) floor = b
         print $0, b, sprintf("%.4f", $5 / b), sprintf("%.4f", floor / b)
       }
     ' "$TMP/$profile.rows"
