@@ -142,6 +142,19 @@ pub(crate) fn format_http_date(time: SystemTime) -> Option<String> {
     (since_epoch <= END_OF_9999).then(|| httpdate::fmt_http_date(time))
 }
 
+/// A header map from (name, raw value) pairs, for tests.
+#[cfg(test)]
+pub(crate) fn test_map(pairs: &[(&str, &[u8])]) -> http::HeaderMap {
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in pairs {
+        headers.append(
+            http::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            http::HeaderValue::from_bytes(value).unwrap(),
+        );
+    }
+    headers
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,17 +248,4 @@ mod tests {
             None
         );
     }
-}
-
-/// A header map from (name, raw value) pairs, for tests.
-#[cfg(test)]
-pub(crate) fn test_map(pairs: &[(&str, &[u8])]) -> http::HeaderMap {
-    let mut headers = http::HeaderMap::new();
-    for (name, value) in pairs {
-        headers.append(
-            http::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            http::HeaderValue::from_bytes(value).unwrap(),
-        );
-    }
-    headers
 }

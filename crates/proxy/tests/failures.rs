@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{curl, dead_address, metric, origin, raw_origin, response, start_proxy, Proxy};
+use support::{
+    curl, dead_address, metric, origin, raw_origin, read_head, response, start_proxy, Proxy,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -54,19 +56,6 @@ fn status_of(reply: &[u8]) -> Option<u16> {
         return None;
     }
     parts.next()?.parse().ok()
-}
-
-/// Reads an HTTP head (through the blank line) from a raw stream; `None` on EOF first.
-async fn read_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte).await {
-            Ok(1) => head.push(byte[0]),
-            _ => return None,
-        }
-    }
-    Some(head)
 }
 
 async fn metrics_text(proxy: &Proxy) -> String {

@@ -132,6 +132,31 @@ impl Link {
         self.send(Request::get(url), have, extra).await
     }
 
+    /// Asks for `url` holding nothing and reads the frames as a slow link would:
+    /// 60 ms after each STALE_DATA (16 KiB), so flow control holds the stale stream
+    /// back. `each` sees every frame as it arrives.
+    async fn read_slowly(&mut self, url: &str, mut each: impl FnMut(&Frame)) -> Vec<Frame> {
+        let req = Request::get(url)
+            .header("wirefold-link", "1")
+            .body(Empty::new())
+            .unwrap();
+        let mut body = self.sender.send_request(req).await.unwrap().into_body();
+        let (mut reader, mut frames) = (FrameReader::default(), Vec::new());
+        while let Some(chunk) = body.frame().await {
+            if let Ok(data) = chunk.unwrap().into_data() {
+                reader.push(&data);
+            }
+            while let Some(frame) = reader.next_frame().unwrap() {
+                each(&frame);
+                if matches!(frame, Frame::StaleData(_)) {
+                    tokio::time::sleep(Duration::from_millis(60)).await;
+                }
+                frames.push(frame);
+            }
+        }
+        frames
+    }
+
     async fn send(
         &mut self,
         req: http::request::Builder,
@@ -528,7 +553,7 @@ async fn a_chunked_answer_that_outgrows_the_buffer_after_a_cut_through_streams_o
 /// The page is one the cache may not keep (`Vary: *`); version 3 differs from
 /// version 2 in one byte.
 async fn cut_through_case(chunked: bool) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let v1_len = if chunked { 480 << 10 } else { 1 << 20 };
     let (v1, v2) = (noise(1, v1_len), noise(2, 1 << 20));
     let mut v3 = v2.clone();
@@ -543,13 +568,8 @@ async fn cut_through_case(chunked: bool) {
             let versions = versions.clone();
             let (requests, release_rest) = (requests.clone(), release_rest.clone());
             async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    head.push(byte[0]);
+                if read_head(&mut stream).await.is_none() {
+                    return;
                 }
                 let n = requests.fetch_add(1, Ordering::SeqCst).min(2);
                 let body = &versions[n];
@@ -600,44 +620,22 @@ async fn cut_through_case(chunked: bool) {
     let url = format!("http://{origin}/noise");
     let (_, frames) = link.get(&url, &[], &[]).await;
     assert!(decode_full(&frames) == v1, "{:?}", names(&frames));
-    // The client holds nothing: version 1 goes ahead as stale data, read slowly (a
-    // slow link: 16 KiB per 60 ms, 1.8 s or more for all of it) so flow control holds
-    // it back; the first part of version 2 arrives at once and differs from the
-    // first byte.
-    let req = Request::get(&url)
-        .header("wirefold-link", "1")
-        .body(Empty::new())
-        .unwrap();
-    let response = link.sender.send_request(req).await.unwrap();
-    let mut body = response.into_body();
-    let mut reader = FrameReader::default();
-    let mut frames = Vec::new();
+    // The client holds nothing: version 1 goes ahead as stale data, read slowly so
+    // flow control holds it back; the first part of version 2 arrives at once and
+    // differs from the first byte.
     let mut released = false;
-    let read_all = async {
-        while let Some(chunk) = body.frame().await {
-            if let Ok(data) = chunk.unwrap().into_data() {
-                reader.push(&data);
-            }
-            while let Some(frame) = reader.next_frame().unwrap() {
-                // New data before the origin has finished: that is the cut-through.
-                if !released && matches!(frame, Frame::Data(_)) {
-                    release_rest.notify_one();
-                    released = true;
-                }
-                if matches!(frame, Frame::StaleData(_)) {
-                    tokio::time::sleep(Duration::from_millis(60)).await;
-                }
-                frames.push(frame);
-            }
+    let read_all = link.read_slowly(&url, |frame| {
+        // New data before the origin has finished: that is the cut-through.
+        if !released && matches!(frame, Frame::Data(_)) {
+            release_rest.notify_one();
+            released = true;
         }
-    };
+    });
     // Without a cut-through nothing new arrives until the origin finishes, which it
     // does only once new data arrived: the wait would never end.
-    let ended = tokio::time::timeout(Duration::from_secs(60), read_all).await;
-    assert!(
-        ended.is_ok(),
-        "no new data came while the origin was still sending"
-    );
+    let frames = tokio::time::timeout(Duration::from_secs(60), read_all)
+        .await
+        .expect("no new data came while the origin was still sending");
     assert!(
         released,
         "no new data arrived before the origin finished: {:?}",
@@ -716,7 +714,7 @@ async fn a_slow_page_with_an_early_edit_is_patched_not_cut_through() {
 /// streams as stale data to a slowly reading client meanwhile. Returns the second
 /// answer's frames and whether the server cut through.
 async fn slow_second_answer(status: &'static str, second: Vec<u8>) -> (Vec<Frame>, bool) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let page = noise(1, 512 << 10);
     let requests = Arc::new(AtomicUsize::new(0));
     let script = {
@@ -725,13 +723,8 @@ async fn slow_second_answer(status: &'static str, second: Vec<u8>) -> (Vec<Frame
             let (page, second) = (page.clone(), second.clone());
             let first = requests.fetch_add(1, Ordering::SeqCst) == 0;
             async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    head.push(byte[0]);
+                if read_head(&mut stream).await.is_none() {
+                    return;
                 }
                 let (status, body) = if first {
                     ("200 OK", page)
@@ -759,23 +752,7 @@ async fn slow_second_answer(status: &'static str, second: Vec<u8>) -> (Vec<Frame
     let (_, frames) = link.get(&url, &[], &[]).await;
     assert!(decode_full(&frames) == page, "{:?}", names(&frames));
 
-    let req = Request::get(&url)
-        .header("wirefold-link", "1")
-        .body(Empty::new())
-        .unwrap();
-    let mut body = link.sender.send_request(req).await.unwrap().into_body();
-    let (mut reader, mut frames) = (FrameReader::default(), Vec::new());
-    while let Some(chunk) = body.frame().await {
-        if let Ok(data) = chunk.unwrap().into_data() {
-            reader.push(&data);
-        }
-        while let Some(frame) = reader.next_frame().unwrap() {
-            if matches!(frame, Frame::StaleData(_)) {
-                tokio::time::sleep(Duration::from_millis(60)).await; // a slow link
-            }
-            frames.push(frame);
-        }
-    }
+    let frames = link.read_slowly(&url, |_| {}).await;
     let (_, metrics) =
         proxy::server::call_admin(server.running.admin_addr, http::Method::GET, "/metrics")
             .await

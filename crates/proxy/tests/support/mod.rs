@@ -136,6 +136,20 @@ where
     addr
 }
 
+/// Reads an HTTP head (through the blank line) from a raw stream; `None` on EOF first.
+pub async fn read_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte).await {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    Some(head)
+}
+
 /// A loopback address nothing listens on.
 pub fn dead_address() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
