@@ -3,6 +3,7 @@
 //! Every field has a default, so an empty file is valid. `Config::check` validates
 //! the whole document and names the offending key in every error.
 
+use crate::destinations::Destinations;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -389,6 +390,9 @@ pub struct LinkConfig {
     /// The link bandwidth the cost model assumes until the connection's own
     /// delivery rate is known, in bits per second.
     pub assumed_bandwidth_bps: u64,
+    /// Where a forward server may fetch from: `private` (default: not loopback or
+    /// link-local), `public`, or `any`.
+    pub destinations: Destinations,
 }
 
 impl Default for LinkConfig {
@@ -400,6 +404,7 @@ impl Default for LinkConfig {
             min_origin_wait_ms: 100,
             stale_chunk_bytes: 16 * 1024,
             assumed_bandwidth_bps: 10_000_000,
+            destinations: Destinations::default(),
         }
     }
 }

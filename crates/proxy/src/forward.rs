@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use http::Uri;
 
 use crate::config::UpstreamConfig;
+use crate::destinations::Destinations;
 use crate::origin::{upstream_client, Origin, UpstreamClient};
 
 /// Origins are remembered up to this many; beyond it the map starts afresh (an
@@ -16,14 +17,19 @@ const MAX_ORIGINS: usize = 4096;
 pub struct ForwardOrigins {
     client: UpstreamClient,
     config: UpstreamConfig,
+    destinations: Destinations,
     origins: Mutex<HashMap<String, Arc<Origin>>>,
 }
 
 impl ForwardOrigins {
-    pub fn new(config: &UpstreamConfig) -> Result<ForwardOrigins, String> {
+    pub fn new(
+        config: &UpstreamConfig,
+        destinations: Destinations,
+    ) -> Result<ForwardOrigins, String> {
         Ok(ForwardOrigins {
-            client: upstream_client(config)?,
+            client: upstream_client(config, destinations)?,
             config: config.clone(),
+            destinations,
             origins: Mutex::default(),
         })
     }
@@ -37,6 +43,13 @@ impl ForwardOrigins {
             "https" => Some(format!("https:{authority}")),
             _ => None,
         }
+    }
+
+    /// Why `site` may not be fetched from, when it names an address literal the
+    /// destinations policy forbids (names are checked as they resolve).
+    pub fn refuse(&self, site: &str) -> Option<String> {
+        let authority: http::uri::Authority = site.trim_start_matches("https:").parse().ok()?;
+        self.destinations.refuse_literal(authority.host())
     }
 
     /// The origin serving `site` (as [`site_of`](Self::site_of) made it).
@@ -80,7 +93,8 @@ mod tests {
 
     #[tokio::test]
     async fn origins_are_built_once_per_site() {
-        let forward = ForwardOrigins::new(&UpstreamConfig::default()).unwrap();
+        let forward =
+            ForwardOrigins::new(&UpstreamConfig::default(), Destinations::Private).unwrap();
         let a = forward.origin("https:example.com").unwrap();
         let b = forward.origin("https:example.com").unwrap();
         assert!(Arc::ptr_eq(&a, &b));

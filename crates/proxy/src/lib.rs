@@ -9,6 +9,7 @@ pub mod cache;
 pub mod config;
 pub mod delta;
 pub mod demo;
+pub mod destinations;
 pub mod files;
 mod first_bytes;
 pub mod forward;

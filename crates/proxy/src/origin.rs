@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use http::header::{HeaderName, HeaderValue, HOST, VIA};
 use http::{Request, Response, Uri};
 use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::dns::GaiResolver;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -14,6 +15,7 @@ use wirefold_http::hop_by_hop::remove_hop_by_hop;
 
 use crate::body::{self, Body, IdleTimeout};
 use crate::config::UpstreamConfig;
+use crate::destinations::{Destinations, Resolver};
 
 /// What the proxy appends to `Via` (RFC 9110 §7.6.3).
 pub const VIA_VALUE: &str = "1.1 wirefold";
@@ -73,13 +75,18 @@ pub struct ConnInfo {
 }
 
 /// The pooled upstream client all origins of one server share.
-pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Body>;
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector<Resolver>>, Body>;
 
-/// A pooled client configured by `cfg` (timeouts, extra roots).
-pub fn upstream_client(cfg: &UpstreamConfig) -> Result<UpstreamClient, String> {
-    let connector = connector(
+/// A pooled client configured by `cfg` (timeouts, extra roots), connecting only to
+/// the addresses `destinations` permits.
+pub fn upstream_client(
+    cfg: &UpstreamConfig,
+    destinations: Destinations,
+) -> Result<UpstreamClient, String> {
+    let connector = connector_resolving(
         cfg.ca_file.as_deref(),
         Duration::from_millis(cfg.connect_timeout_ms),
+        Resolver(destinations),
     )
     .map_err(|e| format!("upstream.ca_file {e}"))?;
     Ok(Client::builder(TokioExecutor::new())
@@ -89,7 +96,8 @@ pub fn upstream_client(cfg: &UpstreamConfig) -> Result<UpstreamClient, String> {
 
 impl Origin {
     pub fn new(origin: &str, cfg: &UpstreamConfig) -> Result<Origin, String> {
-        Origin::with_client(origin, cfg, upstream_client(cfg)?)
+        // An origin the operator configured: any address.
+        Origin::with_client(origin, cfg, upstream_client(cfg, Destinations::Any)?)
     }
 
     /// An origin reached through an existing pool (a server proxy fetching from many).
@@ -216,8 +224,16 @@ pub fn connector(
     ca_file: Option<&std::path::Path>,
     connect_timeout: Duration,
 ) -> Result<HttpsConnector<HttpConnector>, String> {
+    connector_resolving(ca_file, connect_timeout, GaiResolver::new())
+}
+
+fn connector_resolving<R>(
+    ca_file: Option<&std::path::Path>,
+    connect_timeout: Duration,
+    resolver: R,
+) -> Result<HttpsConnector<HttpConnector<R>>, String> {
     let tls = tls_client_config(ca_file)?;
-    let mut http = HttpConnector::new();
+    let mut http = HttpConnector::new_with_resolver(resolver);
     http.enforce_http(false);
     http.set_connect_timeout(Some(connect_timeout));
     http.set_nodelay(true);

@@ -113,7 +113,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             })?)
         }
         (None, None) => Source::Forward(Box::new(
-            crate::forward::ForwardOrigins::new(&config.upstream).map_err(StartError::Origin)?,
+            crate::forward::ForwardOrigins::new(&config.upstream, config.link.destinations)
+                .map_err(StartError::Origin)?,
         )),
     };
     let tls = if config.tls.enabled() {

@@ -118,6 +118,8 @@ async fn link_server_at(listen: std::net::SocketAddr, tls: &tempfile::TempDir) -
     let mut config = test_config(data.path());
     config.listen = listen;
     config.link.enabled = true;
+    // The origins are on loopback.
+    config.link.destinations = wirefold_proxy::destinations::Destinations::Any;
     config.tls.cert = Some(tls.path().join("cert.pem"));
     config.tls.key = Some(tls.path().join("key.pem"));
     let running = proxy::start(config).await.expect("server proxy starts");

@@ -69,6 +69,8 @@ async fn link_server(tweak: impl FnOnce(&mut proxy::Config)) -> Proxy {
     let data = tempfile::tempdir().unwrap();
     let mut config = test_config(data.path());
     config.link.enabled = true;
+    // The origins are on loopback.
+    config.link.destinations = wirefold_proxy::destinations::Destinations::Any;
     config.tls.self_signed = true;
     tweak(&mut config);
     let running = proxy::start(config).await.expect("link server starts");
@@ -758,4 +760,43 @@ async fn slow_second_answer(status: &'static str, second: Vec<u8>) -> (Vec<Frame
             .await
             .unwrap();
     (frames, metrics.contains("result=\"cut-through\""))
+}
+
+/// A forward server's token holders may not reach the server's own host unless
+/// `link.destinations` says so: an address literal is refused at once (403), a name
+/// as it resolves (the origin is then unreachable: 502), naming the policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_server_does_not_fetch_from_its_own_host_by_default() {
+    let origin = origin(|_| response(200, &[("content-type", "text/plain")], "local")).await;
+    let port = origin.addr.port();
+    let server = link_server(|c| {
+        c.link.destinations = proxy::destinations::Destinations::Private;
+    })
+    .await;
+    let mut link = Link::connect(&server).await;
+    let headers_status = |frames: &[Frame]| {
+        frames.iter().find_map(|f| match f {
+            Frame::Headers { status, .. } => Some(*status),
+            _ => None,
+        })
+    };
+    for url in [
+        format!("http://127.0.0.1:{port}/"),
+        format!("http://[::1]:{port}/"),
+        format!("http://localhost:{port}/"),
+    ] {
+        let (status, frames) = link.get(&url, &[], &[]).await;
+        let text = String::from_utf8_lossy(&decode_full(&frames)).to_string();
+        let expected = if url.contains("localhost") {
+            StatusCode::BAD_GATEWAY
+        } else {
+            StatusCode::FORBIDDEN
+        };
+        assert_eq!(
+            (status, headers_status(&frames)),
+            (StatusCode::OK, Some(expected)),
+            "{url}: {text}"
+        );
+        assert!(text.contains("link.destinations"), "{url}: {text}");
+    }
 }

@@ -77,6 +77,9 @@ pub async fn fetch<'a>(
         Source::Files(files) => fetch_file(p, files, ctx).await.map(Fetched::plain_file),
         Source::Origin(origin) => fetch_origin(p, origin, ctx, req).await,
         Source::Forward(forward) => {
+            if let Some(refusal) = forward.refuse(&ctx.site) {
+                return Err(error_response(StatusCode::FORBIDDEN, &refusal));
+            }
             let origin = forward.origin(&ctx.site).map_err(|e| {
                 error_response(StatusCode::BAD_REQUEST, &format!("cannot forward: {e}"))
             })?;

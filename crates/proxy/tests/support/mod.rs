@@ -288,6 +288,8 @@ pub async fn start_pair(
     let data = tempfile::tempdir().unwrap();
     let mut config = test_config(data.path());
     config.link.enabled = true;
+    // The origins are on loopback.
+    config.link.destinations = wirefold_proxy::destinations::Destinations::Any;
     config.tls.self_signed = true;
     tweak_server(&mut config);
     let running = wirefold_proxy::start(config)
