@@ -393,6 +393,9 @@ pub struct LinkConfig {
     /// Where a forward server may fetch from: `private` (default: not loopback or
     /// link-local), `public`, or `any`.
     pub destinations: Destinations,
+    /// A client proxy that takes no frame of a response for this long is dropped
+    /// from that exchange, which frees what it holds.
+    pub idle_client_timeout_ms: u64,
 }
 
 impl Default for LinkConfig {
@@ -405,6 +408,7 @@ impl Default for LinkConfig {
             stale_chunk_bytes: 16 * 1024,
             assumed_bandwidth_bps: 10_000_000,
             destinations: Destinations::default(),
+            idle_client_timeout_ms: 60_000,
         }
     }
 }
@@ -557,6 +561,12 @@ impl Config {
             return invalid(
                 "link.stale_chunk_bytes",
                 format!("must be between 1024 and {}", frame_limit()),
+            );
+        }
+        if self.link.idle_client_timeout_ms == 0 {
+            return invalid(
+                "link.idle_client_timeout_ms",
+                "must be greater than 0".into(),
             );
         }
         if self.link.assumed_bandwidth_bps == 0 {

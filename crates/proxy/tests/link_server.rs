@@ -800,3 +800,54 @@ async fn a_forward_server_does_not_fetch_from_its_own_host_by_default() {
         assert!(text.contains("link.destinations"), "{url}: {text}");
     }
 }
+
+/// A client proxy that keeps a stream open without reading is dropped from the
+/// exchange after `link.idle_client_timeout_ms`: here a stale stream stalls on the
+/// window while the origin thinks; the response ends without END (the client proxy
+/// sees it truncated), and the request counts as 499.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_dropped() {
+    let page = noise(3, 1 << 20);
+    let origin = {
+        let page = page.clone();
+        slow_origin(Duration::from_millis(1000), move |_| {
+            response(
+                200,
+                &[("content-type", "text/html"), ("vary", "*")],
+                page.clone(),
+            )
+        })
+        .await
+    };
+    let server = link_server(|c| {
+        c.link.min_origin_wait_ms = 0;
+        c.link.idle_client_timeout_ms = 300;
+    })
+    .await;
+    let mut link = Link::connect_with_window(&server, 64 << 10).await;
+    let url = format!("http://{}/big", origin.addr);
+    let (_, frames) = link.get(&url, &[], &[]).await;
+    assert!(decode_full(&frames) == page, "{:?}", names(&frames));
+
+    let req = Request::get(&url)
+        .header("wirefold-link", "1")
+        .body(Empty::new())
+        .unwrap();
+    let mut body = link.sender.send_request(req).await.unwrap().into_body();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (mut reader, mut frames) = (FrameReader::default(), Vec::new());
+    while let Some(Ok(chunk)) = body.frame().await {
+        if let Ok(data) = chunk.into_data() {
+            reader.push(&data);
+        }
+        while let Some(frame) = reader.next_frame().unwrap() {
+            frames.push(frame);
+        }
+    }
+    assert_eq!(names(&frames), ["STALE_BEGIN", "STALE_DATA"]);
+    let (_, metrics) =
+        proxy::server::call_admin(server.running.admin_addr, http::Method::GET, "/metrics")
+            .await
+            .unwrap();
+    assert!(metrics.contains("status=\"499\""), "{metrics}");
+}

@@ -10,8 +10,38 @@ pub mod serve;
 pub mod stale;
 pub mod waits;
 
-/// Where a link response's frames go: the response body's channel.
-pub type FrameSender = tokio::sync::mpsc::Sender<Result<bytes::Bytes, crate::body::BoxError>>;
+/// The client proxy went away, or stopped taking frames: nothing more can be sent.
+#[derive(Debug)]
+pub struct Gone;
+
+type BodyItem = Result<bytes::Bytes, crate::body::BoxError>;
+
+/// Where a link response's frames go: the response body's channel. A client proxy
+/// that takes no frame for `idle` counts as gone: the exchange stops and frees what
+/// it holds (a client that keeps a stream open without reading would hold it).
+pub struct FrameSender {
+    tx: tokio::sync::mpsc::Sender<BodyItem>,
+    idle: std::time::Duration,
+}
+
+impl FrameSender {
+    pub fn new(tx: tokio::sync::mpsc::Sender<BodyItem>, idle: std::time::Duration) -> Self {
+        FrameSender { tx, idle }
+    }
+
+    /// Room for one frame (cancel safe).
+    pub async fn reserve(&self) -> Result<tokio::sync::mpsc::Permit<'_, BodyItem>, Gone> {
+        match tokio::time::timeout(self.idle, self.tx.reserve()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(Gone),
+        }
+    }
+
+    pub async fn send(&self, frames: bytes::Bytes) -> Result<(), Gone> {
+        self.reserve().await?.send(Ok(frames));
+        Ok(())
+    }
+}
 
 /// Unsent bytes the kernel may queue on a link socket. Frames handed to it are
 /// committed (a stale stream cannot take them back), so the queue is kept short and

@@ -187,7 +187,10 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
         have: if want_full { Vec::new() } else { have },
         want_full,
         link,
-        tx,
+        tx: FrameSender::new(
+            tx,
+            std::time::Duration::from_millis(config.idle_client_timeout_ms),
+        ),
         status: Arc::default(),
     };
     tokio::spawn(async move {
@@ -317,7 +320,7 @@ impl Exchange {
                     // Cut-through frames go out as the link takes them, while the
                     // origin's answer keeps being read.
                     permit = self.tx.reserve(), if watch.cut.as_ref().is_some_and(|c| !c.outbox.is_empty()) => {
-                        let permit = permit.map_err(|_| Gone)?;
+                        let permit = permit?;
                         let cut = watch.cut.as_mut().expect("guarded");
                         permit.send(Ok(together(cut.outbox.drain(..))));
                     }
@@ -911,13 +914,13 @@ impl Exchange {
             // A big frame closes a chunk: later ones are not copied onto it.
             if big {
                 let chunk = together(std::mem::take(&mut pending));
-                self.tx.send(Ok(chunk)).await.map_err(|_| Gone)?;
+                self.tx.send(chunk).await?;
             }
         }
         if pending.is_empty() {
             return Ok(());
         }
-        self.tx.send(Ok(together(pending))).await.map_err(|_| Gone)
+        self.tx.send(together(pending)).await
     }
 }
 

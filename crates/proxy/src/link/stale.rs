@@ -9,10 +9,7 @@ use tokio::task::JoinHandle;
 
 use super::frame::{Frame, LinkCoding};
 use super::FrameSender;
-
-/// The client proxy went away: nothing more can be sent.
-#[derive(Debug)]
-pub struct Gone;
+pub use super::Gone;
 
 pub struct StaleStream {
     pub hash: Hash,
@@ -69,10 +66,7 @@ impl StaleStream {
                 length: self.bytes.len() as u64,
                 coding: LinkCoding::Coded(self.coding),
             };
-            tx.reserve()
-                .await
-                .map_err(|_| Gone)?
-                .send(Ok(begin.encode()));
+            tx.send(begin.encode()).await?;
             self.begun = true;
             return Ok(());
         }
@@ -99,7 +93,7 @@ impl StaleStream {
             self.encoder = encoder;
             self.pending = Some((Frame::StaleData(out.into()).encode(), self.encoded_to));
         }
-        let permit = tx.reserve().await.map_err(|_| Gone)?;
+        let permit = tx.reserve().await?;
         let (frame, end) = self.pending.take().expect("a chunk is pending");
         self.sent_coded += frame.len();
         self.sent = end;
@@ -153,6 +147,7 @@ mod tests {
             .collect::<Vec<_>>()
             .into();
         let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let tx = FrameSender::new(tx, std::time::Duration::from_secs(60));
         let mut stale = StaleStream::new(
             Hash::of(&page),
             page.clone(),
