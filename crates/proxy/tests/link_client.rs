@@ -271,6 +271,27 @@ impl Started {
     async fn get(&self, url: &str) -> support::Fetched {
         curl(url, &["-x", &self.proxy()]).await
     }
+
+    /// Fetches `url` with curl, expecting the transfer to fail (a streamed body that
+    /// did not verify), and the client proxy to have counted one verification failure.
+    async fn expect_unverified(&self, url: &str) {
+        let out = tokio::process::Command::new("curl")
+            .args(["-s", "-S", "--max-time", "60", "-o", "/dev/null", "-x"])
+            .arg(self.proxy())
+            .arg(url)
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "a body that fails verification must not complete normally"
+        );
+        let metrics = self.metrics().await;
+        assert_eq!(
+            metric(&metrics, "wirefold_client_verification_failures_total"),
+            1.0
+        );
+    }
 }
 
 fn config_for(link: &FakeLink) -> ClientConfig {
@@ -732,22 +753,7 @@ async fn a_full_body_over_the_buffer_limit_streams_and_fails_unless_verified() {
     let good = client.get("http://site.test/good").await;
     assert_eq!(good.body, big);
 
-    let out = tokio::process::Command::new("curl")
-        .args(["-s", "-S", "--max-time", "30", "-o", "/dev/null", "-x"])
-        .arg(client.proxy())
-        .arg("http://site.test/bad")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        !out.status.success(),
-        "a body that fails verification must not complete normally"
-    );
-    let metrics = client.metrics().await;
-    assert_eq!(
-        metric(&metrics, "wirefold_client_verification_failures_total"),
-        1.0
-    );
+    client.expect_unverified("http://site.test/bad").await;
     assert_eq!(link.seen().len(), 2, "a streamed body is not repeated");
     client.running.shutdown().await;
 }
@@ -798,22 +804,7 @@ async fn a_full_body_bomb_streams_in_bounded_steps_and_fails_unverified() {
         ..config_for(&link)
     })
     .await;
-    let out = tokio::process::Command::new("curl")
-        .args(["-s", "-S", "--max-time", "60", "-o", "/dev/null", "-x"])
-        .arg(client.proxy())
-        .arg("http://site.test/bomb")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        !out.status.success(),
-        "a body that fails verification must not complete normally"
-    );
-    let metrics = client.metrics().await;
-    assert_eq!(
-        metric(&metrics, "wirefold_client_verification_failures_total"),
-        1.0
-    );
+    client.expect_unverified("http://site.test/bomb").await;
     client.running.shutdown().await;
 }
 
