@@ -8,6 +8,9 @@
 //! - [`caching`]: RFC 9111 rules for a shared cache: storability,
 //!   freshness and age, reuse of stored responses, stale-if-error.
 //! - [`vary`]: `Vary` and the secondary cache key.
+//! - [`audience`]: who besides the requester may receive a response or what is
+//!   derived from it (credentials, `Set-Cookie`, `private`).
+//! - [`host`]: the host a request is for (`Host`, absolute form, `:authority`).
 //! - [`conditional`]: entity tags and precondition evaluation
 //!   (`If-Match`, `If-None-Match`, `If-Modified-Since`, …).
 //! - [`range`]: single byte ranges and `If-Range`.
@@ -20,6 +23,7 @@
 //! the wrong content.
 
 pub mod accept_encoding;
+pub mod audience;
 pub mod cache_control;
 pub mod caching;
 pub mod conditional;
@@ -28,6 +32,7 @@ pub mod dictionary;
 pub mod digest;
 mod fields;
 pub mod hop_by_hop;
+pub mod host;
 pub mod range;
 pub mod url_pattern;
 pub mod vary;

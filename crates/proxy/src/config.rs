@@ -167,6 +167,12 @@ pub struct CacheConfig {
     pub max_bytes: u64,
     /// Bytes of hot bodies and encodings kept in memory.
     pub memory_bytes: u64,
+    /// Path prefixes whose responses are the same whatever cookie a request sends
+    /// (static assets): there a request's `Cookie` does not make the response
+    /// personal. Elsewhere an answer to a request with `Cookie` is shared (cached,
+    /// kept as a delta base or dictionary) only when the origin marks it `public`
+    /// or gives `s-maxage`, as Varnish does by default.
+    pub public_paths: Vec<String>,
 }
 
 impl Default for CacheConfig {
@@ -175,7 +181,17 @@ impl Default for CacheConfig {
             enabled: true,
             max_bytes: 1 << 30,
             memory_bytes: 128 << 20,
+            public_paths: Vec::new(),
         }
+    }
+}
+
+impl CacheConfig {
+    /// Whether the operator declared `path`'s responses the same for every cookie.
+    pub fn is_public_path(&self, path: &str) -> bool {
+        self.public_paths
+            .iter()
+            .any(|prefix| path.starts_with(prefix.as_str()))
     }
 }
 
@@ -482,6 +498,12 @@ impl Config {
                     return invalid("root", format!("{} is not a directory", root.display()));
                 }
             }
+        }
+        if let Some(prefix) = self.cache.public_paths.iter().find(|p| !p.starts_with('/')) {
+            return invalid(
+                "cache.public_paths",
+                format!("`{prefix}` is not a path prefix: it must start with /"),
+            );
         }
         if self.tls.cert.is_some() != self.tls.key.is_some() {
             return invalid("tls.key", "`tls.cert` and `tls.key` go together".into());

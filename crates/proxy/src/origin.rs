@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use http::header::{HeaderName, HeaderValue, HOST, VIA};
+use http::uri::Authority;
 use http::{Request, Response, Uri};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::dns::GaiResolver;
@@ -13,12 +14,30 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use wirefold_http::hop_by_hop::remove_hop_by_hop;
 
+use http_body_util::BodyExt;
+
 use crate::body::{self, Body, IdleTimeout};
 use crate::config::UpstreamConfig;
 use crate::destinations::{Destinations, Resolver};
 
 /// What the proxy appends to `Via` (RFC 9110 §7.6.3).
 pub const VIA_VALUE: &str = "1.1 wirefold";
+
+/// Request fields frameworks read to rebuild the request's host, path or method
+/// (the classic unkeyed inputs of cache poisoning). A client's values never reach
+/// the origin; wirefold sets the ones it means.
+const UNKEYED_OVERRIDES: [&str; 10] = [
+    "forwarded",
+    "x-forwarded-host",
+    "x-forwarded-server",
+    "x-forwarded-port",
+    "x-host",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
 
 pub struct Origin {
     client: UpstreamClient,
@@ -46,20 +65,33 @@ pub enum OriginError {
     Timeout(Duration),
     #[error("origin sent an invalid response: {0}")]
     Protocol(String),
+    /// The client's request body failed while it was being forwarded (a malformed
+    /// chunk, a connection closed early): the client's fault, not the origin's.
+    #[error("request body: {0}")]
+    RequestBody(String),
 }
+
+/// Marks an error of the client's request body, so a failed exchange can tell it
+/// from an origin failure.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RequestBodyError(body::BoxError);
 
 impl OriginError {
     pub fn status(&self) -> http::StatusCode {
         match self {
             OriginError::Timeout(_) => http::StatusCode::GATEWAY_TIMEOUT,
+            OriginError::RequestBody(_) => http::StatusCode::BAD_REQUEST,
             _ => http::StatusCode::BAD_GATEWAY,
         }
     }
-    pub fn kind(&self) -> &'static str {
+    /// The metric label of an origin failure; `None` when the client failed.
+    pub fn origin_kind(&self) -> Option<&'static str> {
         match self {
-            OriginError::Connect(_) => "connect",
-            OriginError::Timeout(_) => "timeout",
-            OriginError::Protocol(_) => "protocol",
+            OriginError::Connect(_) => Some("connect"),
+            OriginError::Timeout(_) => Some("timeout"),
+            OriginError::Protocol(_) => Some("protocol"),
+            OriginError::RequestBody(_) => None,
         }
     }
 }
@@ -131,17 +163,15 @@ impl Origin {
         })
     }
 
-    /// The `Host` the origin sees for a client request (also the cache key's host).
-    pub fn upstream_host(&self, client_headers: &http::HeaderMap) -> HeaderValue {
-        match &self.host {
-            HostRule::Origin => {
-                HeaderValue::from_str(self.authority.as_str()).expect("authority is a valid header")
-            }
-            HostRule::Client => client_headers.get(HOST).cloned().unwrap_or_else(|| {
-                HeaderValue::from_str(self.authority.as_str()).expect("valid authority")
-            }),
-            HostRule::Literal(v) => v.clone(),
-        }
+    /// The `Host` the origin sees for a request to `client_host` (also the site part
+    /// of the cache key, so what is forwarded is what is keyed).
+    pub fn upstream_host(&self, client_host: Option<&Authority>) -> HeaderValue {
+        let authority = match &self.host {
+            HostRule::Origin => &self.authority,
+            HostRule::Client => client_host.unwrap_or(&self.authority),
+            HostRule::Literal(v) => return v.clone(),
+        };
+        HeaderValue::from_str(authority.as_str()).expect("an authority is a valid header")
     }
 
     /// The origin URI for a client request URI.
@@ -159,19 +189,32 @@ impl Origin {
     }
 
     /// Rewrites a client request for the origin: hop-by-hop fields removed, `Via` and
-    /// `X-Forwarded-*` added, `Host` set by the configured rule.
+    /// `X-Forwarded-For`/`-Proto` added, `Host` set by the configured rule, and the
+    /// fields a client could use to make the origin answer for another host, path or
+    /// method removed: none of them is part of the cache key. `X-Forwarded-Host` is
+    /// sent only under the `client` rule, where it repeats the keyed `Host`.
     pub fn prepare(&self, mut req: Request<Body>, conn: ConnInfo) -> Request<Body> {
-        let client_host = req.headers().get(HOST).cloned();
-        let host = self.upstream_host(req.headers());
+        let client_host = req
+            .uri()
+            .authority()
+            .cloned()
+            .or_else(|| req.headers().get(HOST)?.to_str().ok()?.parse().ok());
+        let host = self.upstream_host(client_host.as_ref());
         let upgrade = wirefold_http::hop_by_hop::is_upgrade_request(req.headers());
         let headers = req.headers_mut();
         remove_hop_by_hop(headers);
+        for name in UNKEYED_OVERRIDES {
+            headers.remove(name);
+        }
         if let Some(protocol) = upgrade {
             headers.insert(
                 http::header::CONNECTION,
                 HeaderValue::from_static("upgrade"),
             );
             headers.insert(http::header::UPGRADE, protocol);
+        }
+        if matches!(self.host, HostRule::Client) {
+            headers.insert(HeaderName::from_static("x-forwarded-host"), host.clone());
         }
         headers.insert(HOST, host);
         headers.append(VIA, HeaderValue::from_static(VIA_VALUE));
@@ -188,10 +231,10 @@ impl Origin {
             HeaderName::from_static("x-forwarded-proto"),
             HeaderValue::from_static(if conn.tls { "https" } else { "http" }),
         );
-        if let Some(h) = client_host {
-            headers.insert(HeaderName::from_static("x-forwarded-host"), h);
-        }
         *req.uri_mut() = self.target(req.uri());
+        if !http_body::Body::is_end_stream(req.body()) {
+            req = req.map(|b| body::boxed(b.map_err(RequestBodyError)));
+        }
         // The pooled client picks the version per connection (ALPN); a request must not pin one.
         *req.version_mut() = http::Version::HTTP_11;
         req
@@ -276,7 +319,11 @@ fn classify_client_error(e: hyper_util::client::legacy::Error) -> OriginError {
         detail = format!("{detail}: {s}");
         source = s.source();
     }
-    if e.is_connect() {
+    let from_request_body = std::iter::successors(std::error::Error::source(&e), |s| s.source())
+        .any(|s| s.is::<RequestBodyError>());
+    if from_request_body {
+        OriginError::RequestBody(detail)
+    } else if e.is_connect() {
         OriginError::Connect(detail)
     } else {
         OriginError::Protocol(detail)

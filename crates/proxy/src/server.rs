@@ -16,6 +16,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use wirefold_http::host::request_host;
+
 use crate::body::{self, Body};
 use crate::config::Config;
 use crate::files::FileSource;
@@ -289,6 +291,13 @@ async fn dispatch(
         Source::Origin(origin)
             if wirefold_http::hop_by_hop::is_upgrade_request(req.headers()).is_some() =>
         {
+            // Upgrades skip the pipeline, not its host rule (RFC 9112 §3.2).
+            if let Err(e) = request_host(req.version(), req.uri(), req.headers()) {
+                return crate::pipeline::respond::error_response(
+                    StatusCode::BAD_REQUEST,
+                    &e.to_string(),
+                );
+            }
             return crate::upgrade::pass_through(origin, req, conn).await;
         }
         Source::Forward(_) => {
@@ -409,7 +418,7 @@ async fn train_dictionary(pipeline: &Pipeline, query: &str) -> Result<String, St
     let site = match (param("site"), &pipeline.source) {
         (Some(site), _) => site,
         (None, Source::Origin(origin)) => origin
-            .upstream_host(&http::HeaderMap::new())
+            .upstream_host(None)
             .to_str()
             .unwrap_or_default()
             .to_string(),

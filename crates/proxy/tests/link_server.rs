@@ -395,6 +395,16 @@ async fn uncacheable_pages_are_kept_as_bases_but_private_and_no_store_ones_are_n
         !kept_as_base(dynamic, &[("cookie", "session=a")]).await,
         "a page made for one user's cookie is no one else's base"
     );
+    let public: &'static [(&'static str, &'static str)] = &[("cache-control", "public, no-cache")];
+    for credential in [("cookie", "session=a"), ("authorization", "Bearer a")] {
+        assert!(
+            !kept_as_base(public, &[credential]).await,
+            "the origin's `public` lets a cache keep it, not make it a base: {credential:?}"
+        );
+    }
+    let sets_cookie: &'static [(&'static str, &'static str)] =
+        &[("cache-control", "no-cache"), ("set-cookie", "id=1")];
+    assert!(!kept_as_base(sets_cookie, &[]).await);
 }
 
 /// Whether the first instance fetched (with `request` fields) served as the base of

@@ -23,6 +23,7 @@ use codec::cost::{Link, Work};
 use codec::dictionary::DictionaryCoding;
 use http::header::{self, HeaderMap, HeaderValue};
 use store::Hash;
+use wirefold_http::audience::audience;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::conditional::{EntityTag, IfNoneMatch};
 use wirefold_http::delta::accepts_im;
@@ -256,7 +257,9 @@ pub fn dictionary_levels(coding: DictionaryCoding) -> (u32, u32) {
 }
 
 /// Adds `Use-As-Dictionary` to a reusable text response a browser may keep, or, for a
-/// page it will not keep (instantly stale), a `Link` to a derived dictionary.
+/// page it will not keep (instantly stale), a `Link` to a derived dictionary. A
+/// response that is not the same for everyone (`audience`) is neither announced nor
+/// derived from; it still links the site's trained dictionaries, which are public.
 pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMap, hash: Hash) {
     let config = &p.config.delta;
     let Some(store) = p.store.clone() else { return };
@@ -267,11 +270,13 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
         return;
     }
     let uri = &ctx.profile.uri;
+    let public_path = p.config.cache.is_public_path(uri.path());
+    let for_everyone = audience(&ctx.profile.headers, headers, public_path).may_derive();
     let pattern = || dictionaries::pattern_for(config, uri.path(), uri.query());
     let cc = CacheControl::from_headers(headers);
     let keeps = browser_keeps(&cc, headers);
     let html = is_html(headers);
-    if keeps {
+    if keeps && for_everyone {
         // The value depends only on the resource (path and query) and the configuration:
         // memoized, so a hot resource costs no pattern inference per request.
         let value = match p.dictionary_links.use_as(&ctx.resource, html) {
@@ -294,7 +299,7 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
     // Pages get links to the dictionaries that serve them: a trained one (first
     // visits to any page it covers) and, for pages a browser will not keep, one
     // derived from the page itself (later visits to this page).
-    let derive = !keeps && config.derived_dictionaries;
+    let derive = !keeps && for_everyone && config.derived_dictionaries;
     let memo_key = (ctx.site.clone(), uri.path().to_string(), derive);
     let links = match p.dictionary_links.get(&memo_key) {
         Some(links) => links,

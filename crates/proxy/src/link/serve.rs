@@ -28,6 +28,7 @@ use http_body_util::BodyExt;
 use sha2::{Digest, Sha256};
 use store::Hash;
 use tokio::sync::watch;
+use wirefold_http::audience::audience;
 use wirefold_http::cache_control::CacheControl;
 
 use super::frame::{self, DeltaFormat, Frame, LinkCoding};
@@ -177,7 +178,7 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
     headers.remove(header::ACCEPT_ENCODING);
     let ctx = match p.context(&req, conn, started) {
         Ok(ctx) => ctx,
-        Err(message) => return refuse(StatusCode::BAD_REQUEST, message),
+        Err(message) => return refuse(StatusCode::BAD_REQUEST, &message),
     };
     let link = levels::link_for(conn.socket, config.assumed_bandwidth_bps);
     let (tx, body) = body::channel(1);
@@ -844,21 +845,18 @@ impl Exchange {
 
     /// Instances of pages the cache may not reuse (no-cache, no validators, no
     /// freshness, `Vary: *`) are still kept as delta bases, written before the answer
-    /// so the client's next request finds them. Never private, `no-store` or
-    /// cookie-setting ones, nor answers to credentials or cookies (a page made for one
-    /// user must not be streamed to another) unless the origin marked them public.
+    /// so the client's next request finds them. Never `no-store` ones, nor any whose
+    /// audience is not everyone (`wirefold_http::audience`): a page made for one user
+    /// must not be streamed to another.
     /// Returns the body, hash and validator to keep.
     fn base_to_keep(&self, instance: &Instance) -> Option<(Bytes, Hash, Option<String>)> {
         let InstanceBody::Whole { bytes, hash } = &instance.body else {
             return None;
         };
-        let cc = CacheControl::from_headers(&instance.headers);
         let request = &self.ctx.profile;
-        let personal = request.has_authorization || request.headers.contains_key(header::COOKIE);
-        let shareable = !cc.private
-            && !cc.no_store
-            && !instance.headers.contains_key(header::SET_COOKIE)
-            && (!personal || cc.public || cc.s_maxage.is_some());
+        let public_path = self.p.config.cache.is_public_path(request.uri.path());
+        let shareable = !CacheControl::from_headers(&instance.headers).no_store
+            && audience(&request.headers, &instance.headers, public_path).may_derive();
         if instance.reusable
             || !shareable
             || instance.status != StatusCode::OK

@@ -1,9 +1,12 @@
 //! Stage 1, classify: the request head parsed once into typed values.
 
 use http::header::{AUTHORIZATION, RANGE};
+use http::uri::Authority;
 use http::{HeaderMap, Method, Request, Uri};
+use http_body::Body as _;
 use wirefold_http::accept_encoding::AcceptEncoding;
 use wirefold_http::cache_control::CacheControl;
+use wirefold_http::host::{request_host, HostError};
 
 use crate::body::Body;
 
@@ -19,12 +22,21 @@ pub struct ClientProfile {
     /// Credentials make a response unfit to share (RFC 9111 §3.5).
     pub has_authorization: bool,
     pub wants_range: bool,
+    /// The host the request is for: the target's authority (absolute form,
+    /// `:authority`), else its one `Host` field; `None` only for HTTP/1.0 without.
+    pub host: Option<Authority>,
+    /// The request carries a body (any framing but an empty one). Such a request is
+    /// forwarded with its body and never fills or reads the cache.
+    pub has_body: bool,
 }
 
 /// Runs first, on every request; changes nothing, only reads.
-pub fn classify(req: &Request<Body>) -> ClientProfile {
+///
+/// # Errors
+/// A request whose host is missing or ambiguous (RFC 9112 §3.2): answered 400.
+pub fn classify(req: &Request<Body>) -> Result<ClientProfile, HostError> {
     let headers = req.headers();
-    ClientProfile {
+    Ok(ClientProfile {
         method: req.method().clone(),
         uri: req.uri().clone(),
         headers: headers.clone(),
@@ -32,7 +44,9 @@ pub fn classify(req: &Request<Body>) -> ClientProfile {
         cache_control: CacheControl::from_headers(headers),
         has_authorization: headers.contains_key(AUTHORIZATION),
         wants_range: headers.contains_key(RANGE),
-    }
+        host: request_host(req.version(), req.uri(), headers)?,
+        has_body: !req.body().is_end_stream(),
+    })
 }
 
 impl ClientProfile {

@@ -13,6 +13,7 @@ use codec::ContentCoding;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use store::Hash;
+use wirefold_http::audience::audience;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::caching::{is_storable, may_serve_stale_on_error, reuse, Freshness, Reuse};
 use wirefold_http::conditional::EntityTag;
@@ -49,6 +50,9 @@ impl Fetched<'_> {
         }
     }
 }
+
+/// Fields that frame a request body; a request sent without one carries neither.
+const BODY_FRAMING: [header::HeaderName; 2] = [header::CONTENT_LENGTH, header::TRANSFER_ENCODING];
 
 /// The codings wirefold asks origins for: all it can decode, so the origin may save
 /// bytes on its side of the link too.
@@ -262,8 +266,12 @@ async fn fetch_origin<'a>(
     let profile = &ctx.profile;
     let is_upgrade = wirefold_http::hop_by_hop::is_upgrade_request(&profile.headers).is_some();
     let key = cache::record_key(&ctx.resource);
+    // A request with a body is forwarded with it, framing and all (a GET whose
+    // `Content-Length` went upstream without its bytes would desync the pooled
+    // connection), and what answers it is never a cache fill.
     let uses_cache = p.store.is_some()
         && profile.is_get_or_head()
+        && !profile.has_body
         && !profile.has_authorization
         && !profile.cache_control.no_store
         && !is_upgrade;
@@ -471,7 +479,8 @@ async fn lookup(
 }
 
 /// The request a cache fill or revalidation sends: the client's fields without its
-/// own conditionals, our accepted codings, and the stored validators if revalidating.
+/// own conditionals or body framing (it has no body), our accepted codings, and the
+/// stored validators if revalidating.
 fn cache_fill_request(
     client: &HeaderMap,
     uri: &http::Uri,
@@ -484,7 +493,7 @@ fn cache_fill_request(
         .expect("valid parts");
     let headers = req.headers_mut();
     *headers = client.clone();
-    for name in CLIENT_CONDITIONALS {
+    for name in CLIENT_CONDITIONALS.iter().chain(&BODY_FRAMING) {
         headers.remove(name);
     }
     headers.insert(
@@ -509,15 +518,18 @@ async fn send(
     conn: ConnInfo,
 ) -> Result<(Response<Body>, Duration), OriginError> {
     let result = origin.send(origin.prepare(req, conn)).await;
-    if let Err(e) = &result {
-        p.metrics.origin_error(e.kind());
+    if let Some(kind) = result.as_ref().err().and_then(OriginError::origin_kind) {
+        p.metrics.origin_error(kind);
     }
     result
 }
 
 /// The response for a failed origin exchange (already counted by `send`).
 fn origin_failure(e: &OriginError) -> Response<Body> {
-    tracing::warn!(error = %e, "origin exchange failed");
+    match e {
+        OriginError::RequestBody(_) => tracing::debug!(error = %e, "client request body failed"),
+        _ => tracing::warn!(error = %e, "origin exchange failed"),
+    }
     error_response(e.status(), &e.to_string())
 }
 
@@ -623,6 +635,7 @@ async fn revalidate<'a>(
             key: key.to_string(),
             response: refreshed,
             body: None,
+            is_version: false,
         }),
         leader: None,
     })
@@ -686,8 +699,12 @@ async fn admit<'a>(
     let headers = &mut parts.headers;
     let last_modified = last_modified(headers);
     let secondary_key = cache::secondary_key(headers, request);
-    let storable =
-        key.is_some() && secondary_key.is_some() && is_storable(&method, request, status, headers);
+    let public_path = key.is_some_and(|k| p.config.cache.is_public_path(key_path(k)));
+    let audience = audience(request, headers, public_path);
+    let storable = key.is_some()
+        && secondary_key.is_some()
+        && audience.may_cache()
+        && is_storable(&method, request, status, headers);
 
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -793,6 +810,7 @@ async fn admit<'a>(
                 key: key.to_string(),
                 response,
                 body: Some(bytes.clone()),
+                is_version: audience.may_derive(),
             })
         }
         _ => None,

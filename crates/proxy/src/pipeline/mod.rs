@@ -192,7 +192,7 @@ impl Pipeline {
     ) -> Response<Body> {
         let ctx = match self.context(&req, conn, started) {
             Ok(ctx) => ctx,
-            Err(message) => return respond::error_response(StatusCode::BAD_REQUEST, message),
+            Err(message) => return respond::error_response(StatusCode::BAD_REQUEST, &message),
         };
         let fetched = match fetch::fetch(self, &ctx, req).await {
             Ok(fetched) => fetched,
@@ -212,11 +212,11 @@ impl Pipeline {
         req: &Request<Body>,
         conn: ConnInfo,
         started: Instant,
-    ) -> Result<RequestContext, &'static str> {
-        let profile = classify::classify(req);
+    ) -> Result<RequestContext, String> {
+        let profile = classify::classify(req).map_err(|e| e.to_string())?;
         let site = match &self.source {
             Source::Origin(origin) => origin
-                .upstream_host(&profile.headers)
+                .upstream_host(profile.host.as_ref())
                 .to_str()
                 .unwrap_or_default()
                 .to_string(),

@@ -15,10 +15,14 @@ use crate::delta::{dictionaries, history};
 /// What to write.
 pub enum StorePlan {
     /// A cache entry for `key`; `body` is `None` when only the head changed (a 304).
+    /// `is_version`: the body is the same for everyone, so a text body also joins
+    /// the resource's history (a delta base, dictionary and training sample for
+    /// other clients).
     CacheEntry {
         key: String,
         response: StoredResponse,
         body: Option<Bytes>,
+        is_version: bool,
     },
     /// A file version's content, kept by its hash; a version (delta base) of
     /// `resource` when that is given (text files).
@@ -69,6 +73,7 @@ pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
                         key,
                         response,
                         body,
+                        is_version,
                     } => {
                         if let Some(bytes) = &body {
                             store.put_blob(bytes)?;
@@ -78,8 +83,10 @@ pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
                             .and_then(|r| CacheEntry::decode(&r))
                             .unwrap_or_default();
                         let headers = response.headers();
-                        let new_version =
-                            body.as_ref().filter(|_| text(&headers)).and_then(|bytes| {
+                        let new_version = body
+                            .as_ref()
+                            .filter(|_| is_version && text(&headers))
+                            .and_then(|bytes| {
                                 let etag = headers
                                     .get(http::header::ETAG)
                                     .and_then(|v| v.to_str().ok())

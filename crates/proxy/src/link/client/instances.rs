@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use serde::{Deserialize, Serialize};
 use store::{Hash, Store, StoreConfig, StoreError};
+use wirefold_http::audience::audience;
 use wirefold_http::caching::{check_storable, Freshness, NotStorable};
 
 use crate::cache::{decode_head, encode_head};
@@ -209,9 +210,10 @@ impl Instances {
     }
 }
 
-/// Whether a response may be kept as an instance (and so offered as a base to later
-/// requests, by anyone): a 200 to a GET without `Authorization`, not `private`, not
-/// `no-store`, no `Set-Cookie`, not `Vary: *`. Responses without freshness (or with
+/// Whether a response may be kept as an instance (and so served fresh or offered as
+/// a base to later requests, by anyone): a 200 to a GET that is the same for everyone
+/// (`wirefold_http::audience`: no `Cookie` or `Authorization` sent, not `private`, no
+/// `Set-Cookie`), not `no-store`, not `Vary: *`. Responses without freshness (or with
 /// `no-cache`) are kept: they are bases, never served without a link round trip.
 pub fn may_keep(
     method: &Method,
@@ -221,7 +223,7 @@ pub fn may_keep(
 ) -> bool {
     *method == Method::GET
         && status == StatusCode::OK
-        && !request.contains_key(http::header::AUTHORIZATION)
+        && audience(request, response, false).may_derive()
         && matches!(
             check_storable(method, request, status, response),
             Ok(()) | Err(NotStorable::NoFreshnessInformation)
@@ -330,6 +332,17 @@ mod tests {
             ok,
             &fields(&[("cache-control", "public")])
         ));
+        for shared in ["public, max-age=60", "s-maxage=60", "no-cache"] {
+            assert!(
+                !may_keep(
+                    &get,
+                    &fields(&[("cookie", "session=alice")]),
+                    ok,
+                    &fields(&[("cache-control", shared)])
+                ),
+                "one user's page is never another's instance: {shared}"
+            );
+        }
         assert!(!may_keep(
             &get,
             &none,

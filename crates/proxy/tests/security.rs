@@ -1,0 +1,455 @@
+//! Attacks on the accelerator, each the hostile client or origin that once broke it
+//! (issue 10): a body on a GET that desyncs the pooled origin connection, personal
+//! pages turned into shared cache entries, delta bases, dictionaries and training
+//! samples, host poisoning, and a malformed request body blamed on the origin.
+//! docs/security.md names each test here next to the promise it holds.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine;
+use sha2::Digest;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const PAGE: &str = "html/w3c__manifest/index-html--recent/028.html";
+
+fn sha256(data: &[u8]) -> [u8; 32] {
+    sha2::Sha256::digest(data).into()
+}
+
+/// A page made for one user: the corpus page with the user's secret inside.
+fn personal_page(user: &str) -> Vec<u8> {
+    let mut page = corpus_file(PAGE);
+    let secret = format!("<p>Account of {user}: card ending {user}-4242-secret</p>");
+    let at = page.len() / 2;
+    page.splice(at..at, secret.into_bytes());
+    page
+}
+
+fn secret_of(user: &str) -> Vec<u8> {
+    format!("{user}-4242-secret").into_bytes()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// What a lenient origin parsed from its connections: request line and body.
+type Seen = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// An origin that answers as soon as it has a request head and only then reads and
+/// discards the `Content-Length` bytes that follow, on persistent connections (as
+/// Go's and Node's servers do). Each answer's body is the request line it parsed, so
+/// a shifted request shows.
+async fn lenient_origin() -> (SocketAddr, Seen) {
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let addr = raw_origin(move |mut stream| {
+        let log = log.clone();
+        async move {
+            while let Some(head) = read_head(&mut stream).await {
+                let head = String::from_utf8_lossy(&head).to_string();
+                let line = head.lines().next().unwrap_or_default().to_string();
+                let length: usize = head
+                    .lines()
+                    .filter_map(|l| l.split_once(':'))
+                    .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+                    .and_then(|(_, v)| v.trim().parse().ok())
+                    .unwrap_or(0);
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncache-control: max-age=600\r\ncontent-length: {}\r\n\r\n{line}",
+                    line.len()
+                );
+                if stream.write_all(answer.as_bytes()).await.is_err() {
+                    return;
+                }
+                let mut body = vec![0u8; length];
+                if stream.read_exact(&mut body).await.is_err() {
+                    return;
+                }
+                log.lock().unwrap().push((line, body));
+            }
+        }
+    })
+    .await;
+    (addr, seen)
+}
+
+/// One request on its own connection; the raw response.
+async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut out),
+    )
+    .await;
+    out
+}
+
+fn status_of(reply: &[u8]) -> u16 {
+    String::from_utf8_lossy(reply)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn metrics_text(proxy: &Proxy) -> String {
+    String::from_utf8(curl(&proxy.admin_url("/metrics"), &[]).await.body).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_with_a_body_is_forwarded_with_it_and_never_fills_the_cache() {
+    let (origin, seen) = lenient_origin().await;
+    let proxy = start_proxy(&format!("http://{origin}"), |_| {}).await;
+    let host = proxy.running.addr.to_string();
+    // 53 bytes that, left on the origin connection, would be read as the start of
+    // the next request.
+    let smuggled = "GET /evil HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaa\r\n\r\n";
+    assert_eq!(smuggled.len(), 53);
+    let attack = format!(
+        "GET /attacker HTTP/1.1\r\nHost: {host}\r\nContent-Length: 53\r\nConnection: close\r\n\r\n{smuggled}"
+    );
+    let reply = raw_exchange(proxy.running.addr, attack.as_bytes()).await;
+    assert_eq!(status_of(&reply), 200);
+
+    for round in 0..2 {
+        let victim = curl(&proxy.url("/victim1"), &["-H", "X-Foo: GET /evil HTTP/1.1"]).await;
+        assert_eq!(victim.body, b"GET /victim1 HTTP/1.1", "round {round}");
+    }
+    // Over HTTP/2 too.
+    let h2 = curl(
+        &proxy.url("/attacker2"),
+        &[
+            "--http2-prior-knowledge",
+            "-X",
+            "GET",
+            "--data-binary",
+            smuggled,
+        ],
+    )
+    .await;
+    assert_eq!(h2.body, b"GET /attacker2 HTTP/1.1");
+    let victim = curl(&proxy.url("/victim2"), &[]).await;
+    assert_eq!(victim.body, b"GET /victim2 HTTP/1.1");
+
+    let seen = seen.lock().unwrap().clone();
+    let lines: Vec<&str> = seen.iter().map(|(line, _)| line.as_str()).collect();
+    assert_eq!(
+        lines,
+        [
+            "GET /attacker HTTP/1.1",
+            "GET /victim1 HTTP/1.1",
+            "GET /attacker2 HTTP/1.1",
+            "GET /victim2 HTTP/1.1"
+        ],
+        "the origin parsed exactly the requests sent"
+    );
+    assert_eq!(
+        seen[0].1,
+        smuggled.as_bytes(),
+        "the body went with its request"
+    );
+    assert_eq!(seen[2].1, smuggled.as_bytes());
+    // Neither answer to a request with a body was stored.
+    let again = curl(&proxy.url("/attacker"), &[]).await;
+    assert_eq!(
+        again.header("cache-status"),
+        Some("wirefold; fwd=miss; stored")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_chunked_request_body_is_a_400_not_an_origin_failure() {
+    // An origin that reads the whole request before it would answer.
+    let origin = raw_origin(|mut stream| async move {
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink).await;
+    })
+    .await;
+    let proxy = start_proxy(&format!("http://{origin}"), |_| {}).await;
+    let host = proxy.running.addr.to_string();
+    let request = format!(
+        "POST /form HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nbroken\r\n0\r\n\r\n"
+    );
+    let reply = raw_exchange(proxy.running.addr, request.as_bytes()).await;
+    assert_eq!(
+        status_of(&reply),
+        400,
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(metric(&metrics, "wirefold_origin_errors_total"), 0.0);
+}
+
+/// Requests and answers for the leak tests: `/account` answers each user's own page
+/// (named by the `session` cookie, `anonymous` without), with `cache_control` and a
+/// validator of its content; it answers `If-None-Match` with 304 when it matches.
+async fn personal_origin(cache_control: &'static str) -> Origin {
+    origin(move |req| {
+        let user = req
+            .headers()
+            .get("cookie")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|c| c.strip_prefix("session="))
+            .unwrap_or("anonymous")
+            .to_string();
+        let body = personal_page(&user);
+        let etag = format!("\"{}\"", hex::encode(&sha256(&body)[..8]));
+        let matches = req
+            .headers()
+            .get("if-none-match")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains(&etag));
+        let fields = [
+            ("content-type", "text/html"),
+            ("cache-control", cache_control),
+            ("etag", etag.as_str()),
+        ];
+        if matches {
+            return response(304, &fields, "");
+        }
+        response(200, &fields, body)
+    })
+    .await
+}
+
+/// Everything another client can reach after alice's visit must be free of her secret:
+/// the page itself, every dictionary linked or published, a delta against her page,
+/// and a dictionary trained over the site.
+async fn assert_alice_never_reaches_bob(cache_control: &'static str) {
+    let origin = personal_origin(cache_control).await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let chromium_like = ["-H", "Accept-Encoding: gzip, br, zstd, dcb, dcz"];
+    let alice = curl(
+        &proxy.url("/account"),
+        &[
+            &chromium_like[..],
+            &["-H", "Cookie: session=alice", "--compressed"],
+        ]
+        .concat(),
+    )
+    .await;
+    assert_eq!(alice.body, personal_page("alice"), "{cache_control}");
+    let alice_tag = alice.header("etag").unwrap_or_default().to_string();
+
+    let bob = curl(
+        &proxy.url("/account"),
+        &[&chromium_like[..], &["--compressed"]].concat(),
+    )
+    .await;
+    assert_eq!(bob.body, personal_page("anonymous"), "{cache_control}");
+
+    // No dictionary made from alice's page is published or linked.
+    let alice_dict = format!("/.wirefold/dict/{}", hex::encode(sha256(&alice.body)));
+    assert_eq!(curl(&proxy.url(&alice_dict), &[]).await.status, 404);
+    for link in bob
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
+    {
+        let url = link.1.split(['<', '>']).nth(1).unwrap_or_default();
+        let dictionary = curl(&proxy.url(url), &["--compressed"]).await;
+        assert!(
+            !contains(&dictionary.body, &secret_of("alice")),
+            "{cache_control}: {url}"
+        );
+    }
+    // Nor is her page a dictionary for anyone who claims to hold it.
+    let claimed = format!(
+        "Available-Dictionary: :{}:",
+        base64::engine::general_purpose::STANDARD.encode(sha256(&alice.body))
+    );
+    let with_claim = curl(
+        &proxy.url("/account"),
+        &[&chromium_like[..], &["-H", &claimed]].concat(),
+    )
+    .await;
+    assert!(
+        !matches!(with_claim.header("content-encoding"), Some("dcb" | "dcz")),
+        "{cache_control}: bob got a delta against alice's page"
+    );
+    // Nor an RFC 3229 base: a delta against her page would tell bob what they share.
+    let im = curl(
+        &proxy.url("/account"),
+        &[
+            "-H",
+            "A-IM: vcdiff",
+            "-H",
+            &format!("If-None-Match: {alice_tag}"),
+        ],
+    )
+    .await;
+    assert_ne!(
+        im.status, 226,
+        "{cache_control}: a delta against alice's page"
+    );
+    // Nor a training sample.
+    let (status, report) = proxy::server::call_admin(
+        proxy.running.admin_addr,
+        http::Method::POST,
+        "/dictionaries/train?pattern=%2F*&max_size=4096",
+    )
+    .await
+    .unwrap();
+    if status == 200 {
+        let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+        let url = report["url"].as_str().unwrap();
+        let trained = curl(&proxy.url(url), &["--compressed"]).await;
+        assert!(
+            !contains(&trained.body, &secret_of("alice")),
+            "{cache_control}: trained"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_for_a_cookie_is_never_shared_derived_or_trained_on() {
+    for cache_control in [
+        "no-cache",
+        "max-age=0",
+        "s-maxage=0",
+        "max-age=600",
+        "public, no-cache",
+        "max-age=600, stale-while-revalidate=60",
+    ] {
+        assert_alice_never_reaches_bob(cache_control).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_to_cookies_are_stored_only_when_the_origin_or_operator_says_public() {
+    // (response Cache-Control, public path?, stored?)
+    let cases = [
+        ("max-age=600", false, false),
+        ("public, max-age=600", false, true),
+        ("s-maxage=600", false, true),
+        ("max-age=600", true, true),
+        ("private, max-age=600", true, false),
+    ];
+    for (cache_control, public_path, stored) in cases {
+        let origin = origin(move |_| {
+            response(
+                200,
+                &[
+                    ("content-type", "text/plain"),
+                    ("cache-control", cache_control),
+                ],
+                "same for everyone",
+            )
+        })
+        .await;
+        let proxy = start_proxy(&origin.url(""), |c| {
+            if public_path {
+                c.cache.public_paths = vec!["/static/".into()];
+            }
+        })
+        .await;
+        let first = curl(&proxy.url("/static/app.css"), &["-H", "Cookie: id=1"]).await;
+        let expected = if stored {
+            "wirefold; fwd=miss; stored"
+        } else {
+            "wirefold; fwd=miss"
+        };
+        assert_eq!(
+            first.header("cache-status"),
+            Some(expected),
+            "{cache_control}, public path {public_path}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_is_keyed_as_forwarded_and_ambiguous_hosts_are_refused() {
+    let seen: Arc<Mutex<Vec<(String, String, String)>>> = Arc::default();
+    let log = seen.clone();
+    let origin = origin(move |req| {
+        let get = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
+        log.lock()
+            .unwrap()
+            .push((get("host"), get("x-forwarded-host"), get("x-original-url")));
+        // An origin that builds links from the forwarded host, as frameworks do.
+        let host = match get("x-forwarded-host") {
+            h if h.is_empty() => get("host"),
+            h => h,
+        };
+        response(
+            200,
+            &[
+                ("content-type", "text/plain"),
+                ("cache-control", "max-age=600"),
+            ],
+            format!("<a href=\"http://{host}/next\">"),
+        )
+    })
+    .await;
+
+    // The default rule sends the origin's host and no client-chosen one.
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let poisoned = curl(
+        &proxy.url("/p"),
+        &[
+            "-H",
+            "Host: evil.example",
+            "-H",
+            "X-Forwarded-Host: evil.example",
+            "-H",
+            "X-Original-URL: /admin",
+        ],
+    )
+    .await;
+    let clean = curl(&proxy.url("/p"), &[]).await;
+    assert_eq!(clean.body, poisoned.body);
+    assert!(
+        !contains(&clean.body, b"evil"),
+        "{}",
+        String::from_utf8_lossy(&clean.body)
+    );
+    for (host, forwarded, original) in seen.lock().unwrap().iter() {
+        assert_eq!(host, &origin.addr.to_string());
+        assert_eq!((forwarded.as_str(), original.as_str()), ("", ""));
+    }
+
+    // The `client` rule keys on the host it forwards; the absolute form's wins.
+    let proxy = start_proxy(&origin.url(""), |c| c.upstream.host = "client".into()).await;
+    let good = curl(&proxy.url("/q"), &["-H", "Host: good.example"]).await;
+    assert_eq!(good.body, b"<a href=\"http://good.example/next\">");
+    let evil = curl(&proxy.url("/q"), &["-H", "Host: evil.example"]).await;
+    assert_eq!(evil.body, b"<a href=\"http://evil.example/next\">");
+    let good = curl(&proxy.url("/q"), &["-H", "Host: good.example"]).await;
+    assert_eq!(good.body, b"<a href=\"http://good.example/next\">");
+    assert_eq!(good.header("cache-status"), Some("wirefold; hit"));
+    let absolute = format!(
+        "GET http://good.example/q HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"
+    );
+    let reply = raw_exchange(proxy.running.addr, absolute.as_bytes()).await;
+    assert!(
+        contains(&reply, b"http://good.example/next"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+
+    // No Host, or two, is a 400 (RFC 9112 §3.2), on the pipeline and on upgrades.
+    for request in [
+        "GET /q HTTP/1.1\r\nConnection: close\r\n\r\n".to_string(),
+        "GET /q HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\nConnection: close\r\n\r\n".into(),
+        "GET /ws HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n".into(),
+        "GET /q HTTP/1.1\r\nHost: user@evil.example\r\nConnection: close\r\n\r\n".into(),
+    ] {
+        let reply = raw_exchange(proxy.running.addr, request.as_bytes()).await;
+        assert_eq!(status_of(&reply), 400, "{request:?}");
+    }
+}
