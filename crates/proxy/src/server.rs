@@ -163,10 +163,16 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         pipeline.clone(),
         stopped.clone(),
     ));
-    let admin = tokio::spawn(admin_loop(admin_listener, stopped, move |req| {
-        let pipeline = pipeline.clone();
-        async move { admin(&pipeline, req).await }
-    }));
+    let admin_header_timeout = Duration::from_millis(config.limits.header_timeout_ms);
+    let admin = tokio::spawn(admin_loop(
+        admin_listener,
+        admin_header_timeout,
+        stopped,
+        move |req| {
+            let pipeline = pipeline.clone();
+            async move { admin(&pipeline, req).await }
+        },
+    ));
     Ok(Running {
         addr,
         admin_addr,
@@ -303,15 +309,23 @@ async fn dispatch(
 }
 
 /// Serves a plain HTTP/1.1 admin endpoint (metrics, health) with `handler` until
-/// `stop` changes. Shared by the server and the client proxy.
+/// `stop` changes. Shared by the server and the client proxy. A client must send a
+/// whole request head within `header_timeout` (from the moment it connects), as on
+/// the main listener: otherwise a few silent connections would hold the admin
+/// endpoint's sockets forever.
 pub(crate) async fn admin_loop<H, F>(
     listener: TcpListener,
+    header_timeout: Duration,
     mut stop: watch::Receiver<bool>,
     handler: H,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: std::future::Future<Output = Response<Body>> + Send + 'static,
 {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -329,10 +343,9 @@ pub(crate) async fn admin_loop<H, F>(
             let answer = handler(req);
             async move { Ok::<_, Infallible>(answer.await) }
         });
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
         tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let _ = connection.await;
         });
     }
 }

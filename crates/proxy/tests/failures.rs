@@ -309,6 +309,47 @@ async fn slow_clients_are_cut_off_at_the_header_timeout() {
     assert_eq!(origin.hits(), 3);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_on_the_admin_port_are_cut_off_at_the_header_timeout() {
+    let origin = origin(|_| response(200, &[], "fine")).await;
+    let proxy = start_proxy(&origin.url(""), |c| c.limits.header_timeout_ms = 500).await;
+    let admin = proxy.running.admin_addr;
+    let give_up = Duration::from_secs(5); // 10x the timeout: generous, never exact
+
+    let silent = tokio::spawn(slow_client_silent(admin, b"", give_up));
+    let partial = tokio::spawn(slow_client_silent(
+        admin,
+        b"GET /metrics HTTP/1.1\r\n",
+        give_up,
+    ));
+    let trickle = tokio::spawn(slow_client(
+        admin,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n",
+        b"X-Slow: aaaaaaaa\r\n",
+        give_up,
+    ));
+    // Meanwhile, the admin endpoint answers others.
+    let healthy = curl(&proxy.admin_url("/healthz"), &[]).await;
+    assert_eq!(healthy.status, 200);
+
+    for (name, client) in [
+        ("connected, nothing sent", silent),
+        ("partial head, then silence", partial),
+        ("partial head, then a byte every 100 ms", trickle),
+    ] {
+        let (ending, took, seen) = client.await.unwrap();
+        assert_eq!(ending, Ending::Closed, "{name}: still open after {took:?}");
+        if !seen.is_empty() {
+            assert_eq!(
+                status_of(&seen),
+                Some(408),
+                "{name}: {:?}",
+                body_text(&seen)
+            );
+        }
+    }
+}
+
 async fn slow_client_silent(
     addr: SocketAddr,
     prefix: &'static [u8],
