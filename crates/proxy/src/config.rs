@@ -549,6 +549,15 @@ impl Config {
                 ),
             );
         }
+        if self.link.enabled && !self.listen.ip().is_loopback() && !self.tls.enabled() {
+            return invalid(
+                "tls",
+                format!(
+                    "a server proxy on {} without TLS would send its link token and every exchange across the network in clear: add --tls-cert/--tls-key (`tls.cert`, `tls.key`) or --tls-self-signed, or listen on loopback",
+                    self.listen
+                ),
+            );
+        }
         if let Some(token) = &self.link.token {
             if token.is_empty() || token == "1" || http::HeaderValue::from_str(token).is_err() {
                 return invalid(
@@ -649,7 +658,35 @@ mod tests {
         c.listen = "0.0.0.0:8443".parse().unwrap();
         assert!(c.check().unwrap_err().to_string().contains("link.token"));
         c.link.token = Some("s3cret".into());
+        c.tls.self_signed = true;
         assert!(c.check().is_ok());
+    }
+
+    #[test]
+    fn a_server_proxy_on_the_network_needs_tls() {
+        let mut c = Config {
+            origin: Some("http://127.0.0.1:1".into()),
+            ..Config::default()
+        };
+        c.link.enabled = true;
+        c.link.token = Some("s3cret".into());
+        assert!(c.check().is_ok(), "loopback only: no TLS needed");
+        c.listen = "192.0.2.7:8443".parse().unwrap();
+        let err = c.check().unwrap_err().to_string();
+        assert!(
+            err.contains("192.0.2.7:8443")
+                && err.contains("--tls-cert/--tls-key")
+                && err.contains("--tls-self-signed"),
+            "{err}"
+        );
+        c.tls.self_signed = true;
+        assert!(c.check().is_ok());
+        c.link.enabled = false;
+        c.tls.self_signed = false;
+        assert!(
+            c.check().is_ok(),
+            "no link: plain HTTP on the network is fine"
+        );
     }
 
     #[test]
