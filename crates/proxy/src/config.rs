@@ -65,6 +65,9 @@ pub struct FilesConfig {
     pub versioned_cache_control: String,
     /// `Cache-Control` for every other file: revalidate (cheap, with the strong ETag).
     pub cache_control: String,
+    /// Serve files and directories whose name starts with `.` (`.git/`, `.env`). Off,
+    /// they are 404 and never scanned; `/.well-known/` is served either way.
+    pub serve_dotfiles: bool,
 }
 
 impl Default for FilesConfig {
@@ -72,6 +75,7 @@ impl Default for FilesConfig {
         FilesConfig {
             versioned_cache_control: "public, max-age=31536000, immutable".into(),
             cache_control: "no-cache".into(),
+            serve_dotfiles: false,
         }
     }
 }

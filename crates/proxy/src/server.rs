@@ -106,12 +106,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         (Some(origin), _) => Source::Origin(Arc::new(
             Origin::new(origin, &config.upstream).map_err(StartError::Origin)?,
         )),
-        (None, Some(root)) => {
-            Source::Files(FileSource::new(root).map_err(|source| StartError::Root {
-                path: root.clone(),
-                source,
-            })?)
-        }
+        (None, Some(root)) => Source::Files(
+            FileSource::new(root, config.files.serve_dotfiles).map_err(|source| {
+                StartError::Root {
+                    path: root.clone(),
+                    source,
+                }
+            })?,
+        ),
         (None, None) => Source::Forward(Box::new(
             crate::forward::ForwardOrigins::new(&config.upstream, config.link.destinations)
                 .map_err(StartError::Origin)?,
