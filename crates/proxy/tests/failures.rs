@@ -192,6 +192,43 @@ async fn oversized_request_head_gets_431() {
     assert_eq!(origin.hits(), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_methods_and_content_types_do_not_grow_the_metrics() {
+    // The origin labels each path with its own made-up media type.
+    let origin = origin(|req| {
+        let content_type = format!(
+            "application/x-made-up{}",
+            req.uri().path().replace('/', "-")
+        );
+        response(200, &[("content-type", &content_type)], "fine")
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let metrics_lines = || async {
+        let text = curl(&proxy.admin_url("/metrics"), &[]).await.body;
+        String::from_utf8(text).unwrap().lines().count()
+    };
+    let exchange = |i: usize| {
+        let url = proxy.url(&format!("/type/{i}"));
+        async move {
+            let method = format!("MADEUP{i}");
+            curl(&url, &["-X", &method]).await;
+            curl(&url, &[]).await;
+        }
+    };
+    // One of each first, so every label value the rest could map to exists already.
+    exchange(0).await;
+    let before = metrics_lines().await;
+    for i in 1..=50 {
+        exchange(i).await;
+    }
+    let after = metrics_lines().await;
+    assert!(
+        after <= before + 4,
+        "50 made-up methods and content types grew /metrics from {before} to {after} lines"
+    );
+}
+
 /// How a slow client's connection ended.
 #[derive(Debug, PartialEq)]
 enum Ending {
