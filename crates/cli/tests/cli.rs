@@ -121,6 +121,53 @@ fn serve_link_on_the_network_without_tls_refuses_to_start() {
 }
 
 #[test]
+fn dict_train_sends_the_admin_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut started = start(
+        &[
+            "serve",
+            "--root",
+            dir.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--admin-token",
+            "s3cret",
+            "--data-dir",
+            dir.path().join("data").to_str().unwrap(),
+        ],
+        "listening on",
+    );
+    let admin = started
+        .first_line
+        .rsplit("admin http://")
+        .next()
+        .unwrap()
+        .trim_end_matches([')', '\n'])
+        .to_string();
+    let train = |extra: &[&str]| {
+        let mut args = vec![
+            "dict",
+            "train",
+            "--pattern",
+            "/nothing/*",
+            "--admin",
+            &admin,
+        ];
+        args.extend(extra);
+        let out = wirefold(&args);
+        assert!(!out.status.success(), "nothing stored: training fails");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = train(&[]);
+    assert!(err.contains("admin token"), "{err}");
+    let err = train(&["--admin-token", "s3cret"]);
+    assert!(err.contains("no stored pages"), "{err}");
+    terminate(&mut started);
+}
+
+#[test]
 fn serve_answers_and_stops_gracefully_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("site");

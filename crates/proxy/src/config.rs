@@ -17,6 +17,10 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address of the admin listener (`/metrics`, `/healthz`).
     pub admin: SocketAddr,
+    /// Required as `Authorization: Bearer <token>` by admin requests that change the
+    /// server (`POST /dictionaries/train`); without it, only a loopback admin
+    /// listener accepts them.
+    pub admin_token: Option<String>,
     /// Where the store lives.
     pub data_dir: PathBuf,
     /// Reverse-proxy mode: the origin's base URL (`http://` or `https://`).
@@ -40,6 +44,7 @@ impl Default for Config {
         Config {
             listen: "127.0.0.1:8080".parse().expect("literal address"),
             admin: "127.0.0.1:9180".parse().expect("literal address"),
+            admin_token: None,
             data_dir: PathBuf::from("./wirefold-data"),
             origin: None,
             root: None,
@@ -561,6 +566,14 @@ impl Config {
                     self.listen
                 ),
             );
+        }
+        if let Some(token) = &self.admin_token {
+            if token.is_empty() || http::HeaderValue::from_str(token).is_err() {
+                return invalid(
+                    "admin_token",
+                    "must be a non-empty header-safe string".into(),
+                );
+            }
         }
         if let Some(token) = &self.link.token {
             if token.is_empty() || token == "1" || http::HeaderValue::from_str(token).is_err() {
