@@ -60,6 +60,9 @@ enum DictCommand {
         /// The running server's admin listener.
         #[arg(long, default_value = "127.0.0.1:9180")]
         admin: SocketAddr,
+        /// The server's admin token (`serve --admin-token`), sent as a bearer token.
+        #[arg(long)]
+        admin_token: Option<String>,
     },
 }
 
@@ -71,6 +74,7 @@ impl DictCommand {
                 site,
                 max_size,
                 admin,
+                admin_token,
             } => {
                 let encode = |s: &str| {
                     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC)
@@ -83,8 +87,13 @@ impl DictCommand {
                 if let Some(site) = site {
                     query.push_str(&format!("&site={}", encode(&site)));
                 }
-                let (status, body) =
-                    proxy::server::call_admin(admin, http::Method::POST, &query).await?;
+                let (status, body) = proxy::server::call_admin(
+                    admin,
+                    http::Method::POST,
+                    &query,
+                    admin_token.as_deref(),
+                )
+                .await?;
                 if !status.is_success() {
                     return Err(body.trim().to_string());
                 }
@@ -111,6 +120,10 @@ struct ServeArgs {
     /// Admin listener (metrics, health) [default: 127.0.0.1:9180].
     #[arg(long)]
     admin: Option<SocketAddr>,
+    /// Require this bearer token for admin changes (`wirefold dict train --admin-token`);
+    /// without one, a non-loopback admin listener refuses them.
+    #[arg(long)]
+    admin_token: Option<String>,
     /// Store directory [default: ./wirefold-data].
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -160,6 +173,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.admin {
             config.admin = v;
+        }
+        if let Some(token) = &self.admin_token {
+            config.admin_token = Some(token.clone());
         }
         if let Some(v) = &self.data_dir {
             config.data_dir = v.clone();

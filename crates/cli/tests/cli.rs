@@ -87,6 +87,87 @@ fn check_config_names_the_offending_key() {
 }
 
 #[test]
+fn serve_link_on_the_network_without_tls_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let link_without_tls = [
+        "serve",
+        "--link",
+        "--link-token",
+        "s3cret",
+        "--listen",
+        "0.0.0.0:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--check-config",
+    ];
+    let out = wirefold(&link_without_tls);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("0.0.0.0:0") && err.contains("--tls-self-signed") && err.contains("clear"),
+        "{err}"
+    );
+
+    let mut with_tls = link_without_tls.to_vec();
+    with_tls.push("--tls-self-signed");
+    let out = wirefold(&with_tls);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn dict_train_sends_the_admin_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut started = start(
+        &[
+            "serve",
+            "--root",
+            dir.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--admin-token",
+            "s3cret",
+            "--data-dir",
+            dir.path().join("data").to_str().unwrap(),
+        ],
+        "listening on",
+    );
+    let admin = started
+        .first_line
+        .rsplit("admin http://")
+        .next()
+        .unwrap()
+        .trim_end_matches([')', '\n'])
+        .to_string();
+    let train = |extra: &[&str]| {
+        let mut args = vec![
+            "dict",
+            "train",
+            "--pattern",
+            "/nothing/*",
+            "--admin",
+            &admin,
+        ];
+        args.extend(extra);
+        let out = wirefold(&args);
+        assert!(!out.status.success(), "nothing stored: training fails");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = train(&[]);
+    assert!(err.contains("admin token"), "{err}");
+    let err = train(&["--admin-token", "s3cret"]);
+    assert!(err.contains("no stored pages"), "{err}");
+    terminate(&mut started);
+}
+
+#[test]
 fn serve_answers_and_stops_gracefully_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("site");

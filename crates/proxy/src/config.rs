@@ -17,6 +17,10 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address of the admin listener (`/metrics`, `/healthz`).
     pub admin: SocketAddr,
+    /// Required as `Authorization: Bearer <token>` by admin requests that change the
+    /// server (`POST /dictionaries/train`); without it, only a loopback admin
+    /// listener accepts them.
+    pub admin_token: Option<String>,
     /// Where the store lives.
     pub data_dir: PathBuf,
     /// Reverse-proxy mode: the origin's base URL (`http://` or `https://`).
@@ -40,6 +44,7 @@ impl Default for Config {
         Config {
             listen: "127.0.0.1:8080".parse().expect("literal address"),
             admin: "127.0.0.1:9180".parse().expect("literal address"),
+            admin_token: None,
             data_dir: PathBuf::from("./wirefold-data"),
             origin: None,
             root: None,
@@ -65,6 +70,9 @@ pub struct FilesConfig {
     pub versioned_cache_control: String,
     /// `Cache-Control` for every other file: revalidate (cheap, with the strong ETag).
     pub cache_control: String,
+    /// Serve files and directories whose name starts with `.` (`.git/`, `.env`). Off,
+    /// they are 404 and never scanned; `/.well-known/` is served either way.
+    pub serve_dotfiles: bool,
 }
 
 impl Default for FilesConfig {
@@ -72,6 +80,7 @@ impl Default for FilesConfig {
         FilesConfig {
             versioned_cache_control: "public, max-age=31536000, immutable".into(),
             cache_control: "no-cache".into(),
+            serve_dotfiles: false,
         }
     }
 }
@@ -571,6 +580,23 @@ impl Config {
                 ),
             );
         }
+        if self.link.enabled && !self.listen.ip().is_loopback() && !self.tls.enabled() {
+            return invalid(
+                "tls",
+                format!(
+                    "a server proxy on {} without TLS would send its link token and every exchange across the network in clear: add --tls-cert/--tls-key (`tls.cert`, `tls.key`) or --tls-self-signed, or listen on loopback",
+                    self.listen
+                ),
+            );
+        }
+        if let Some(token) = &self.admin_token {
+            if token.is_empty() || http::HeaderValue::from_str(token).is_err() {
+                return invalid(
+                    "admin_token",
+                    "must be a non-empty header-safe string".into(),
+                );
+            }
+        }
         if let Some(token) = &self.link.token {
             if token.is_empty() || token == "1" || http::HeaderValue::from_str(token).is_err() {
                 return invalid(
@@ -671,7 +697,35 @@ mod tests {
         c.listen = "0.0.0.0:8443".parse().unwrap();
         assert!(c.check().unwrap_err().to_string().contains("link.token"));
         c.link.token = Some("s3cret".into());
+        c.tls.self_signed = true;
         assert!(c.check().is_ok());
+    }
+
+    #[test]
+    fn a_server_proxy_on_the_network_needs_tls() {
+        let mut c = Config {
+            origin: Some("http://127.0.0.1:1".into()),
+            ..Config::default()
+        };
+        c.link.enabled = true;
+        c.link.token = Some("s3cret".into());
+        assert!(c.check().is_ok(), "loopback only: no TLS needed");
+        c.listen = "192.0.2.7:8443".parse().unwrap();
+        let err = c.check().unwrap_err().to_string();
+        assert!(
+            err.contains("192.0.2.7:8443")
+                && err.contains("--tls-cert/--tls-key")
+                && err.contains("--tls-self-signed"),
+            "{err}"
+        );
+        c.tls.self_signed = true;
+        assert!(c.check().is_ok());
+        c.link.enabled = false;
+        c.tls.self_signed = false;
+        assert!(
+            c.check().is_ok(),
+            "no link: plain HTTP on the network is fine"
+        );
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub enum FileContent {
 pub struct FileSource {
     /// Canonical root: every served path must canonicalize under it.
     root: PathBuf,
+    /// `files.serve_dotfiles`: serve names starting with `.` (see [`is_dotfile_path`]).
+    serve_dotfiles: bool,
     /// Content hashes of files already read, keyed by path and invalidated by a
     /// changed size or modification time, so a hit costs a `stat`, not a read.
     known: Mutex<HashMap<PathBuf, (u64, SystemTime, Hash)>>,
@@ -45,9 +47,10 @@ const RESOLUTION_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 const RESOLUTION_CAPACITY: usize = 16_384;
 
 impl FileSource {
-    pub fn new(root: &Path) -> std::io::Result<FileSource> {
+    pub fn new(root: &Path, serve_dotfiles: bool) -> std::io::Result<FileSource> {
         Ok(FileSource {
             root: root.canonicalize()?,
+            serve_dotfiles,
             known: Mutex::new(HashMap::new()),
             resolved: Mutex::new(HashMap::new()),
         })
@@ -55,7 +58,9 @@ impl FileSource {
 
     /// Resolves a request path. `None` (served as 404) for anything that is not a
     /// regular file inside the root: `..` segments (also percent-encoded), NUL bytes,
-    /// symlinks leading out of the root, directories without `index.html`.
+    /// symlinks leading out of the root, directories without `index.html`, a file
+    /// named as a directory (`/file.txt/`), and dotfiles unless configured (whether
+    /// the request or a symlink's target names them).
     pub fn resolve(&self, request_path: &str) -> Option<FoundFile> {
         // A path resolved within the last second is checked with one `stat` of its
         // canonical file instead of a `readlink` per component (cf. nginx's
@@ -105,21 +110,30 @@ impl FileSource {
         if decoded.contains('\0') || decoded.contains('\\') {
             return None;
         }
-        let mut path = self.root.clone();
+        let mut relative = PathBuf::new();
         for component in Path::new(decoded.trim_start_matches('/')).components() {
             match component {
-                Component::Normal(part) => path.push(part),
+                Component::Normal(part) => relative.push(part),
                 Component::CurDir => {}
                 // `..`, a root or a prefix inside the request path: refuse outright.
                 _ => return None,
             }
         }
-        let mut canonical = path.canonicalize().ok()?;
+        if self.withholds(&relative) {
+            return None;
+        }
+        // `Path::components` drops a trailing `/` or `/.`: such a request names a
+        // directory, never a file (as a file system would answer ENOTDIR).
+        let names_directory = decoded.ends_with('/') || decoded.ends_with("/.");
+        let mut canonical = self.root.join(&relative).canonicalize().ok()?;
         if canonical.is_dir() {
             canonical = canonical.join("index.html").canonicalize().ok()?;
-        }
-        if !canonical.starts_with(&self.root) {
+        } else if names_directory {
             return None;
+        }
+        match canonical.strip_prefix(&self.root) {
+            Ok(target) if !self.withholds(target) => {}
+            _ => return None,
         }
         let meta = std::fs::metadata(&canonical).ok()?;
         if !meta.is_file() {
@@ -136,6 +150,12 @@ impl FileSource {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Whether a path relative to the root is kept from clients (and from the
+    /// scanner): a dotfile, unless `files.serve_dotfiles` is set.
+    pub fn withholds(&self, relative: &Path) -> bool {
+        !self.serve_dotfiles && is_dotfile_path(relative)
     }
 
     /// Records the content hash of a file version read elsewhere (the scanner).
@@ -228,6 +248,22 @@ pub fn content_type_for(path: &Path) -> String {
     }
 }
 
+/// Whether any component of a path relative to the root starts with `.`: `.git/`,
+/// `.env`, `.htpasswd` are a deployment's secrets far more often than its content. The
+/// top-level `.well-known` directory (RFC 8615) is the exception: it exists to be
+/// fetched (ACME challenges, `security.txt`), though a dotfile inside it is not.
+pub fn is_dotfile_path(relative: &Path) -> bool {
+    relative
+        .components()
+        .enumerate()
+        .any(|(i, component)| match component {
+            Component::Normal(name) => {
+                name.as_encoded_bytes().starts_with(b".") && !(i == 0 && name == ".well-known")
+            }
+            _ => false,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,7 +276,7 @@ mod tests {
         std::fs::write(root.join("sub/a b.css"), "a{}").unwrap();
         std::fs::write(dir.path().join("secret.txt"), "secret").unwrap();
         std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("link.txt")).unwrap();
-        let src = FileSource::new(&root).unwrap();
+        let src = FileSource::new(&root, false).unwrap();
         (dir, src)
     }
 
@@ -271,5 +307,25 @@ mod tests {
         ] {
             assert!(src.resolve(p).is_none(), "{p} must not resolve");
         }
+    }
+
+    #[test]
+    fn dotfiles_are_paths_with_a_dotted_component_outside_well_known() {
+        for dotted in [".env", ".git/config", "a/.cache/b", ".well-known/.htpasswd"] {
+            assert!(is_dotfile_path(Path::new(dotted)), "{dotted}");
+        }
+        for plain in [
+            "index.html",
+            "a/b.c",
+            ".well-known/security.txt",
+            ".well-known/acme-challenge/t0k3n",
+            "",
+        ] {
+            assert!(!is_dotfile_path(Path::new(plain)), "{plain}");
+        }
+        assert!(
+            is_dotfile_path(Path::new("sub/.well-known/x")),
+            "only the top-level .well-known is public"
+        );
     }
 }

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod origin;
 pub mod pipeline;
 mod scan;
+mod secret;
 pub mod server;
 pub mod tls;
 mod upgrade;

@@ -10,19 +10,67 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+/// `method` is one of [`method_label`]'s fixed values.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub method: String,
+    pub method: &'static str,
     pub status: u16,
 }
 
 /// `mechanism` is the representation sent (`identity`, `gzip`, `br`, `zstd`, `deflate`,
 /// `passthrough` for origin-encoded bodies forwarded as they came);
-/// `content_type` is the media type's essence.
+/// `content_type` is one of [`content_type_family`]'s fixed values.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BytesLabels {
     pub mechanism: String,
-    pub content_type: String,
+    pub content_type: &'static str,
+}
+
+/// The `method` label: the standard methods by name, anything else `other`. Methods
+/// come from clients, and every distinct label value is a series kept for the life
+/// of the process: a client sending made-up methods must not grow `/metrics`.
+pub fn method_label(method: &http::Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "PATCH" => "PATCH",
+        "OPTIONS" => "OPTIONS",
+        "CONNECT" => "CONNECT",
+        "TRACE" => "TRACE",
+        _ => "other",
+    }
+}
+
+/// The `content_type` label: the family of a media type (`html`, `css`, `javascript`,
+/// `json`, `xml`, `text`, `image`, `font`, `wasm`, `media`, `other`). Content types
+/// come from origins, which must not grow `/metrics` either; parameters and case are
+/// ignored (`text/HTML; charset=utf-8` is `html`).
+pub fn content_type_family(content_type: &str) -> &'static str {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let (major, minor) = essence.split_once('/').unwrap_or((essence.as_str(), ""));
+    match (major, minor) {
+        ("text", "html") | ("application", "xhtml+xml") => "html",
+        ("text", "css") => "css",
+        ("text" | "application", "javascript" | "ecmascript" | "x-javascript") => "javascript",
+        ("image", _) => "image",
+        (_, "json") => "json",
+        (_, _) if minor.ends_with("+json") => "json",
+        ("text" | "application", "xml") => "xml",
+        (_, _) if minor.ends_with("+xml") => "xml",
+        ("text", _) => "text",
+        ("font", _) | ("application", "vnd.ms-fontobject" | "font-woff" | "x-font-ttf") => "font",
+        ("application", "wasm") => "wasm",
+        ("audio" | "video", _) => "media",
+        _ => "other",
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -161,7 +209,7 @@ impl Metrics {
     pub fn record_body(&self, mechanism: &str, content_type: &str, original: u64, sent: u64) {
         let labels = BytesLabels {
             mechanism: mechanism.into(),
-            content_type: content_type.into(),
+            content_type: content_type_family(content_type),
         };
         self.bytes_original.get_or_create(&labels).inc_by(original);
         self.bytes_sent.get_or_create(&labels).inc_by(sent);
@@ -177,7 +225,7 @@ impl Metrics {
     ) {
         self.requests
             .get_or_create(&RequestLabels {
-                method: method.as_str().into(),
+                method: method_label(method),
                 status: status.as_u16(),
             })
             .inc();
@@ -220,5 +268,40 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_come_from_fixed_sets() {
+        assert_eq!(method_label(&http::Method::GET), "GET");
+        assert_eq!(method_label(&http::Method::PATCH), "PATCH");
+        let made_up = http::Method::from_bytes(b"MADEUP").unwrap();
+        assert_eq!(method_label(&made_up), "other");
+        for (content_type, family) in [
+            ("text/html; charset=utf-8", "html"),
+            ("TEXT/HTML", "html"),
+            ("application/xhtml+xml", "html"),
+            ("text/css", "css"),
+            ("application/javascript", "javascript"),
+            ("text/javascript", "javascript"),
+            ("application/json", "json"),
+            ("application/ld+json", "json"),
+            ("application/rss+xml", "xml"),
+            ("text/xml", "xml"),
+            ("image/svg+xml", "image"),
+            ("image/webp", "image"),
+            ("text/plain", "text"),
+            ("font/woff2", "font"),
+            ("application/wasm", "wasm"),
+            ("video/mp4", "media"),
+            ("application/x-made-up-42", "other"),
+            ("", "other"),
+        ] {
+            assert_eq!(content_type_family(content_type), family, "{content_type}");
+        }
     }
 }

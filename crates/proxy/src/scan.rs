@@ -66,7 +66,7 @@ fn scan(p: &Pipeline, seen: &mut HashMap<PathBuf, (u64, SystemTime)>) {
         return;
     };
     let mut found = Vec::new();
-    walk(files.root(), &mut found);
+    walk(files, files.root(), &mut found);
     // Versioned names grouped by pattern, newest last, for sibling dictionaries.
     let mut groups: HashMap<String, Vec<(SystemTime, PathBuf)>> = HashMap::new();
     for (path, _, modified) in &found {
@@ -204,8 +204,9 @@ fn prepare(
 }
 
 /// Regular files under `dir` (symlinks are not followed: the file source refuses
-/// what leads out of the root anyway), with size and modification time.
-fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64, SystemTime)>) {
+/// what leads out of the root anyway), with size and modification time; what the
+/// file source withholds (dotfiles) is skipped, so it is neither read nor stored.
+fn walk(files: &FileSource, dir: &Path, out: &mut Vec<(PathBuf, u64, SystemTime)>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -213,12 +214,16 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64, SystemTime)>) {
         if out.len() >= MAX_FILES {
             return;
         }
+        let path = entry.path();
+        if files.withholds(path.strip_prefix(files.root()).unwrap_or(&path)) {
+            continue;
+        }
         let Ok(meta) = entry.metadata() else { continue };
         if meta.is_dir() {
-            walk(&entry.path(), out);
+            walk(files, &path, out);
         } else if meta.is_file() {
             if let Ok(modified) = meta.modified() {
-                out.push((entry.path(), meta.len(), modified));
+                out.push((path, meta.len(), modified));
             }
         }
     }
@@ -247,4 +252,38 @@ fn request_path(root: &Path, path: &Path) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_walk_skips_dotfiles_unless_they_are_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(root.join(".well-known")).unwrap();
+        for file in [
+            ".env",
+            ".git/config",
+            ".well-known/security.txt",
+            "page.html",
+        ] {
+            std::fs::write(root.join(file), "x").unwrap();
+        }
+        let walked = |serve_dotfiles| {
+            let files = FileSource::new(root, serve_dotfiles).unwrap();
+            let mut found = Vec::new();
+            walk(&files, files.root(), &mut found);
+            let mut names: Vec<String> = found
+                .iter()
+                .map(|(path, ..)| request_path(files.root(), path))
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(walked(false), ["/.well-known/security.txt", "/page.html"]);
+        assert_eq!(walked(true).len(), 4);
+    }
 }

@@ -2,7 +2,7 @@
 //! over TLS) and the admin endpoint; graceful shutdown that drains in-flight requests.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,12 +108,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         (Some(origin), _) => Source::Origin(Arc::new(
             Origin::new(origin, &config.upstream).map_err(StartError::Origin)?,
         )),
-        (None, Some(root)) => {
-            Source::Files(FileSource::new(root).map_err(|source| StartError::Root {
-                path: root.clone(),
-                source,
-            })?)
-        }
+        (None, Some(root)) => Source::Files(
+            FileSource::new(root, config.files.serve_dotfiles).map_err(|source| {
+                StartError::Root {
+                    path: root.clone(),
+                    source,
+                }
+            })?,
+        ),
         (None, None) => Source::Forward(Box::new(
             crate::forward::ForwardOrigins::new(&config.upstream, config.link.destinations)
                 .map_err(StartError::Origin)?,
@@ -165,10 +167,16 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         pipeline.clone(),
         stopped.clone(),
     ));
-    let admin = tokio::spawn(admin_loop(admin_listener, stopped, move |req| {
-        let pipeline = pipeline.clone();
-        async move { admin(&pipeline, req).await }
-    }));
+    let admin_header_timeout = Duration::from_millis(config.limits.header_timeout_ms);
+    let admin = tokio::spawn(admin_loop(
+        admin_listener,
+        admin_header_timeout,
+        stopped,
+        move |req| {
+            let pipeline = pipeline.clone();
+            async move { admin(&pipeline, req).await }
+        },
+    ));
     Ok(Running {
         addr,
         admin_addr,
@@ -312,15 +320,23 @@ async fn dispatch(
 }
 
 /// Serves a plain HTTP/1.1 admin endpoint (metrics, health) with `handler` until
-/// `stop` changes. Shared by the server and the client proxy.
+/// `stop` changes. Shared by the server and the client proxy. A client must send a
+/// whole request head within `header_timeout` (from the moment it connects), as on
+/// the main listener: otherwise a few silent connections would hold the admin
+/// endpoint's sockets forever.
 pub(crate) async fn admin_loop<H, F>(
     listener: TcpListener,
+    header_timeout: Duration,
     mut stop: watch::Receiver<bool>,
     handler: H,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: std::future::Future<Output = Response<Body>> + Send + 'static,
 {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -338,10 +354,9 @@ pub(crate) async fn admin_loop<H, F>(
             let answer = handler(req);
             async move { Ok::<_, Infallible>(answer.await) }
         });
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
         tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let _ = connection.await;
         });
     }
 }
@@ -372,6 +387,20 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
             )
         }
         "/dictionaries/train" if req.method() == http::Method::POST => {
+            let authorization = req.headers().get(http::header::AUTHORIZATION);
+            let token = pipeline.config.admin_token.as_deref();
+            if let Err((status, why)) =
+                authorize_admin_change(pipeline.config.admin.ip(), token, authorization)
+            {
+                let mut refused = text(status, "text/plain", format!("{why}\n"));
+                if status == StatusCode::UNAUTHORIZED {
+                    refused.headers_mut().insert(
+                        http::header::WWW_AUTHENTICATE,
+                        http::HeaderValue::from_static("Bearer"),
+                    );
+                }
+                return refused;
+            }
             match train_dictionary(pipeline, req.uri().query().unwrap_or("")).await {
                 Ok(report) => text(StatusCode::OK, "application/json", report),
                 Err(message) => text(
@@ -386,6 +415,39 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
             "text/plain",
             "not found: try /metrics, /healthz or POST /dictionaries/train\n".into(),
         ),
+    }
+}
+
+/// Whether an admin request that changes the server (`POST /dictionaries/train`)
+/// may proceed, from the admin listener's address, the configured `admin_token` and
+/// the request's `Authorization`. A configured token is always required, as
+/// `Bearer <token>` (compared in constant time); without one, only a loopback admin
+/// listener accepts changes: anyone who reaches a wider address could otherwise make
+/// the server train and publish dictionaries. Reads (`/metrics`, `/healthz`) stay open.
+pub fn authorize_admin_change(
+    admin: IpAddr,
+    token: Option<&str>,
+    authorization: Option<&http::HeaderValue>,
+) -> Result<(), (StatusCode, &'static str)> {
+    match token {
+        Some(token) => {
+            let presented = authorization
+                .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
+                .unwrap_or_default();
+            if crate::secret::same_secret(presented, token.as_bytes()) {
+                Ok(())
+            } else {
+                Err((
+                    StatusCode::UNAUTHORIZED,
+                    "wrong or missing admin token: send `Authorization: Bearer <admin_token>` (wirefold dict train --admin-token)",
+                ))
+            }
+        }
+        None if admin.is_loopback() => Ok(()),
+        None => Err((
+            StatusCode::FORBIDDEN,
+            "this admin listener is not on loopback: set `admin_token` (--admin-token) to allow changes",
+        )),
     }
 }
 
@@ -440,11 +502,13 @@ async fn train_dictionary(pipeline: &Pipeline, query: &str) -> Result<String, St
 }
 
 /// A request to a running server's admin listener (for CLI commands that act on a
-/// live server: its store belongs to that process). Returns status and body text.
+/// live server: its store belongs to that process), with `Authorization: Bearer` when
+/// an admin token is given. Returns status and body text.
 pub async fn call_admin(
     admin: SocketAddr,
     method: http::Method,
     path_and_query: &str,
+    admin_token: Option<&str>,
 ) -> Result<(StatusCode, String), String> {
     use http_body_util::BodyExt;
     let stream = tokio::net::TcpStream::connect(admin)
@@ -454,12 +518,14 @@ pub async fn call_admin(
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(connection);
-    let request = Request::builder()
+    let mut request = Request::builder()
         .method(method)
         .uri(path_and_query)
-        .header(http::header::HOST, admin.to_string())
-        .body(body::empty())
-        .map_err(|e| e.to_string())?;
+        .header(http::header::HOST, admin.to_string());
+    if let Some(token) = admin_token {
+        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request.body(body::empty()).map_err(|e| e.to_string())?;
     let response = sender
         .send_request(request)
         .await
@@ -472,4 +538,46 @@ pub async fn call_admin(
         .map_err(|e| e.to_string())?
         .to_bytes();
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bearer(token: &str) -> http::HeaderValue {
+        http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap()
+    }
+
+    #[test]
+    fn admin_changes_need_loopback_or_the_token() {
+        let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+        let loopback6: IpAddr = "::1".parse().unwrap();
+        let network: IpAddr = "0.0.0.0".parse().unwrap();
+        let lan: IpAddr = "192.0.2.7".parse().unwrap();
+        // No token configured: loopback only.
+        assert!(authorize_admin_change(loopback, None, None).is_ok());
+        assert!(authorize_admin_change(loopback6, None, None).is_ok());
+        for ip in [network, lan] {
+            let refused = authorize_admin_change(ip, None, Some(&bearer("guess")));
+            assert_eq!(refused.unwrap_err().0, StatusCode::FORBIDDEN, "{ip}");
+        }
+        // A configured token is required everywhere, loopback included.
+        for ip in [loopback, network, lan] {
+            assert!(authorize_admin_change(ip, Some("s3cret"), Some(&bearer("s3cret"))).is_ok());
+            for presented in [
+                None,
+                Some(bearer("s3cre")),
+                Some(bearer("s3cret2")),
+                Some(http::HeaderValue::from_static("s3cret")),
+                Some(http::HeaderValue::from_static("Basic s3cret")),
+            ] {
+                let refused = authorize_admin_change(ip, Some("s3cret"), presented.as_ref());
+                assert_eq!(
+                    refused.unwrap_err().0,
+                    StatusCode::UNAUTHORIZED,
+                    "{ip} {presented:?}"
+                );
+            }
+        }
+    }
 }

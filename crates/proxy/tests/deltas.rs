@@ -550,6 +550,7 @@ async fn a_trained_dictionary_serves_first_visits_to_unseen_pages() {
         proxy.running.admin_addr,
         http::Method::POST,
         "/dictionaries/train?pattern=%2Flist%2F*&max_size=32768",
+        None,
     )
     .await
     .unwrap();
@@ -604,9 +605,43 @@ async fn a_trained_dictionary_serves_first_visits_to_unseen_pages() {
         proxy.running.admin_addr,
         http::Method::POST,
         "/dictionaries/train?pattern=%2Fnothing%2F*",
+        None,
     )
     .await
     .unwrap();
     assert_eq!(status, 400);
     assert!(body.contains("no stored pages"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_admin_token_is_required_to_train() {
+    let origin = origin(|_| response(200, &[("content-type", "text/html")], "<p>page</p>")).await;
+    let proxy = start_proxy(&origin.url(""), |c| c.admin_token = Some("s3cret".into())).await;
+    let train = |token: Option<&'static str>| {
+        proxy::server::call_admin(
+            proxy.running.admin_addr,
+            http::Method::POST,
+            "/dictionaries/train?pattern=%2Fnothing%2F*",
+            token,
+        )
+    };
+    for wrong in [None, Some("guess"), Some("s3cre")] {
+        let (status, body) = train(wrong).await.unwrap();
+        assert_eq!(status, 401, "{wrong:?}: {body}");
+        assert!(body.contains("admin token"), "{body}");
+    }
+    // With the token, the request reaches training (which finds nothing to train on).
+    let (status, body) = train(Some("s3cret")).await.unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no stored pages"), "{body}");
+    // Reads stay open.
+    let (status, _) = proxy::server::call_admin(
+        proxy.running.admin_addr,
+        http::Method::GET,
+        "/metrics",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
 }

@@ -192,6 +192,43 @@ async fn oversized_request_head_gets_431() {
     assert_eq!(origin.hits(), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_methods_and_content_types_do_not_grow_the_metrics() {
+    // The origin labels each path with its own made-up media type.
+    let origin = origin(|req| {
+        let content_type = format!(
+            "application/x-made-up{}",
+            req.uri().path().replace('/', "-")
+        );
+        response(200, &[("content-type", &content_type)], "fine")
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let metrics_lines = || async {
+        let text = curl(&proxy.admin_url("/metrics"), &[]).await.body;
+        String::from_utf8(text).unwrap().lines().count()
+    };
+    let exchange = |i: usize| {
+        let url = proxy.url(&format!("/type/{i}"));
+        async move {
+            let method = format!("MADEUP{i}");
+            curl(&url, &["-X", &method]).await;
+            curl(&url, &[]).await;
+        }
+    };
+    // One of each first, so every label value the rest could map to exists already.
+    exchange(0).await;
+    let before = metrics_lines().await;
+    for i in 1..=50 {
+        exchange(i).await;
+    }
+    let after = metrics_lines().await;
+    assert!(
+        after <= before + 4,
+        "50 made-up methods and content types grew /metrics from {before} to {after} lines"
+    );
+}
+
 /// How a slow client's connection ended.
 #[derive(Debug, PartialEq)]
 enum Ending {
@@ -307,6 +344,47 @@ async fn slow_clients_are_cut_off_at_the_header_timeout() {
         "slow clients not cut off: {failures:#?}"
     );
     assert_eq!(origin.hits(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_on_the_admin_port_are_cut_off_at_the_header_timeout() {
+    let origin = origin(|_| response(200, &[], "fine")).await;
+    let proxy = start_proxy(&origin.url(""), |c| c.limits.header_timeout_ms = 500).await;
+    let admin = proxy.running.admin_addr;
+    let give_up = Duration::from_secs(5); // 10x the timeout: generous, never exact
+
+    let silent = tokio::spawn(slow_client_silent(admin, b"", give_up));
+    let partial = tokio::spawn(slow_client_silent(
+        admin,
+        b"GET /metrics HTTP/1.1\r\n",
+        give_up,
+    ));
+    let trickle = tokio::spawn(slow_client(
+        admin,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n",
+        b"X-Slow: aaaaaaaa\r\n",
+        give_up,
+    ));
+    // Meanwhile, the admin endpoint answers others.
+    let healthy = curl(&proxy.admin_url("/healthz"), &[]).await;
+    assert_eq!(healthy.status, 200);
+
+    for (name, client) in [
+        ("connected, nothing sent", silent),
+        ("partial head, then silence", partial),
+        ("partial head, then a byte every 100 ms", trickle),
+    ] {
+        let (ending, took, seen) = client.await.unwrap();
+        assert_eq!(ending, Ending::Closed, "{name}: still open after {took:?}");
+        if !seen.is_empty() {
+            assert_eq!(
+                status_of(&seen),
+                Some(408),
+                "{name}: {:?}",
+                body_text(&seen)
+            );
+        }
+    }
 }
 
 async fn slow_client_silent(

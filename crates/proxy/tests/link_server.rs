@@ -765,10 +765,14 @@ async fn slow_second_answer(status: &'static str, second: Vec<u8>) -> (Vec<Frame
     assert!(decode_full(&frames) == page, "{:?}", names(&frames));
 
     let frames = link.read_slowly(&url, |_| {}).await;
-    let (_, metrics) =
-        proxy::server::call_admin(server.running.admin_addr, http::Method::GET, "/metrics")
-            .await
-            .unwrap();
+    let (_, metrics) = proxy::server::call_admin(
+        server.running.admin_addr,
+        http::Method::GET,
+        "/metrics",
+        None,
+    )
+    .await
+    .unwrap();
     (frames, metrics.contains("result=\"cut-through\""))
 }
 
@@ -855,9 +859,13 @@ async fn a_client_that_stops_reading_is_dropped() {
         }
     }
     assert_eq!(names(&frames), ["STALE_BEGIN", "STALE_DATA"]);
-    let (_, metrics) =
-        proxy::server::call_admin(server.running.admin_addr, http::Method::GET, "/metrics")
-            .await
-            .unwrap();
+    let (_, metrics) = proxy::server::call_admin(
+        server.running.admin_addr,
+        http::Method::GET,
+        "/metrics",
+        None,
+    )
+    .await
+    .unwrap();
     assert!(metrics.contains("status=\"499\""), "{metrics}");
 }

@@ -267,6 +267,67 @@ async fn no_path_escapes_the_root() {
     assert_eq!(r.header("allow"), Some("GET, HEAD"));
 }
 
+/// A root with dotfiles (and a link to one), a `.well-known` file and a plain file.
+fn root_with_dotfiles() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join(".env"), "SECRET=1").unwrap();
+    std::fs::create_dir_all(root.join(".git")).unwrap();
+    std::fs::write(root.join(".git/config"), "[core]").unwrap();
+    std::fs::create_dir_all(root.join(".well-known")).unwrap();
+    std::fs::write(root.join(".well-known/security.txt"), "Contact: x").unwrap();
+    std::fs::write(root.join(".well-known/.htpasswd"), "admin:x").unwrap();
+    std::fs::create_dir_all(root.join("assets/.cache")).unwrap();
+    std::fs::write(root.join("assets/.cache/state"), "state").unwrap();
+    std::fs::write(root.join("file.txt"), "fine").unwrap();
+    std::os::unix::fs::symlink(root.join(".env"), root.join("env.txt")).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dotfiles_and_a_file_path_with_a_trailing_slash_are_404() {
+    let root = root_with_dotfiles();
+    let server = start_root(root.path(), |_| {}).await;
+    for path in [
+        "/.env",
+        "/%2eenv",
+        "/.git/config",
+        "/.git/",
+        "/assets/.cache/state",
+        "/.well-known/.htpasswd",
+        "/env.txt",
+        "/file.txt/",
+        "/file.txt/.",
+    ] {
+        let r = curl(&server.url(path), &["--path-as-is"]).await;
+        assert_eq!(r.status, 404, "{path}");
+    }
+    let r = curl(&server.url("/.well-known/security.txt"), &[]).await;
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"Contact: x"[..]));
+    let r = curl(&server.url("/file.txt"), &[]).await;
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"fine"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_dotfiles_are_served() {
+    let root = root_with_dotfiles();
+    let server = start_root(root.path(), |c| c.files.serve_dotfiles = true).await;
+    for (path, body) in [
+        ("/.env", "SECRET=1"),
+        ("/.git/config", "[core]"),
+        ("/env.txt", "SECRET=1"),
+    ] {
+        let r = curl(&server.url(path), &[]).await;
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, body.as_bytes()),
+            "{path}"
+        );
+    }
+    let r = curl(&server.url("/file.txt/"), &["--path-as-is"]).await;
+    assert_eq!(r.status, 404, "a file is never a directory");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn head_matches_get_without_a_body() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

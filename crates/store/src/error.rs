@@ -13,6 +13,11 @@ pub enum StoreError {
     #[error("store index {path} is corrupt or unreadable ({detail}); move it aside to start with an empty store")]
     Corrupt { path: PathBuf, detail: String },
 
+    /// The index exists but may not be written: a read-only mount or missing
+    /// permissions, not corruption.
+    #[error("store index {path} is read-only ({source}): make the data directory writable by this user, or point the data directory elsewhere")]
+    ReadOnly { path: PathBuf, source: io::Error },
+
     #[error("I/O error on {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
 

@@ -50,6 +50,39 @@ pub(crate) struct Index {
     db: RwLock<Option<Database>>,
 }
 
+/// What a failed open of the index means. Only a file redb could read and found
+/// wrong is corrupt: one the process may not write (a read-only mount, a data
+/// directory owned by someone else) is reported as such, since moving it aside, the
+/// fix for a corrupt index, would not help and would lose what it holds.
+fn open_error(path: &Path, exists: bool, err: DatabaseError) -> StoreError {
+    match err {
+        DatabaseError::DatabaseAlreadyOpen => StoreError::InUse {
+            path: path.to_owned(),
+        },
+        DatabaseError::Storage(redb::StorageError::Io(source)) if is_read_only(&source) => {
+            StoreError::ReadOnly {
+                path: path.to_owned(),
+                source,
+            }
+        }
+        DatabaseError::Storage(redb::StorageError::Io(source)) if !exists => {
+            StoreError::io(path, source)
+        }
+        other => StoreError::Corrupt {
+            path: path.to_owned(),
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// Permission denied (EACCES, EPERM) or a read-only file system (EROFS).
+fn is_read_only(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+    )
+}
+
 impl Index {
     /// Opens the index at `path`, creating it when the file does not exist or is empty (a
     /// crash during creation, holding nothing). An existing file that fails redb's integrity
@@ -65,18 +98,7 @@ impl Index {
         } else {
             Builder::new().create(path)
         };
-        let db = opened.map_err(|err| match err {
-            DatabaseError::DatabaseAlreadyOpen => StoreError::InUse {
-                path: path.to_owned(),
-            },
-            DatabaseError::Storage(redb::StorageError::Io(source)) if !exists => {
-                StoreError::io(path, source)
-            }
-            other => StoreError::Corrupt {
-                path: path.to_owned(),
-                detail: other.to_string(),
-            },
-        })?;
+        let db = opened.map_err(|err| open_error(path, exists, err))?;
         let index = Index {
             path: path.to_owned(),
             db: RwLock::new(Some(db)),
@@ -384,5 +406,38 @@ impl<'txn> Tables<'txn> {
     fn is_referenced(&self, hash: [u8; 32]) -> Result<bool, redb::Error> {
         Ok(self.record_refs.get(hash)?.next().is_some()
             || self.encoding_refs.get(hash)?.next().is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io_failure(err: std::io::Error) -> DatabaseError {
+        DatabaseError::Storage(redb::StorageError::Io(err))
+    }
+
+    #[test]
+    fn a_read_only_index_is_reported_as_read_only_not_corrupt() {
+        let path = Path::new("/data/store/index.redb");
+        let erofs = std::io::Error::from_raw_os_error(30);
+        let eacces = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        for err in [erofs, eacces] {
+            let reported = open_error(path, true, io_failure(err));
+            let message = reported.to_string();
+            assert!(matches!(reported, StoreError::ReadOnly { .. }), "{message}");
+            assert!(
+                message.contains("read-only")
+                    && message.contains("/data/store/index.redb")
+                    && !message.contains("corrupt")
+                    && !message.contains("move it aside"),
+                "{message}"
+            );
+        }
+        let other = std::io::Error::other("short read");
+        assert!(matches!(
+            open_error(path, true, io_failure(other)),
+            StoreError::Corrupt { .. }
+        ));
     }
 }

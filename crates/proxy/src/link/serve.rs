@@ -139,7 +139,7 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
     }
     if let Some(token) = &config.token {
         let presented = req.headers().get(frame::LINK_HEADER).map(|v| v.as_bytes());
-        if !presented.is_some_and(|p| same_secret(p, token.as_bytes())) {
+        if !presented.is_some_and(|p| crate::secret::same_secret(p, token.as_bytes())) {
             return refuse(StatusCode::FORBIDDEN, "wrong or missing link token");
         }
     }
@@ -217,16 +217,6 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
-}
-
-/// Compares secrets in time independent of where they differ.
-fn same_secret(presented: &[u8], expected: &[u8]) -> bool {
-    presented.len() == expected.len()
-        && presented
-            .iter()
-            .zip(expected)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
 }
 
 /// `wirefold-have`: SHA-256 hex values, comma separated, at most [`frame::MAX_HAVE`].

@@ -20,8 +20,9 @@ use super::{exchange, Client};
 use crate::body::{self, Body};
 use crate::pipeline::respond::error_response;
 
-/// A browser must send a whole request head within this time.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// A browser (or a client of the admin listener) must send a whole request head
+/// within this time.
+pub(super) const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(super) async fn accept_loop(
     listener: TcpListener,

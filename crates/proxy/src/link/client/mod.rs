@@ -145,6 +145,7 @@ pub async fn start(config: ClientConfig) -> Result<RunningClient, ClientError> {
     let admin_metrics = metrics.clone();
     let admin = tokio::spawn(crate::server::admin_loop(
         admin_listener,
+        listener::HEADER_TIMEOUT,
         stopped,
         move |req| std::future::ready(listener::admin(&admin_metrics, &req)),
     ));
