@@ -296,6 +296,7 @@ async fn assert_alice_never_reaches_bob(cache_control: &'static str) {
         proxy.running.admin_addr,
         http::Method::POST,
         "/dictionaries/train?pattern=%2F*&max_size=4096",
+        None,
     )
     .await
     .unwrap();
