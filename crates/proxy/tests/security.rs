@@ -433,9 +433,8 @@ async fn the_host_is_keyed_as_forwarded_and_ambiguous_hosts_are_refused() {
     let good = curl(&proxy.url("/q"), &["-H", "Host: good.example"]).await;
     assert_eq!(good.body, b"<a href=\"http://good.example/next\">");
     assert_eq!(good.header("cache-status"), Some("wirefold; hit"));
-    let absolute = format!(
-        "GET http://good.example/q HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"
-    );
+    let absolute =
+        "GET http://good.example/q HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n";
     let reply = raw_exchange(proxy.running.addr, absolute.as_bytes()).await;
     assert!(
         contains(&reply, b"http://good.example/next"),
