@@ -435,8 +435,9 @@ impl Exchange {
             match windows.next(&mut rest) {
                 Ok(Some(window)) => self.watch_decoded(watch, window.into(), stale).await,
                 Ok(None) => return,
-                // A body that fails to decode fails in `fetch` too; stop watching it.
-                Err(_) => return watch.settle(),
+                // A body that fails to decode fails in `fetch` too (or, streamed, in
+                // the cut-through resumed with this decoder, which keeps the error).
+                Err(_) => return,
             }
         }
     }
