@@ -196,20 +196,19 @@ pub fn decode_whole(
         keeper.keep(window);
     }
     keeper.keep(windows.finish()?);
+    // One contiguous copy of the windows: reserved too, since both exist until the
+    // windows are dropped.
+    if keeper.unheld.is_none() && !keeper.reservation.grow(keeper.kept_len) {
+        keeper.stop_keeping(Unheld::Budget);
+    }
     let Keeper {
         mut reservation,
         kept,
-        kept_len,
         unheld,
         ..
     } = keeper;
     if let Some(reason) = unheld {
         return Ok(WholeDecode::Unheld(reason));
-    }
-    // One contiguous copy of the windows: reserved too, since both exist until the
-    // windows are dropped.
-    if !reservation.grow(kept_len) {
-        return Ok(WholeDecode::Unheld(Unheld::Budget));
     }
     let content = kept.concat();
     drop(kept);
@@ -237,21 +236,23 @@ impl Keeper {
         }
         self.kept_len += window.len();
         if self.kept_len > self.hold {
-            self.unheld = Some(Unheld::Size);
+            self.stop_keeping(Unheld::Size);
         } else if !self.reservation.grow(window.capacity()) {
-            self.unheld = Some(Unheld::Budget);
+            self.stop_keeping(Unheld::Budget);
+        } else {
+            self.kept.push(window);
         }
-        match self.unheld {
-            Some(reason) => {
-                let labels = ReasonLabels {
-                    reason: reason.label(),
-                };
-                self.reservation.budget.unheld.get_or_create(&labels).inc();
-                self.kept = Vec::new();
-                self.reservation.shrink_to(0);
-            }
-            None => self.kept.push(window),
-        }
+    }
+
+    /// Drops what was kept and gives its budget back; the decode goes on checking.
+    fn stop_keeping(&mut self, reason: Unheld) {
+        let labels = ReasonLabels {
+            reason: reason.label(),
+        };
+        self.reservation.budget.unheld.get_or_create(&labels).inc();
+        self.unheld = Some(reason);
+        self.kept = Vec::new();
+        self.reservation.shrink_to(0);
     }
 }
 
@@ -297,5 +298,94 @@ impl Windows {
     /// (nothing, for the codecs wirefold has).
     pub fn finish(self) -> Result<Vec<u8>, DecodeError> {
         self.decoder.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gzip(content: &[u8]) -> Vec<u8> {
+        codec::compress(ContentCoding::Gzip, 6, content)
+    }
+
+    fn limits(hold: usize) -> WholeLimits {
+        WholeLimits {
+            hold,
+            total: 64 << 20,
+        }
+    }
+
+    #[test]
+    fn held_content_keeps_its_budget_until_the_last_copy_is_dropped() {
+        let metrics = Metrics::new();
+        let budget = DecodeBudget::new(4 << 20, &metrics);
+        let content = vec![7u8; 1 << 20];
+        let WholeDecode::Held(bytes) = decode_whole(
+            &budget,
+            ContentCoding::Gzip,
+            &gzip(&content),
+            limits(8 << 20),
+        )
+        .unwrap() else {
+            panic!("a body within the budget is held")
+        };
+        assert_eq!(bytes, content);
+        let copy = bytes.clone();
+        drop(bytes);
+        assert_eq!(metrics.decode_memory.get(), 1 << 20);
+        drop(copy);
+        assert_eq!(metrics.decode_memory.get(), 0);
+        let peak = metrics.decode_memory_peak.get();
+        assert!(
+            (2 << 20..=4 << 20).contains(&peak),
+            "windows and their copy: {peak}"
+        );
+    }
+
+    #[test]
+    fn a_body_without_room_is_checked_but_not_held() {
+        let metrics = Metrics::new();
+        let budget = DecodeBudget::new(1 << 20, &metrics);
+        let coded = gzip(&vec![0u8; 3 << 20]);
+        let decoded = decode_whole(&budget, ContentCoding::Gzip, &coded, limits(8 << 20));
+        assert!(matches!(decoded, Ok(WholeDecode::Unheld(Unheld::Budget))));
+        let roomy = DecodeBudget::new(64 << 20, &metrics);
+        let decoded = decode_whole(&roomy, ContentCoding::Gzip, &coded, limits(2 << 20));
+        assert!(matches!(decoded, Ok(WholeDecode::Unheld(Unheld::Size))));
+        // Not held, yet still decoded to the end: a bomb or a corrupt body fails.
+        let bomb = decode_whole(
+            &budget,
+            ContentCoding::Gzip,
+            &coded,
+            WholeLimits {
+                hold: 8 << 20,
+                total: 2 << 20,
+            },
+        );
+        assert!(matches!(bomb, Err(DecodeError::TooLarge { .. })));
+        let truncated = decode_whole(
+            &budget,
+            ContentCoding::Gzip,
+            &coded[..coded.len() - 4],
+            limits(8 << 20),
+        );
+        assert!(matches!(truncated, Err(DecodeError::Truncated { .. })));
+        assert_eq!(metrics.decode_memory.get(), 0);
+        assert!(metrics.decode_memory_peak.get() <= 2 << 20);
+    }
+
+    #[test]
+    fn windows_never_exceed_a_window_and_a_codec_step() {
+        let coded = gzip(&vec![0u8; 4 << 20]);
+        let mut windows = Windows::new(ContentCoding::Gzip, usize::MAX);
+        let (mut input, mut total) = (&coded[..], 0);
+        while let Some(window) = windows.next(&mut input).unwrap() {
+            assert!(window.len() <= 2 * WINDOW, "a window of {}", window.len());
+            total += window.len();
+        }
+        assert!(input.is_empty());
+        total += windows.finish().unwrap().len();
+        assert_eq!(total, 4 << 20);
     }
 }
