@@ -122,8 +122,13 @@ pub struct Limits {
     /// Responses up to this size are read whole, so they can be stored and compressed
     /// once; larger ones stream through uncached. Also the largest body stored.
     pub max_buffered_body: usize,
-    /// Largest body wirefold will decode from an origin's content coding.
+    /// Largest body wirefold will decode from an origin's content coding, buffered or
+    /// streamed (decompression bombs). Memory does not depend on it (decodes run in
+    /// windows); it bounds the work and the bytes one coded body can make.
     pub max_decoded_body: usize,
+    /// Decoded bytes all buffered bodies together may hold in memory. A body that
+    /// finds no room is streamed instead of buffered (and not stored).
+    pub max_decoding_memory: usize,
     /// How long in-flight requests may run after SIGTERM/SIGINT.
     pub shutdown_grace_ms: u64,
 }
@@ -134,7 +139,11 @@ impl Default for Limits {
             max_header_bytes: 64 * 1024,
             header_timeout_ms: 10_000,
             max_buffered_body: 8 * 1024 * 1024,
-            max_decoded_body: 256 * 1024 * 1024,
+            // Far above real coded content (pages and scripts decode to a few MiB);
+            // each bomb costs at most this much decoding work.
+            max_decoded_body: 64 * 1024 * 1024,
+            // 16 concurrent bombs must stay within 64 MB above idle.
+            max_decoding_memory: 32 * 1024 * 1024,
             shutdown_grace_ms: 30_000,
         }
     }

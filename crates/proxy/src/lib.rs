@@ -7,6 +7,7 @@ mod background;
 pub mod body;
 pub mod cache;
 pub mod config;
+pub mod decode;
 pub mod delta;
 pub mod demo;
 pub mod destinations;

@@ -78,6 +78,12 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// Why something happened; values from a fixed set per metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
@@ -97,6 +103,11 @@ pub struct Metrics {
     pub root_scans: Counter,
     /// Link responses by how they ended (confirm, delta, stale-delta, full, …).
     pub link_outcomes: Family<ResultLabels, Counter>,
+    /// Decoded bytes whole-body decodes hold in memory now, and the most held at once.
+    pub decode_memory: Gauge,
+    pub decode_memory_peak: Gauge,
+    /// Whole-body decodes whose output was not kept, by reason (`budget`, `size`).
+    pub decodes_unheld: Family<ReasonLabels, Counter>,
     /// Totals kept beside the families so the demo can print a summary cheaply.
     totals: Totals,
 }
@@ -186,8 +197,29 @@ impl Metrics {
             "Link responses by outcome",
             link_outcomes.clone(),
         );
+        let decode_memory = Gauge::default();
+        registry.register(
+            "decode_memory_bytes",
+            "Decoded bytes held in memory by whole-body decodes (limits.max_decoding_memory)",
+            decode_memory.clone(),
+        );
+        let decode_memory_peak = Gauge::default();
+        registry.register(
+            "decode_memory_peak_bytes",
+            "Most decoded bytes held by whole-body decodes at once since start",
+            decode_memory_peak.clone(),
+        );
+        let decodes_unheld = Family::default();
+        registry.register(
+            "decodes_unheld",
+            "Whole-body decodes not kept in memory (streamed, or refused if the body then failed to decode), by reason",
+            decodes_unheld.clone(),
+        );
         Metrics {
             registry,
+            decode_memory,
+            decode_memory_peak,
+            decodes_unheld,
             root_scans,
             link_outcomes,
             requests,

@@ -705,6 +705,225 @@ async fn decompression_bomb_fails_clearly() {
     );
 }
 
+/// The decode budget of the bombs' proxy: below the decoded limit, so every bomb
+/// runs out of budget before it is found out (debug-built decoding is slow: small
+/// limits keep the test quick).
+const TEST_DECODE_BUDGET: usize = 2 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_gzip_bombs_fail_clearly_within_the_decode_budget() {
+    const BOMBS: usize = 16;
+    let bomb = bytes::Bytes::from(gzip_bomb());
+    let origin = origin(move |req| {
+        let (ct, body) = match req.uri().path() {
+            "/fine" => ("text/plain", bytes::Bytes::from_static(b"still serving")),
+            _ => ("text/plain", bomb.clone()),
+        };
+        let coding = if req.uri().path() == "/fine" {
+            "identity"
+        } else {
+            "gzip"
+        };
+        response(
+            200,
+            &[
+                ("content-type", ct),
+                ("content-encoding", coding),
+                ("cache-control", "no-store"),
+            ],
+            body,
+        )
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |c| {
+        c.limits.max_decoded_body = 4 << 20;
+        c.limits.max_decoding_memory = TEST_DECODE_BUDGET;
+    })
+    .await;
+    let url = proxy.url("/bomb");
+    let bombs: Vec<_> = (0..BOMBS)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { curl(&url, &[]).await })
+        })
+        .collect();
+    for bomb in bombs {
+        let fetched = bomb.await.unwrap();
+        assert_eq!(fetched.status, 502, "{}", body_text(&fetched.body));
+        assert!(
+            body_text(&fetched.body).contains("limits.max_decoded_body"),
+            "the 502 names the limit: {:?}",
+            body_text(&fetched.body)
+        );
+    }
+    let fine = curl(&proxy.url("/fine"), &[]).await;
+    assert_eq!(
+        (fine.status, fine.body.as_slice()),
+        (200, &b"still serving"[..])
+    );
+
+    let metrics = metrics_text(&proxy).await;
+    let peak = metric(&metrics, "wirefold_decode_memory_peak_bytes ");
+    assert!(peak > 0.0, "bombs were decoded into the budget");
+    assert!(
+        peak <= TEST_DECODE_BUDGET as f64,
+        "decoded bytes held at once ({peak}) stay within the budget"
+    );
+    // Every bomb ran out of budget before it was found to exceed the limit; nothing
+    // is held now.
+    assert_eq!(
+        metric(&metrics, "wirefold_decodes_unheld_total{reason=\"budget\"}"),
+        BOMBS as f64
+    );
+    assert_eq!(metric(&metrics, "wirefold_decode_memory_bytes "), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_without_room_in_the_decode_budget_is_streamed_whole() {
+    let content: Vec<u8> = (0..60_000u32)
+        .flat_map(|i| format!("line {i} of a page that compresses well\n").into_bytes())
+        .collect();
+    assert!(content.len() > 2 << 20);
+    let coded = bytes::Bytes::from(codec::compress(codec::ContentCoding::Gzip, 6, &content));
+    let origin = origin(move |_| {
+        response(
+            200,
+            &[
+                ("content-type", "text/plain"),
+                ("content-encoding", "gzip"),
+                ("cache-control", "max-age=3600"),
+            ],
+            coded.clone(),
+        )
+    })
+    .await;
+    // Room for less than the decoded body: it cannot be buffered, so it is not stored
+    // either, and is sent decoded as a stream.
+    let proxy = start_proxy(&origin.url(""), |c| c.limits.max_decoding_memory = 1 << 20).await;
+    for _ in 0..2 {
+        let fetched = curl(&proxy.url("/page"), &[]).await;
+        assert_eq!(fetched.status, 200);
+        assert!(fetched.body == content, "the whole content arrives decoded");
+    }
+    assert_eq!(origin.hits(), 2, "a body not buffered is not stored");
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric(&metrics, "wirefold_decodes_unheld_total{reason=\"budget\"}"),
+        2.0
+    );
+    assert_eq!(metric(&metrics, "wirefold_decode_memory_bytes "), 0.0);
+}
+
+/// Reads one chunk of a chunked HTTP/1.1 body, discarding its bytes; its size, or
+/// `None` at the last chunk.
+async fn read_chunk(reader: &mut tokio::io::BufReader<TcpStream>) -> Option<usize> {
+    use tokio::io::AsyncBufReadExt;
+    let mut line = String::new();
+    reader.read_line(&mut line).await.ok()?;
+    let size = usize::from_str_radix(line.trim().split(';').next()?, 16).ok()?;
+    if size == 0 {
+        return None;
+    }
+    let mut left = size;
+    let mut buf = vec![0u8; 64 * 1024];
+    while left > 0 {
+        let want = left.min(buf.len());
+        let n = reader.read(&mut buf[..want]).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        left -= n;
+    }
+    let mut crlf = [0u8; 2];
+    reader.read_exact(&mut crlf).await.ok()?;
+    Some(size)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_gzip_body_is_decoded_for_a_slow_client_window_by_window() {
+    // An endless gzip body (one member of 8 MiB of zeros, repeated): each member is
+    // a few KiB that decode to 8 MiB.
+    let member = bytes::Bytes::from(codec::compress(
+        codec::ContentCoding::Gzip,
+        9,
+        &vec![0u8; 8 << 20],
+    ));
+    let written = Arc::new(AtomicUsize::new(0));
+    let counter = written.clone();
+    let origin = raw_origin(move |mut stream| {
+        let (member, counter) = (member.clone(), counter.clone());
+        async move {
+            if read_head(&mut stream).await.is_none() {
+                return;
+            }
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-encoding: gzip\r\n\
+                        transfer-encoding: chunked\r\n\r\n";
+            if stream.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            loop {
+                let chunk = format!("{:x}\r\n", member.len());
+                let sent = async {
+                    stream.write_all(chunk.as_bytes()).await?;
+                    stream.write_all(&member).await?;
+                    stream.write_all(b"\r\n").await
+                };
+                if sent.await.is_err() {
+                    return;
+                }
+                counter.fetch_add(member.len(), Ordering::SeqCst);
+            }
+        }
+    })
+    .await;
+    let proxy = start_proxy(&format!("http://{origin}"), |c| {
+        c.limits.max_buffered_body = 64 * 1024;
+        c.limits.max_decoded_body = usize::MAX;
+    })
+    .await;
+
+    // An identity client (no Accept-Encoding) that reads 16 MiB, then stops reading.
+    let mut client = TcpStream::connect(proxy.running.addr).await.unwrap();
+    client
+        .write_all(b"GET /endless HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut client).await.expect("a response head");
+    let head = String::from_utf8_lossy(&head).to_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    let mut reader = tokio::io::BufReader::new(client);
+    let (mut received, mut largest) = (0, 0);
+    while received < 16 << 20 {
+        let size = read_chunk(&mut reader).await.expect("the body goes on");
+        received += size;
+        largest = largest.max(size);
+    }
+    // Each chunk is one piece of decoded output the proxy held at once: a window (and
+    // the codec's one step past it), never what a whole coded chunk decodes to.
+    assert!(
+        largest <= 2 * 64 * 1024,
+        "decoded output goes out in windows: a chunk of {largest} bytes"
+    );
+    // The client reads no more: the proxy stops reading the origin, which stops once
+    // the socket buffers between them are full.
+    let mut before = written.load(Ordering::SeqCst);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = written.load(Ordering::SeqCst);
+        if now == before || now >= 64 << 20 {
+            before = now;
+            break;
+        }
+        before = now;
+    }
+    assert!(
+        before < 64 << 20,
+        "the origin was read {before} bytes ahead of a client that took {received} decoded"
+    );
+    drop(reader);
+}
+
 // ---------------------------------------------------------------------------------
 // the store
 

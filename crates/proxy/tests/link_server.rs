@@ -869,3 +869,52 @@ async fn a_client_that_stops_reading_is_dropped() {
     .unwrap();
     assert!(metrics.contains("status=\"499\""), "{metrics}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gzip_bombs_through_the_server_proxy_end_in_502s_within_the_decode_budget() {
+    const BUDGET: usize = 2 << 20;
+    let out = std::process::Command::new("sh")
+        .args(["-c", "head -c 64M /dev/zero | gzip -9 -c"])
+        .output()
+        .expect("sh, head and gzip run");
+    let bomb = Bytes::from(out.stdout);
+    let origin = origin(move |_| {
+        response(
+            200,
+            &[("content-type", "text/plain"), ("content-encoding", "gzip")],
+            bomb.clone(),
+        )
+    })
+    .await;
+    let server = link_server(|c| {
+        c.limits.max_decoded_body = 8 << 20;
+        c.limits.max_decoding_memory = BUDGET;
+    })
+    .await;
+    let link = Link::connect(&server).await;
+    let answers: Vec<_> = (0..4)
+        .map(|i| {
+            let mut link = Link {
+                sender: link.sender.clone(),
+            };
+            let url = origin.url(&format!("/bomb/{i}"));
+            tokio::spawn(async move { link.get(&url, &[], &[]).await })
+        })
+        .collect();
+    for answer in answers {
+        let (status, frames) = answer.await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        let Some(Frame::Headers { status, .. }) = frames.first() else {
+            panic!("{:?}", names(&frames))
+        };
+        assert_eq!(*status, StatusCode::BAD_GATEWAY, "the browser's answer");
+    }
+    let metrics = curl(&server.admin_url("/metrics"), &[]).await;
+    let metrics = String::from_utf8(metrics.body).unwrap();
+    let peak = metric(&metrics, "wirefold_decode_memory_peak_bytes ");
+    assert!(peak > 0.0 && peak <= BUDGET as f64, "peak {peak}");
+    assert_eq!(
+        metric(&metrics, "wirefold_decodes_unheld_total{reason=\"budget\"}"),
+        4.0
+    );
+}

@@ -21,7 +21,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use codec::cost::Link;
 use codec::dictionary::DictionaryCoding;
-use codec::{ContentCoding, Decoder, Encoder};
+use codec::{ContentCoding, Encoder};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -37,6 +37,7 @@ use super::stale::{Gone, StaleStream};
 use super::waits::OriginWaits;
 use super::FrameSender;
 use crate::body::{self, Body};
+use crate::decode::Windows;
 use crate::delta::{dictionaries, history};
 use crate::origin::ConnInfo;
 use crate::pipeline::remember::{now_unix, remember_version};
@@ -402,7 +403,7 @@ impl Exchange {
                     return watch.settle();
                 }
                 let limit = self.p.config.limits.max_decoded_body;
-                watch.decoder = decode.map(|coding| Decoder::new(coding, limit));
+                watch.decoder = decode.map(|coding| Windows::new(coding, limit));
                 watch.head = Some((status, fields));
                 watch.length = length;
                 return;
@@ -416,18 +417,36 @@ impl Exchange {
         };
         watch.coded += data.len() as u64;
         watch.first_data.get_or_insert_with(Instant::now);
-        let decoded = match watch.decoder.as_mut() {
-            // A body that fails to decode fails in `fetch` too; stop watching it.
-            Some(decoder) => match decoder.write(&data) {
-                Ok(()) => Bytes::from(decoder.take_output()),
+        if watch.decoder.is_none() {
+            return self.watch_decoded(watch, data, stale).await;
+        }
+        // A chunk may decode to far more than itself: it is followed window by window.
+        let mut rest = &data[..];
+        while let Some(windows) = watch.decoder.as_mut() {
+            match windows.next(&mut rest) {
+                Ok(Some(window)) => self.watch_decoded(watch, window.into(), stale).await,
+                Ok(None) => return,
+                // A body that fails to decode fails in `fetch` too (or, streamed, in
+                // the cut-through resumed with this decoder, which keeps the error).
                 Err(_) => return,
-            },
-            None => data,
-        };
+            }
+        }
+    }
+
+    /// Compares decoded bytes of the new instance with the stale one, or feeds them
+    /// to the cut-through under way.
+    async fn watch_decoded(&self, watch: &mut OriginWatch, decoded: Bytes, stale: &StaleStream) {
+        if watch.settled {
+            return;
+        }
         if let Some(cut) = watch.cut.as_mut() {
             return cut.feed(decoded).await;
         }
         watch.received.extend_from_slice(&decoded);
+        if watch.received.len() > self.p.config.limits.max_buffered_body {
+            // Larger than any body read whole: the watch holds no more of it.
+            return watch.settle();
+        }
         let stale_bytes = &stale.bytes[..];
         let common = watch.received.len().min(stale_bytes.len());
         let diverged = (watch.compared..common).find(|&i| watch.received[i] != stale_bytes[i]);
@@ -750,21 +769,23 @@ impl Exchange {
     ) -> Result<(), Gone> {
         let limits = &self.p.config.limits;
         let level = levels::levels(self.link, limits.max_buffered_body as u64).stream;
-        let decoder = decode.map(|c| Decoder::new(c, limits.max_decoded_body));
+        let decoder = decode.map(|c| Windows::new(c, limits.max_decoded_body));
         self.pump_full(FullStream::new(head, level), body, decoder, 0, outcome)
             .await
     }
 
     /// Feeds `full` the rest of `body` after its first `skip` bytes, decoded with
-    /// `decoder`, sending frames as they are made; then END.
+    /// `decoder` a window at a time, sending frames as they are made (so a chunk that
+    /// decodes to far more than itself waits for the link window by window); then END.
     async fn pump_full(
         &self,
         mut full: FullStream,
         mut body: Body,
-        mut decoder: Option<Decoder>,
+        mut decoder: Option<Windows>,
         mut skip: u64,
         outcome: &'static str,
     ) -> Result<(), Gone> {
+        let undecodable = |e: codec::DecodeError| format!("origin body failed to decode: {e}");
         while let Some(frame) = body.frame().await {
             let mut data = match frame.map(|f| f.into_data()) {
                 Ok(Ok(data)) => data,
@@ -777,27 +798,25 @@ impl Exchange {
             let skipped = skip.min(data.len() as u64);
             skip -= skipped;
             let data = data.split_off(skipped as usize);
-            let data = match decoder
-                .as_mut()
-                .map(|d| d.write(&data).map(|()| d.take_output()))
-            {
-                None => data,
-                Some(Ok(decoded)) => Bytes::from(decoded),
-                Some(Err(e)) => {
-                    let message = format!("origin body failed to decode: {e}");
-                    return self.fail(StatusCode::BAD_GATEWAY, &message).await;
-                }
+            let Some(windows) = decoder.as_mut() else {
+                full.feed(data).await;
+                self.send_together(full.outbox.drain(..)).await?;
+                continue;
             };
-            full.feed(data).await;
-            self.send_together(full.outbox.drain(..)).await?;
-        }
-        if let Some(decoder) = decoder {
-            match decoder.finish() {
-                Ok(rest) => full.feed(Bytes::from(rest)).await,
-                Err(e) => {
-                    let message = format!("origin body failed to decode: {e}");
-                    return self.fail(StatusCode::BAD_GATEWAY, &message).await;
+            let mut rest = &data[..];
+            loop {
+                match windows.next(&mut rest) {
+                    Ok(Some(window)) => full.feed(window.into()).await,
+                    Ok(None) => break,
+                    Err(e) => return self.fail(StatusCode::BAD_GATEWAY, &undecodable(e)).await,
                 }
+                self.send_together(full.outbox.drain(..)).await?;
+            }
+        }
+        if let Some(windows) = decoder {
+            match windows.finish() {
+                Ok(rest) => full.feed(Bytes::from(rest)).await,
+                Err(e) => return self.fail(StatusCode::BAD_GATEWAY, &undecodable(e)).await,
             }
         }
         self.end_full(full, outcome).await
@@ -1017,7 +1036,7 @@ fn ending_len(ending: &Ending) -> u64 {
 #[derive(Default)]
 struct OriginWatch {
     head: Option<(StatusCode, HeaderMap)>,
-    decoder: Option<Decoder>,
+    decoder: Option<Windows>,
     /// The new instance so far, decoded (until a cut-through starts).
     received: Vec<u8>,
     /// Bytes of it already compared with the stale instance.

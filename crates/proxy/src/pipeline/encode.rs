@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use codec::dictionary::DictionaryCoding;
 use codec::ContentCoding;
 use http::header::{self, HeaderValue};
@@ -24,6 +24,7 @@ use wirefold_http::cache_control::CacheControl;
 use super::{Instance, InstanceBody, Pipeline, Provenance, RequestContext, StreamCoding};
 use crate::body::{self, Body};
 use crate::config::{CodingList, CompressionProfile};
+use crate::decode::Windows;
 use crate::delta::{self, DeltaChoice};
 
 /// The representation `respond` sends.
@@ -445,34 +446,52 @@ async fn compress_once(coding: ContentCoding, level: u32, bytes: Bytes) -> Bytes
 }
 
 /// A streaming transformation: optionally decode the origin's coding (bounded), then
-/// optionally encode with the negotiated one. Runs on the blocking pool chunk by chunk.
+/// optionally encode with the negotiated one. Runs on the blocking pool a window at a
+/// time: one coded chunk may decode to far more than a window (a bomb), so its output
+/// is made and sent window by window, and the next chunk is read only after the last
+/// window of this one went into the body. The body's channel holds
+/// [`TRANSFORMED_AHEAD`] windows: the origin is read no further ahead of the client.
 struct Transform {
-    decoder: Option<codec::Decoder>,
+    decoder: Option<Windows>,
     encoder: Option<codec::Encoder>,
 }
+
+/// Transformed windows waiting for the client, at most.
+const TRANSFORMED_AHEAD: usize = 2;
 
 impl Transform {
     fn new(decode: Option<(ContentCoding, usize)>, encode: Option<(ContentCoding, u32)>) -> Self {
         Transform {
-            decoder: decode.map(|(c, limit)| codec::Decoder::new(c, limit)),
+            decoder: decode.map(|(c, limit)| Windows::new(c, limit)),
             encoder: encode.map(|(c, level)| codec::Encoder::new(c, level)),
         }
     }
 
-    fn push(&mut self, data: &[u8]) -> Result<Vec<u8>, codec::DecodeError> {
-        let decoded = match &mut self.decoder {
-            Some(d) => {
-                d.write(data)?;
-                d.take_output()
-            }
-            None => data.to_vec(),
+    /// Whether the input given so far may still yield output.
+    fn has_pending(&self) -> bool {
+        self.decoder.as_ref().is_some_and(Windows::has_pending)
+    }
+
+    /// Transforms at most a window's worth of `input` (advancing it); the output
+    /// may be empty while codecs buffer.
+    fn step(&mut self, input: &mut Bytes) -> Result<Vec<u8>, codec::DecodeError> {
+        let Some(windows) = &mut self.decoder else {
+            let encoder = self
+                .encoder
+                .as_mut()
+                .expect("a transform decodes or encodes");
+            encoder.write(&std::mem::take(input));
+            return Ok(encoder.take_output());
         };
+        let mut rest = &input[..];
+        let window = windows.next(&mut rest)?.unwrap_or_default();
+        input.advance(input.len() - rest.len());
         Ok(match &mut self.encoder {
             Some(e) => {
-                e.write(&decoded);
+                e.write(&window);
                 e.take_output()
             }
-            None => decoded,
+            None => window,
         })
     }
 
@@ -492,30 +511,33 @@ impl Transform {
 
     /// Spawns the task that pulls `body` through the transformation.
     fn apply(self, mut body: Body) -> Body {
-        let (tx, out) = body::channel(4);
+        let (tx, out) = body::channel(TRANSFORMED_AHEAD);
         tokio::spawn(async move {
             let mut transform = self;
+            let mut input = Bytes::new();
             loop {
-                let Some(frame) = body.frame().await else {
-                    break;
-                };
-                let data = match frame {
-                    Ok(frame) => match frame.into_data() {
-                        Ok(data) => data,
-                        Err(_) => continue, // trailers: dropped, the coding changed the body
-                    },
-                    Err(e) => {
-                        let _ = tx.send(Err(e)).await;
-                        return;
+                if input.is_empty() && !transform.has_pending() {
+                    let Some(frame) = body.frame().await else {
+                        break;
+                    };
+                    match frame {
+                        Ok(frame) => match frame.into_data() {
+                            Ok(data) => input = data,
+                            Err(_) => continue, // trailers: dropped, the coding changed the body
+                        },
+                        Err(e) => {
+                            let _ = tx.send(Err(e)).await;
+                            return;
+                        }
                     }
-                };
-                let (back, result) = tokio::task::spawn_blocking(move || {
-                    let result = transform.push(&data);
-                    (transform, result)
+                }
+                let (back, rest, result) = tokio::task::spawn_blocking(move || {
+                    let result = transform.step(&mut input);
+                    (transform, input, result)
                 })
                 .await
                 .expect("codecs do not panic");
-                transform = back;
+                (transform, input) = (back, rest);
                 match result {
                     Ok(out) if out.is_empty() => {}
                     Ok(out) => {

@@ -28,6 +28,7 @@ use crate::body::{self, Body};
 use crate::cache::{
     self, resource_of, site_of, CacheEntry, HotEntries, LeaderGuard, Role, StoredResponse,
 };
+use crate::decode::{self, DecodeBudget, Unheld, WholeDecode, WholeLimits};
 use crate::delta::dictionaries::{self, DERIVED_PREFIX};
 use crate::files::{FileContent, FileSource};
 use crate::origin::{clean_response_head, ConnInfo, Origin, OriginError};
@@ -785,23 +786,46 @@ async fn admit<'a>(
             ));
         }
     };
+    let limits = WholeLimits {
+        hold: p.config.limits.max_buffered_body,
+        total: p.config.limits.max_decoded_body,
+    };
+    let origin_coded = decoded_coding.map(|c| (c, bytes.clone()));
+    let (budget, coded) = (p.decode_budget.clone(), bytes.clone());
+    let decoded = tokio::task::spawn_blocking(move || {
+        decode_and_hash(&budget, decoded_coding, coded, limits)
+    })
+    .await
+    .expect("decoding does not panic")
+    .map_err(|e| {
+        p.metrics.origin_error("body");
+        tracing::warn!(error = %e, "origin body failed to decode");
+        error_response(
+            StatusCode::BAD_GATEWAY,
+            &format!("origin sent an undecodable body: {}", explain(&e)),
+        )
+    })?;
+    let (bytes, hash) = match decoded {
+        Decoded::Whole(bytes, hash) => (bytes, hash),
+        // A correct body without room in memory goes on as a stream of what was read.
+        Decoded::Unheld(reason) => {
+            tracing::debug!(
+                reason = reason.label(),
+                "decoded body not buffered: streaming it"
+            );
+            let body = body::full(bytes);
+            return Ok(Fetched::plain(stream_instance(
+                parts,
+                body,
+                coding,
+                declared_length,
+                last_modified,
+            )));
+        }
+    };
     if decoded_coding.is_some() {
         weaken_etag(headers);
     }
-    let max_decoded = p.config.limits.max_decoded_body;
-    let origin_coded = decoded_coding.map(|c| (c, bytes.clone()));
-    let (bytes, hash) =
-        tokio::task::spawn_blocking(move || decode_and_hash(decoded_coding, bytes, max_decoded))
-            .await
-            .expect("decoding does not panic")
-            .map_err(|e| {
-                p.metrics.origin_error("body");
-                tracing::warn!(error = %e, "origin body failed to decode");
-                error_response(
-                    StatusCode::BAD_GATEWAY,
-                    &format!("origin sent an undecodable body: {e}"),
-                )
-            })?;
     let store_plan = match (storable, key, secondary_key) {
         (true, Some(key), Some(secondary_key)) => {
             let freshness = Freshness::new(status, headers, request_time, response_time);
@@ -875,17 +899,37 @@ fn stream_coding(value: Option<&HeaderValue>) -> StreamCoding {
     }
 }
 
+/// A buffered body after decoding.
+enum Decoded {
+    /// Its content (held against the decode budget) and the content's hash.
+    Whole(Bytes, Hash),
+    /// Correctly coded, but not kept in memory.
+    Unheld(Unheld),
+}
+
 fn decode_and_hash(
+    budget: &Arc<DecodeBudget>,
     coding: Option<ContentCoding>,
     bytes: Bytes,
-    limit: usize,
-) -> Result<(Bytes, Hash), codec::DecodeError> {
+    limits: WholeLimits,
+) -> Result<Decoded, codec::DecodeError> {
     let bytes = match coding {
-        Some(c) => Bytes::from(codec::decompress(c, &bytes, limit)?),
+        Some(c) => match decode::decode_whole(budget, c, &bytes, limits)? {
+            WholeDecode::Held(bytes) => bytes,
+            WholeDecode::Unheld(reason) => return Ok(Decoded::Unheld(reason)),
+        },
         None => bytes,
     };
     let hash = Hash::of(&bytes);
-    Ok((bytes, hash))
+    Ok(Decoded::Whole(bytes, hash))
+}
+
+/// A decoding failure for a 502, naming the limit a bomb ran into.
+fn explain(e: &codec::DecodeError) -> String {
+    match e {
+        codec::DecodeError::TooLarge { .. } => format!("{e} (limits.max_decoded_body)"),
+        _ => e.to_string(),
+    }
 }
 
 /// The origin's strong validator named its encoded bytes; after decoding, only a weak

@@ -35,6 +35,7 @@ use crate::background::Background;
 use crate::body::Body;
 use crate::cache::{HotEntries, Inflight};
 use crate::config::Config;
+use crate::decode::DecodeBudget;
 use crate::files::FileSource;
 use crate::forward::ForwardOrigins;
 use crate::metrics::Metrics;
@@ -61,6 +62,8 @@ pub struct Pipeline {
     pub(crate) encode_jobs: encode::BackgroundJobs,
     pub(crate) background: Background,
     pub(crate) link: crate::link::serve::LinkServer,
+    /// Decoded bytes buffered bodies may hold (`limits.max_decoding_memory`).
+    pub(crate) decode_budget: Arc<DecodeBudget>,
 }
 
 /// Per-request state, built by `classify` and read by every later stage.
@@ -160,7 +163,9 @@ impl Pipeline {
         store: Option<Store>,
         metrics: Arc<Metrics>,
     ) -> Pipeline {
+        let decode_budget = DecodeBudget::new(config.limits.max_decoding_memory, &metrics);
         Pipeline {
+            decode_budget,
             config,
             source,
             store,
