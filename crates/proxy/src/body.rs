@@ -122,8 +122,15 @@ pub enum ReadUpTo {
 
 /// Reads a body whole if it is at most `limit` bytes; otherwise returns what was read
 /// and the unread rest, so the caller can go on streaming without losing a byte.
-pub async fn read_up_to(mut body: Body, limit: usize) -> Result<ReadUpTo, BoxError> {
-    let mut buf = bytes::BytesMut::new();
+/// `declared` (the body's `Content-Length`, when known) sizes the buffer once instead
+/// of growing it by doubling, which would hold two copies at each step.
+pub async fn read_up_to(
+    mut body: Body,
+    limit: usize,
+    declared: Option<u64>,
+) -> Result<ReadUpTo, BoxError> {
+    let capacity = declared.map_or(0, |len| len.min(limit as u64) as usize);
+    let mut buf = bytes::BytesMut::with_capacity(capacity);
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame?.into_data() {
             buf.extend_from_slice(&data);

@@ -765,7 +765,7 @@ async fn admit<'a>(
         }
         None => body,
     };
-    let bytes = match body::read_up_to(body, limit).await {
+    let bytes = match body::read_up_to(body, limit, declared_length).await {
         Ok(body::ReadUpTo::Complete(bytes)) => bytes,
         Ok(body::ReadUpTo::Partial(prefix, rest)) => {
             let body = body::prepend(prefix, rest);
