@@ -38,9 +38,12 @@ pub fn request_host(
     }
     let field = field.map(parse_authority).transpose()?;
     let target = uri.authority().cloned();
+    if target.as_ref().is_some_and(|t| t.as_str().contains('@')) {
+        return Err(HostError::Invalid);
+    }
     if version >= Version::HTTP_2 {
         if let (Some(target), Some(field)) = (&target, &field) {
-            if !target.as_str().eq_ignore_ascii_case(field.as_str()) {
+            if !same_authority(target, field, uri.scheme_str()) {
                 return Err(HostError::Conflicting);
             }
         }
@@ -51,6 +54,16 @@ pub fn request_host(
     }
     // Absolute form: the target wins over `Host` (RFC 9112 §3.2.2).
     Ok(target.or(field))
+}
+
+/// Equal hosts (case aside) and ports, an absent port being the scheme's default.
+fn same_authority(a: &Authority, b: &Authority, scheme: Option<&str>) -> bool {
+    let default = match scheme {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    };
+    a.host().eq_ignore_ascii_case(b.host()) && a.port_u16().or(default) == b.port_u16().or(default)
 }
 
 fn parse_authority(value: &http::HeaderValue) -> Result<Authority, HostError> {
@@ -109,6 +122,12 @@ mod tests {
             &["other.example"],
         );
         assert_eq!(found, Ok(Some("target.example".into())));
+        let userinfo = host_of(
+            Version::HTTP_11,
+            "http://u@target.example/a",
+            &["target.example"],
+        );
+        assert_eq!(userinfo, Err(HostError::Invalid));
     }
 
     #[test]
@@ -122,6 +141,14 @@ mod tests {
         );
         assert_eq!(
             host_of(h2, uri, &["b.example"]),
+            Err(HostError::Conflicting)
+        );
+        assert_eq!(
+            host_of(h2, uri, &["a.example:443"]),
+            Ok(Some("a.example".into()))
+        );
+        assert_eq!(
+            host_of(h2, uri, &["a.example:8443"]),
             Err(HostError::Conflicting)
         );
         assert_eq!(

@@ -209,11 +209,30 @@ impl Default for CacheConfig {
 
 impl CacheConfig {
     /// Whether the operator declared `path`'s responses the same for every cookie.
+    /// Only a path in plain form qualifies: one an origin could resolve elsewhere
+    /// (`/static/..%2Faccount`, `/static/;/account`, `\`) would let a personal page
+    /// pass as a static one (web cache deception).
     pub fn is_public_path(&self, path: &str) -> bool {
-        self.public_paths
-            .iter()
-            .any(|prefix| path.starts_with(prefix.as_str()))
+        plain_path(path)
+            && self
+                .public_paths
+                .iter()
+                .any(|prefix| path.starts_with(prefix.as_str()))
     }
+}
+
+/// No dot segment, no path parameter, no backslash, and no percent-encoded
+/// separator, dot or percent that an origin might decode into one.
+fn plain_path(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    let encoded_special = ["%2f", "%2e", "%5c", "%25", "%3b"]
+        .iter()
+        .any(|e| lower.contains(e));
+    !encoded_special
+        && !path.contains(['\\', ';'])
+        && !path
+            .split('/')
+            .any(|segment| segment == "." || segment == "..")
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -668,6 +687,28 @@ fn frame_limit() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn public_paths_lift_only_paths_in_plain_form() {
+        let cache = CacheConfig {
+            public_paths: vec!["/static/".into()],
+            ..CacheConfig::default()
+        };
+        assert!(cache.is_public_path("/static/app.1a2b.css"));
+        assert!(cache.is_public_path("/static/img/a%20b.png"));
+        for deceptive in [
+            "/account",
+            "/static/../account",
+            "/static/..%2Faccount",
+            "/static/%2e%2e/account",
+            "/static/%252e%252e/account",
+            "/static/..\\account",
+            "/static/;/account",
+            "/static/./x",
+        ] {
+            assert!(!cache.is_public_path(deceptive), "{deceptive}");
+        }
+    }
 
     #[test]
     fn empty_file_gives_defaults_and_needs_a_mode() {

@@ -4,9 +4,11 @@
 //! produces output one window at a time ([`WINDOW`]), so no single input chunk can
 //! turn into an unbounded allocation:
 //! - [`decode_whole`] decodes a body read whole into memory, reserving each window
-//!   from the process-wide [`DecodeBudget`] before keeping it. The reservation lives
-//!   as long as the decoded bytes do (the `Bytes` it returns own it), so the budget
-//!   bounds decoded bodies in memory, not just decodes in progress. A body that does
+//!   from the process-wide [`DecodeBudget`] before keeping it. The budget bounds
+//!   decodes in progress, where a small coded body can grow without bound; it is
+//!   given back when the decode ends, after which the content is an ordinary buffered
+//!   body of at most `limits.max_buffered_body` (a slow reader holding it must not
+//!   hold the budget: that would stop caching for everyone). A body that does
 //!   not fit (the budget is spent, or it decodes past what is buffered) is not kept:
 //!   the decode runs on without holding output to learn whether it is within
 //!   `limits.max_decoded_body`, and the caller streams it instead. Reservations
@@ -127,21 +129,9 @@ impl Drop for Reservation {
     }
 }
 
-/// Decoded content that keeps its share of the budget for as long as it lives.
-struct Held {
-    content: Vec<u8>,
-    _reservation: Reservation,
-}
-
-impl AsRef<[u8]> for Held {
-    fn as_ref(&self) -> &[u8] {
-        &self.content
-    }
-}
-
 /// What a whole-body decode produced.
 pub enum WholeDecode {
-    /// The decoded content, holding its share of the budget until dropped.
+    /// The decoded content (its budget already given back).
     Held(Bytes),
     /// The body decodes correctly within the size limit but was not kept: stream it.
     Unheld(Unheld),
@@ -202,7 +192,7 @@ pub fn decode_whole(
         keeper.stop_keeping(Unheld::Budget);
     }
     let Keeper {
-        mut reservation,
+        reservation,
         kept,
         unheld,
         ..
@@ -212,11 +202,8 @@ pub fn decode_whole(
     }
     let content = kept.concat();
     drop(kept);
-    reservation.shrink_to(content.len());
-    Ok(WholeDecode::Held(Bytes::from_owner(Held {
-        content,
-        _reservation: reservation,
-    })))
+    drop(reservation);
+    Ok(WholeDecode::Held(Bytes::from(content)))
 }
 
 /// The windows of a whole-body decode kept so far, and their reservation.
@@ -317,7 +304,7 @@ mod tests {
     }
 
     #[test]
-    fn held_content_keeps_its_budget_until_the_last_copy_is_dropped() {
+    fn a_decoded_body_gives_its_budget_back_when_the_decode_ends() {
         let metrics = Metrics::new();
         let budget = DecodeBudget::new(4 << 20, &metrics);
         let content = vec![7u8; 1 << 20];
@@ -331,11 +318,11 @@ mod tests {
             panic!("a body within the budget is held")
         };
         assert_eq!(bytes, content);
-        let copy = bytes.clone();
-        drop(bytes);
-        assert_eq!(metrics.decode_memory.get(), 1 << 20);
-        drop(copy);
-        assert_eq!(metrics.decode_memory.get(), 0);
+        assert_eq!(
+            metrics.decode_memory.get(),
+            0,
+            "held by a reader, not the budget"
+        );
         let peak = metrics.decode_memory_peak.get();
         assert!(
             (2 << 20..=4 << 20).contains(&peak),

@@ -26,11 +26,17 @@ pub const VIA_VALUE: &str = "1.1 wirefold";
 /// Request fields frameworks read to rebuild the request's host, path or method
 /// (the classic unkeyed inputs of cache poisoning). A client's values never reach
 /// the origin; wirefold sets the ones it means.
-const UNKEYED_OVERRIDES: [&str; 10] = [
+const UNKEYED_OVERRIDES: [&str; 16] = [
     "forwarded",
     "x-forwarded-host",
     "x-forwarded-server",
     "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-forwarded-path",
+    "x-forwarded-uri",
+    "x-forwarded-scheme",
+    "x-forwarded-ssl",
+    "x-original-host",
     "x-host",
     "x-original-url",
     "x-rewrite-url",

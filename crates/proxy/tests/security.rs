@@ -453,3 +453,294 @@ async fn the_host_is_keyed_as_forwarded_and_ambiguous_hosts_are_refused() {
         assert_eq!(status_of(&reply), 400, "{request:?}");
     }
 }
+
+// ---------------------------------------------------------------------------------
+// Found by review after the first fixes: each held before its fix, and fails without it.
+
+/// An origin that routes as nginx does: `%2F` decoded, dot segments resolved.
+fn resolved(path: &str) -> String {
+    let decoded = path.replace("%2F", "/").replace("%2f", "/");
+    let mut out: Vec<&str> = Vec::new();
+    for segment in decoded.split('/') {
+        match segment {
+            ".." => {
+                out.pop();
+            }
+            "." | "" => {}
+            s => out.push(s),
+        }
+    }
+    format!("/{}", out.join("/"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_public_path_prefix_cannot_be_used_to_deceive_the_cache() {
+    for cache_control in ["max-age=600", "no-cache"] {
+        let origin = origin(move |req| {
+            let user = req
+                .headers()
+                .get("cookie")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|c| c.strip_prefix("session="))
+                .unwrap_or("anonymous")
+                .to_string();
+            match resolved(req.uri().path()).as_str() {
+                "/account" => response(
+                    200,
+                    &[
+                        ("content-type", "text/html"),
+                        ("cache-control", cache_control),
+                    ],
+                    personal_page(&user),
+                ),
+                _ => response(404, &[], ""),
+            }
+        })
+        .await;
+        let proxy = start_proxy(&origin.url(""), |c| {
+            c.cache.public_paths = vec!["/static/".into()];
+        })
+        .await;
+        let lure = "/static/..%2Faccount";
+        let chromium_like = [
+            "-H",
+            "Accept-Encoding: gzip, br, zstd, dcb, dcz",
+            "--compressed",
+        ];
+        let alice = curl(
+            &proxy.url(lure),
+            &[&chromium_like[..], &["-H", "Cookie: session=alice"]].concat(),
+        )
+        .await;
+        assert!(contains(&alice.body, &secret_of("alice")));
+        let bob = curl(&proxy.url(lure), &chromium_like).await;
+        assert!(!contains(&bob.body, &secret_of("alice")), "{cache_control}");
+        for link in bob
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
+        {
+            let url = link.1.split(['<', '>']).nth(1).unwrap_or_default();
+            let dictionary = curl(&proxy.url(url), &["--compressed"]).await;
+            assert!(
+                !contains(&dictionary.body, &secret_of("alice")),
+                "{cache_control}: {url}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_only_entry_is_never_derived_from_when_anyone_hits_it() {
+    let origin = personal_origin("s-maxage=600").await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let alice = curl(&proxy.url("/account"), &["-H", "Cookie: session=alice"]).await;
+    assert_eq!(
+        alice.header("cache-status"),
+        Some("wirefold; fwd=miss; stored")
+    );
+    // An anonymous hit on alice's entry is what the origin's `s-maxage` allowed; no
+    // dictionary made from it may outlive the entry.
+    let bob = curl(&proxy.url("/account"), &["--compressed"]).await;
+    assert_eq!(bob.header("cache-status"), Some("wirefold; hit"));
+    let links: Vec<&(String, String)> = bob
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
+        .collect();
+    assert!(links.is_empty(), "{links:?}");
+    let alice_dict = format!(
+        "/.wirefold/dict/{}",
+        hex::encode(sha256(&personal_page("alice")))
+    );
+    assert_eq!(curl(&proxy.url(&alice_dict), &[]).await.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_304_to_a_cookie_does_not_rewrite_the_shared_entry() {
+    let origin = origin(move |req| {
+        let user = req
+            .headers()
+            .get("cookie")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("anonymous")
+            .to_string();
+        let fields = [
+            ("content-type", "text/html"),
+            ("cache-control", "max-age=0, stale-while-revalidate=600"),
+            ("etag", "\"v1\""),
+            ("x-account", user.as_str()),
+        ];
+        match req.headers().contains_key("if-none-match") {
+            true => response(304, &fields, ""),
+            false => response(200, &fields, corpus_file(PAGE)),
+        }
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    curl(&proxy.url("/home"), &[]).await;
+    // Served stale; revalidated in the background with alice's cookie, and the
+    // origin's 304 carries her field.
+    let alice = curl(&proxy.url("/home"), &["-H", "Cookie: session=alice"]).await;
+    assert_eq!(
+        alice.header("cache-status"),
+        Some("wirefold; hit; detail=stale")
+    );
+    for _ in 0..100 {
+        if origin.hits() >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        origin.hits(),
+        2,
+        "alice's background revalidation reached the origin"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let bob = curl(&proxy.url("/home"), &[]).await;
+    assert_eq!(bob.header("x-account"), Some("anonymous"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revalidation_asks_for_the_keyed_host_not_the_requests_host_field() {
+    let origin = origin(move |req| {
+        let host = req
+            .headers()
+            .get("host")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        response(
+            200,
+            &[
+                ("content-type", "text/plain"),
+                ("cache-control", "no-cache"),
+            ],
+            format!("<a href=\"http://{host}/next\">"),
+        )
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |c| c.upstream.host = "client".into()).await;
+    let good = curl(&proxy.url("/q"), &["-H", "Host: good.example"]).await;
+    assert_eq!(
+        good.header("cache-status"),
+        Some("wirefold; fwd=miss; stored")
+    );
+    // No-cache: this request revalidates the stored entry of good.example.
+    let attack =
+        "GET http://good.example/q HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n";
+    let reply = raw_exchange(proxy.running.addr, attack.as_bytes()).await;
+    assert!(
+        contains(&reply, b"http://good.example/next"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    let victim = curl(&proxy.url("/q"), &["-H", "Host: good.example"]).await;
+    assert_eq!(victim.body, b"<a href=\"http://good.example/next\">");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_with_a_body_through_the_pair_is_never_kept_or_served_to_another() {
+    use http_body_util::BodyExt;
+    // An origin that reads parameters from a GET's body too ("fat GET").
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    |req: http::Request<hyper::body::Incoming>| async move {
+                        let body = req
+                            .into_body()
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        let callback = match body.is_empty() {
+                            true => "render".to_string(),
+                            false => String::from_utf8_lossy(&body).to_string(),
+                        };
+                        let script: String =
+                            (0..200).map(|i| format!("var v{i} = {i};\n")).collect();
+                        Ok::<_, std::convert::Infallible>(response(
+                            200,
+                            &[
+                                ("content-type", "text/javascript"),
+                                ("cache-control", "max-age=600"),
+                            ],
+                            format!("{script}{callback}(data);"),
+                        ))
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    let pair = start_pair(|_| {}, |_| {}).await;
+    let url = format!("http://{origin_addr}/app.js");
+    let payload = "alert(document.cookie)//";
+    let attacker = curl(
+        &url,
+        &["-x", &pair.proxy(), "-X", "GET", "--data-binary", payload],
+    )
+    .await;
+    assert!(contains(&attacker.body, payload.as_bytes()));
+    let victim = curl(&url, &["-x", &pair.proxy()]).await;
+    assert!(
+        !contains(&victim.body, payload.as_bytes()),
+        "the next browser got the attacker's answer"
+    );
+    assert!(contains(&victim.body, b"render(data);"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_readers_of_decoded_bodies_do_not_hold_the_decode_budget() {
+    // About 3 MB of text that the origin sends gzip-coded: a few fill the default
+    // 16 MiB decode budget if their readers could hold it.
+    let text: Vec<u8> = (0..500_000u32)
+        .flat_map(|i| format!("w{} ", i.wrapping_mul(2_654_435_761) >> 20).into_bytes())
+        .collect();
+    let coded = bytes::Bytes::from(codec::compress(codec::ContentCoding::Gzip, 1, &text));
+    let origin = origin(move |_| {
+        response(
+            200,
+            &[
+                ("content-type", "text/plain"),
+                ("content-encoding", "gzip"),
+                ("cache-control", "max-age=600"),
+            ],
+            coded.clone(),
+        )
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let mut readers = Vec::new();
+    for i in 0..12 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(proxy.running.addr).await.unwrap();
+        let request =
+            format!("GET /big?{i} HTTP/1.1\r\nHost: x\r\nAccept-Encoding: identity\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        readers.push(stream);
+    }
+    // Each answer has begun (so its decode is over); none is read further.
+    for stream in &mut readers {
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await.unwrap();
+    }
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric(&metrics, "wirefold_decode_memory_bytes"),
+        0.0,
+        "readers hold no budget"
+    );
+    let later = curl(&proxy.url("/later"), &[]).await;
+    assert_eq!(
+        later.header("cache-status"),
+        Some("wirefold; fwd=miss; stored")
+    );
+    drop(readers);
+}

@@ -102,24 +102,30 @@ pub fn publish_derived(
 
 /// The derived dictionary for pages matching `pattern` on `site`: the one published
 /// before while its content is still stored (a stable dictionary is fetched once,
-/// not after every change), else `current`, published now. Returns its URL path.
+/// not after every change), else `current`, published now if it is registered as
+/// this site's content, which only content for everyone ever is (`remember`). A page
+/// served from a cache entry that is not for everyone is never published. Returns
+/// its URL path.
 pub fn current_derived(
     store: &Store,
     site: &str,
     pattern: &str,
     current: &Hash,
-) -> Result<String, StoreError> {
+) -> Result<Option<String>, StoreError> {
     let key = format!("derived:{site}|{pattern}");
     let published = store
         .get_record(&key)?
         .and_then(|v| String::from_utf8(v).ok())
         .and_then(|hex| hex.parse::<Hash>().ok());
     if let Some(hash) = published.filter(|h| store.has_blob(h)) {
-        return Ok(format!("{DERIVED_PREFIX}{}", hash.to_hex()));
+        return Ok(Some(format!("{DERIVED_PREFIX}{}", hash.to_hex())));
+    }
+    if !load(store, current)?.sites.iter().any(|s| s == site) {
+        return Ok(None);
     }
     let url = publish_derived(store, current, site, pattern)?;
     store.put_record(&key, current.to_hex().as_bytes(), &[*current])?;
-    Ok(url)
+    Ok(Some(url))
 }
 
 /// A derived dictionary to serve: its bytes and `match` pattern.
@@ -155,6 +161,9 @@ mod tests {
             .unwrap()
             .is_none());
         assert!(derived(&store, &hash, "a.example").unwrap().is_none());
+        let unregistered = store.put_blob(b"one user's page").unwrap();
+        let derived_url = current_derived(&store, "a.example", "/p", &unregistered).unwrap();
+        assert_eq!(derived_url, None, "only registered content is derived from");
         let url = publish_derived(&store, &hash, "a.example", "/page").unwrap();
         assert_eq!(url, format!("{DERIVED_PREFIX}{}", hash.to_hex()));
         assert_eq!(

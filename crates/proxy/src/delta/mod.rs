@@ -309,8 +309,11 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
                 let mut links = Vec::new();
                 links.extend(training::trained_for(&store, &site, &path));
                 if derive {
-                    links
-                        .extend(dictionaries::current_derived(&store, &site, &pattern, &hash).ok());
+                    links.extend(
+                        dictionaries::current_derived(&store, &site, &pattern, &hash)
+                            .ok()
+                            .flatten(),
+                    );
                 }
                 links
             })

@@ -854,9 +854,10 @@ impl Exchange {
 
     /// Instances of pages the cache may not reuse (no-cache, no validators, no
     /// freshness, `Vary: *`) are still kept as delta bases, written before the answer
-    /// so the client's next request finds them. Never `no-store` ones, nor any whose
-    /// audience is not everyone (`wirefold_http::audience`): a page made for one user
-    /// must not be streamed to another.
+    /// so the client's next request finds them. Never `no-store` ones, answers to a
+    /// request with a body (which may have shaped them), nor any whose audience is
+    /// not everyone (`wirefold_http::audience`): a page made for one user must not be
+    /// streamed to another.
     /// Returns the body, hash and validator to keep.
     fn base_to_keep(&self, instance: &Instance) -> Option<(Bytes, Hash, Option<String>)> {
         let InstanceBody::Whole { bytes, hash } = &instance.body else {
@@ -868,6 +869,7 @@ impl Exchange {
             && audience(&request.headers, &instance.headers, public_path).may_derive();
         if instance.reusable
             || !shareable
+            || request.has_body
             || instance.status != StatusCode::OK
             || request.method != Method::GET
         {

@@ -574,8 +574,11 @@ async fn revalidate<'a>(
     tap: Option<&BodyTap>,
 ) -> Result<Fetched<'a>, OriginError> {
     let stored_headers = stored.headers();
-    let uri: http::Uri = key_path(key)
+    // Absolute, so the host forwarded is the keyed one, never the `Host` field of
+    // whichever request found the entry stale (absolute form may have keyed it).
+    let uri: http::Uri = format!("http://{}", resource_of(key))
         .parse()
+        .or_else(|_| key_path(key).parse())
         .unwrap_or_else(|_| http::Uri::from_static("/"));
     let upstream = cache_fill_request(client, &uri, Some(&stored_headers));
     let request_time = SystemTime::now();
@@ -623,6 +626,16 @@ async fn revalidate<'a>(
     };
     let hash = refreshed.body_hash().expect("checked above");
     let age = freshness.current_age(SystemTime::now());
+    // The 304's fields answer this request: merged into the shared entry only when
+    // the result may be shared at all (a 304 to one user's cookie may carry theirs).
+    let public_path = p.config.cache.is_public_path(key_path(key));
+    let shared = audience(client, &headers, public_path).may_cache();
+    let store_plan = shared.then(|| StorePlan::CacheEntry {
+        key: key.to_string(),
+        response: refreshed.clone(),
+        body: None,
+        is_version: false,
+    });
     let instance = cached_instance(
         &refreshed,
         headers,
@@ -632,12 +645,7 @@ async fn revalidate<'a>(
     );
     Ok(Fetched {
         instance,
-        store_plan: Some(StorePlan::CacheEntry {
-            key: key.to_string(),
-            response: refreshed,
-            body: None,
-            is_version: false,
-        }),
+        store_plan,
         leader: None,
     })
 }
@@ -901,7 +909,7 @@ fn stream_coding(value: Option<&HeaderValue>) -> StreamCoding {
 
 /// A buffered body after decoding.
 enum Decoded {
-    /// Its content (held against the decode budget) and the content's hash.
+    /// Its content and the content's hash.
     Whole(Bytes, Hash),
     /// Correctly coded, but not kept in memory.
     Unheld(Unheld),

@@ -52,6 +52,11 @@ impl Proxied {
     fn idempotent(&self) -> bool {
         self.method == Method::GET || self.method == Method::HEAD
     }
+    /// Only a GET or HEAD without a body may be answered from a held instance or
+    /// leave one behind: a body may change the answer, and it is part of no key.
+    fn may_use_instances(&self) -> bool {
+        self.idempotent() && self.body.is_empty()
+    }
     /// The method on the link: a HEAD goes as a GET, because an HTTP/2 response to
     /// HEAD cannot carry a body, and so no frames (RFC 9113 §8.1.1; the h2 crate
     /// resets such a stream). The browser still gets only the head.
@@ -123,7 +128,7 @@ pub async fn answer(client: &Client, req: Request<Incoming>, target: Uri) -> Res
 
 /// A held instance fresh enough for the request, per RFC 9111.
 async fn local_fresh(client: &Client, request: &Proxied) -> Option<Response<Body>> {
-    if !request.idempotent()
+    if !request.may_use_instances()
         || request.fields.contains_key(AUTHORIZATION)
         || request.fields.contains_key(RANGE)
     {
@@ -439,12 +444,14 @@ async fn deliver(
         Delivery::Delta => Answered::Delta,
         Delivery::Full => Answered::Full,
     });
-    if may_keep(
-        &request.link_method(),
-        &request.fields,
-        current.status,
-        &current.fields,
-    ) {
+    if request.may_use_instances()
+        && may_keep(
+            &request.link_method(),
+            &request.fields,
+            current.status,
+            &current.fields,
+        )
+    {
         if let Some(secondary_key) = crate::cache::secondary_key(&current.fields, &request.fields) {
             let instances = client.instances.clone();
             let url = request.url();
