@@ -18,6 +18,8 @@ use tokio::sync::watch;
 use wirefold_http::caching::Freshness;
 use wirefold_http::vary::Vary;
 
+use crate::memo::Bounded;
+
 /// Variants kept per URL; the oldest is dropped beyond this.
 const MAX_VARIANTS: usize = 8;
 
@@ -168,9 +170,8 @@ pub(crate) fn decode_head(head: &str) -> HeaderMap {
 
 /// Cache entries recently read or written, with their fields decoded, so a hit on
 /// a hot body is answered on the reactor thread without an index transaction.
-#[derive(Default)]
 pub struct HotEntries {
-    entries: Mutex<HashMap<String, Arc<HotEntry>>>,
+    entries: Bounded<String, Arc<HotEntry>>,
 }
 
 /// A decoded cache entry: each stored response with its fields.
@@ -178,16 +179,24 @@ pub struct HotEntry {
     variants: Vec<(StoredResponse, HeaderMap)>,
 }
 
-/// Entries kept at most; the map is emptied when full (it refills from hot keys).
-const HOT_CAPACITY: usize = 16_384;
+/// Bytes of decoded entries kept (as [`HotEntry::memory_estimate`] counts them):
+/// about 16,384 entries of 2 KiB, a head of a dozen fields encoded and decoded.
+const HOT_BYTES: u64 = 32 << 20;
+const HOT_ENTRIES_ESTIMATE: usize = 16_384;
+
+impl Default for HotEntries {
+    fn default() -> Self {
+        HotEntries {
+            entries: Bounded::with_weight(HOT_BYTES, HOT_ENTRIES_ESTIMATE, |hot| {
+                hot.memory_estimate()
+            }),
+        }
+    }
+}
 
 impl HotEntries {
     pub fn get(&self, key: &str) -> Option<Arc<HotEntry>> {
-        self.entries
-            .lock()
-            .expect("hot entries poisoned")
-            .get(key)
-            .cloned()
+        self.entries.get(key)
     }
 
     /// An entry's decoded form, without keeping it.
@@ -202,23 +211,38 @@ impl HotEntries {
     }
 
     pub fn put(&self, key: &str, entry: &CacheEntry) {
-        let hot = Self::decoded(entry);
-        let mut entries = self.entries.lock().expect("hot entries poisoned");
-        if entries.len() >= HOT_CAPACITY {
-            entries.clear();
-        }
-        entries.insert(key.to_string(), Arc::new(hot));
+        self.entries
+            .insert(key.to_string(), Arc::new(Self::decoded(entry)));
     }
 
     pub fn remove(&self, key: &str) {
-        self.entries
-            .lock()
-            .expect("hot entries poisoned")
-            .remove(key);
+        self.entries.remove(key);
     }
 }
 
 impl HotEntry {
+    /// Bytes held: each stored response's strings and its decoded fields, with a
+    /// rough allowance for a field's bookkeeping in a `HeaderMap`.
+    fn memory_estimate(&self) -> u64 {
+        const FIELD_OVERHEAD: usize = 64;
+        let bytes: usize = self
+            .variants
+            .iter()
+            .map(|(stored, headers)| {
+                let fields: usize = headers
+                    .iter()
+                    .map(|(name, value)| name.as_str().len() + value.len() + FIELD_OVERHEAD)
+                    .sum();
+                std::mem::size_of::<(StoredResponse, HeaderMap)>()
+                    + stored.secondary_key.len()
+                    + stored.head.len()
+                    + stored.body.len()
+                    + fields
+            })
+            .sum();
+        bytes as u64
+    }
+
     /// The stored response whose `Vary` fields match this request, with its fields.
     pub fn find(&self, request: &HeaderMap) -> Option<&(StoredResponse, HeaderMap)> {
         self.variants.iter().find(|(stored, headers)| {
@@ -290,6 +314,43 @@ mod tests {
         h.append("x-b", HeaderValue::from_bytes(b"caf\xe9: yes").unwrap());
         let back = decode_head(&encode_head(&h));
         assert_eq!(back, h);
+    }
+
+    /// A burst of one-off URLs (a crawler, a scan) must not push frequently requested
+    /// entries out: the fetch stage looks each key up, then keeps what it read or wrote.
+    #[test]
+    fn hot_entries_outlive_a_burst_of_one_off_keys() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::header::CACHE_CONTROL,
+            HeaderValue::from_static("max-age=60"),
+        );
+        let entry = CacheEntry {
+            variants: vec![StoredResponse::new(
+                String::new(),
+                StatusCode::OK,
+                &headers,
+                Hash::of(b"body"),
+                &Freshness::from_parts(0, 0, 60),
+            )],
+        };
+        let hot = HotEntries::default();
+        let hot_keys: Vec<String> = (0..8).map(|i| format!("site/hot/{i}")).collect();
+        for key in &hot_keys {
+            hot.put(key, &entry);
+        }
+        for _ in 0..3 {
+            for key in &hot_keys {
+                assert!(hot.get(key).is_some());
+            }
+        }
+        for i in 0..50_000 {
+            let key = format!("site/once/{i}");
+            assert!(hot.get(&key).is_none());
+            hot.put(&key, &entry);
+        }
+        let kept = hot_keys.iter().filter(|k| hot.get(k).is_some()).count();
+        assert_eq!(kept, hot_keys.len(), "hot entries kept after the burst");
     }
 
     #[test]

@@ -9,6 +9,8 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use store::{Hash, Store};
 
+use crate::memo::Bounded;
+
 /// A file found under the root.
 pub struct FoundFile {
     pub path: PathBuf,
@@ -37,13 +39,12 @@ pub struct FileSource {
     /// Content hashes of files already read, keyed by path and invalidated by a
     /// changed size or modification time, so a hit costs a `stat`, not a read.
     known: Mutex<HashMap<PathBuf, (u64, SystemTime, Hash)>>,
-    /// Recent resolutions: request path → (when, canonical path, content type).
-    resolved: Mutex<HashMap<String, (std::time::Instant, PathBuf, String)>>,
+    /// Recent resolutions: request path → (canonical path, content type).
+    resolved: Bounded<String, (PathBuf, String)>,
 }
 
 /// How long a resolution is trusted before the path is walked again.
 const RESOLUTION_TTL: std::time::Duration = std::time::Duration::from_secs(1);
-/// Resolutions kept at most; the cache is emptied when full (it refills from hot paths).
 const RESOLUTION_CAPACITY: usize = 16_384;
 
 impl FileSource {
@@ -52,7 +53,7 @@ impl FileSource {
             root: root.canonicalize()?,
             serve_dotfiles,
             known: Mutex::new(HashMap::new()),
-            resolved: Mutex::new(HashMap::new()),
+            resolved: Bounded::with_entries(RESOLUTION_CAPACITY).expiring_after(RESOLUTION_TTL),
         })
     }
 
@@ -65,15 +66,7 @@ impl FileSource {
         // A path resolved within the last second is checked with one `stat` of its
         // canonical file instead of a `readlink` per component (cf. nginx's
         // open_file_cache_valid); a file that is no longer regular is resolved afresh.
-        let cached = self
-            .resolved
-            .lock()
-            .expect("resolution cache poisoned")
-            .get(request_path)
-            .cloned();
-        if let Some((_, canonical, content_type)) =
-            cached.filter(|(at, ..)| at.elapsed() < RESOLUTION_TTL)
-        {
+        if let Some((canonical, content_type)) = self.resolved.get(request_path) {
             if let Ok(meta) = std::fs::symlink_metadata(&canonical) {
                 if meta.is_file() {
                     if let Ok(modified) = meta.modified() {
@@ -88,17 +81,9 @@ impl FileSource {
             }
         }
         let found = self.resolve_uncached(request_path)?;
-        let mut resolved = self.resolved.lock().expect("resolution cache poisoned");
-        if resolved.len() >= RESOLUTION_CAPACITY {
-            resolved.clear();
-        }
-        resolved.insert(
+        self.resolved.insert(
             request_path.to_string(),
-            (
-                std::time::Instant::now(),
-                found.path.clone(),
-                found.content_type.clone(),
-            ),
+            (found.path.clone(), found.content_type.clone()),
         );
         Some(found)
     }

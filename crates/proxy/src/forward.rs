@@ -1,24 +1,24 @@
 //! The origins of a server proxy: any `http://` or `https://` origin a link request
 //! names, each reached through one shared connection pool.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use http::Uri;
 
 use crate::config::UpstreamConfig;
 use crate::destinations::Destinations;
+use crate::memo::Bounded;
 use crate::origin::{upstream_client, Origin, UpstreamClient};
 
-/// Origins are remembered up to this many; beyond it the map starts afresh (an
-/// `Origin` is a few fields over the shared pool, so rebuilding is cheap).
+/// Origins remembered at most (an `Origin` is a few fields over the shared pool, so
+/// rebuilding an evicted one is cheap).
 const MAX_ORIGINS: usize = 4096;
 
 pub struct ForwardOrigins {
     client: UpstreamClient,
     config: UpstreamConfig,
     destinations: Destinations,
-    origins: Mutex<HashMap<String, Arc<Origin>>>,
+    origins: Bounded<String, Arc<Origin>>,
 }
 
 impl ForwardOrigins {
@@ -30,7 +30,7 @@ impl ForwardOrigins {
             client: upstream_client(config, destinations)?,
             config: config.clone(),
             destinations,
-            origins: Mutex::default(),
+            origins: Bounded::with_entries(MAX_ORIGINS),
         })
     }
 
@@ -54,9 +54,8 @@ impl ForwardOrigins {
 
     /// The origin serving `site` (as [`site_of`](Self::site_of) made it).
     pub fn origin(&self, site: &str) -> Result<Arc<Origin>, String> {
-        let mut origins = self.origins.lock().expect("origin map lock");
-        if let Some(origin) = origins.get(site) {
-            return Ok(origin.clone());
+        if let Some(origin) = self.origins.get(site) {
+            return Ok(origin);
         }
         let url = match site.strip_prefix("https:") {
             Some(authority) => format!("https://{authority}"),
@@ -67,10 +66,9 @@ impl ForwardOrigins {
             &self.config,
             self.client.clone(),
         )?);
-        if origins.len() >= MAX_ORIGINS {
-            origins.clear();
-        }
-        origins.insert(site.to_string(), origin.clone());
+        // Two first requests for a site may each build one; the last kept wins, and
+        // both share the pool.
+        self.origins.insert(site.to_string(), origin.clone());
         Ok(origin)
     }
 }

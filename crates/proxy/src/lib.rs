@@ -16,6 +16,7 @@ mod first_bytes;
 pub mod forward;
 pub mod get;
 pub mod link;
+mod memo;
 pub mod metrics;
 pub mod origin;
 pub mod pipeline;

@@ -29,6 +29,7 @@ use wirefold_http::conditional::{EntityTag, IfNoneMatch};
 use wirefold_http::delta::accepts_im;
 use wirefold_http::dictionary::{available_dictionary, dictionary_allowed, use_as_dictionary};
 
+use crate::memo::Bounded;
 use crate::pipeline::encode::{cached_variant, Produce};
 use crate::pipeline::{Pipeline, RequestContext};
 
@@ -279,12 +280,12 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
     if keeps && for_everyone {
         // The value depends only on the resource (path and query) and the configuration:
         // memoized, so a hot resource costs no pattern inference per request.
-        let value = match p.dictionary_links.use_as(&ctx.resource, html) {
+        let value = match p.announcements.use_as(&ctx.resource, html) {
             Some(value) => value,
             None => {
                 let dest: &[&str] = if html { &["document"] } else { &[] };
                 let value = use_as_dictionary(&pattern(), dest, None);
-                p.dictionary_links
+                p.announcements
                     .put_use_as(&ctx.resource, html, value.clone());
                 value
             }
@@ -300,8 +301,8 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
     // visits to any page it covers) and, for pages a browser will not keep, one
     // derived from the page itself (later visits to this page).
     let derive = !keeps && for_everyone && config.derived_dictionaries;
-    let memo_key = (ctx.site.clone(), uri.path().to_string(), derive);
-    let links = match p.dictionary_links.get(&memo_key) {
+    let page = (ctx.site.clone(), uri.path().to_string(), derive);
+    let links = match p.announcements.links(&page) {
         Some(links) => links,
         None => {
             let (site, path, pattern) = (ctx.site.clone(), uri.path().to_string(), pattern());
@@ -325,7 +326,7 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
                     HeaderValue::from_str(&format!("<{url}>; rel=\"compression-dictionary\"")).ok()
                 })
                 .collect();
-            p.dictionary_links.put(memo_key, values.clone());
+            p.announcements.put_links(page, values.clone());
             values
         }
     };
@@ -334,57 +335,53 @@ pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMa
     }
 }
 
-/// The dictionary links of recently served pages, so a hot page costs no index
-/// reads: links change only when a dictionary is trained or its body evicted, and a
-/// few seconds late is harmless. Also the `Use-As-Dictionary` values of recently
-/// served resources (a function of the resource and the configuration).
-#[derive(Default)]
-pub struct LinkMemo {
-    entries: std::sync::Mutex<
-        std::collections::HashMap<LinkKey, (std::time::Instant, Vec<HeaderValue>)>,
-    >,
-    /// resource → (whether it was HTML, the value).
-    use_as: std::sync::Mutex<std::collections::HashMap<String, (bool, Option<HeaderValue>)>>,
+/// The dictionary announcements of recently served responses, so a hot resource costs
+/// no pattern inference and a hot page no index reads: pages' `Link` fields to their
+/// dictionaries change only when a dictionary is trained or its body evicted, and a
+/// few seconds late is harmless; a resource's `Use-As-Dictionary` value is a function
+/// of the resource and the configuration.
+pub struct DictionaryAnnouncements {
+    /// Pages' `Link: <url>; rel="compression-dictionary"` values.
+    links: Bounded<PageKey, Vec<HeaderValue>>,
+    /// resource → (whether it was HTML, the `Use-As-Dictionary` value).
+    use_as: Bounded<String, (bool, Option<HeaderValue>)>,
 }
 
 /// (site, path, whether a derived dictionary applies).
-type LinkKey = (String, String, bool);
+type PageKey = (String, String, bool);
 
-const LINK_MEMO_TTL: std::time::Duration = std::time::Duration::from_secs(5);
-const LINK_MEMO_CAPACITY: usize = 16_384;
+const LINKS_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+const ANNOUNCEMENTS_CAPACITY: usize = 16_384;
 
-impl LinkMemo {
+impl Default for DictionaryAnnouncements {
+    fn default() -> Self {
+        DictionaryAnnouncements {
+            links: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY).expiring_after(LINKS_TTL),
+            use_as: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY),
+        }
+    }
+}
+
+impl DictionaryAnnouncements {
     /// The `Link` field values (`<url>; rel="compression-dictionary"`) for a page.
-    fn get(&self, key: &LinkKey) -> Option<Vec<HeaderValue>> {
-        let entries = self.entries.lock().expect("link memo poisoned");
-        entries
-            .get(key)
-            .filter(|(at, _)| at.elapsed() < LINK_MEMO_TTL)
-            .map(|(_, links)| links.clone())
+    fn links(&self, page: &PageKey) -> Option<Vec<HeaderValue>> {
+        self.links.get(page)
     }
 
-    fn put(&self, key: LinkKey, links: Vec<HeaderValue>) {
-        let mut entries = self.entries.lock().expect("link memo poisoned");
-        if entries.len() >= LINK_MEMO_CAPACITY {
-            entries.clear();
-        }
-        entries.insert(key, (std::time::Instant::now(), links));
+    fn put_links(&self, page: PageKey, links: Vec<HeaderValue>) {
+        self.links.insert(page, links);
     }
 
     /// The memoized `Use-As-Dictionary` value of (resource, is HTML), if known.
     fn use_as(&self, resource: &str, html: bool) -> Option<Option<HeaderValue>> {
-        let memo = self.use_as.lock().expect("link memo poisoned");
-        memo.get(resource)
+        self.use_as
+            .get(resource)
             .filter(|(was_html, _)| *was_html == html)
-            .map(|(_, value)| value.clone())
+            .map(|(_, value)| value)
     }
 
     fn put_use_as(&self, resource: &str, html: bool, value: Option<HeaderValue>) {
-        let mut memo = self.use_as.lock().expect("link memo poisoned");
-        if memo.len() >= LINK_MEMO_CAPACITY {
-            memo.clear();
-        }
-        memo.insert(resource.to_string(), (html, value));
+        self.use_as.insert(resource.to_string(), (html, value));
     }
 }
 

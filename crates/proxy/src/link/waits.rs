@@ -1,38 +1,44 @@
 //! Per origin host, how long the origin has made us wait: the server proxy sends
 //! optimistically only where the wait is long enough for stale bytes to pay.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
-/// Hosts remembered; beyond it the table starts afresh.
+use crate::memo::Bounded;
+
+/// Hosts remembered at most.
 const MAX_HOSTS: usize = 4096;
 /// Weight of the newest observation in the moving average.
 const NEWEST_WEIGHT: f64 = 0.3;
 
-#[derive(Default)]
+/// Each host's moving average of waits, in seconds.
 pub struct OriginWaits {
-    seconds: Mutex<HashMap<String, f64>>,
+    seconds: Bounded<String, f64>,
+}
+
+impl Default for OriginWaits {
+    fn default() -> Self {
+        OriginWaits {
+            seconds: Bounded::with_entries(MAX_HOSTS),
+        }
+    }
 }
 
 impl OriginWaits {
     /// Adds one observed wait (request sent to whole response read) for `host`.
+    /// Two observations of one host at the same moment may keep only one: harmless
+    /// for a moving average.
     pub fn record(&self, host: &str, wait: Duration) {
-        let mut table = self.seconds.lock().expect("origin waits lock");
-        if table.len() >= MAX_HOSTS && !table.contains_key(host) {
-            table.clear();
-        }
         let observed = wait.as_secs_f64();
-        table
-            .entry(host.to_string())
-            .and_modify(|avg| *avg += NEWEST_WEIGHT * (observed - *avg))
-            .or_insert(observed);
+        let average = match self.seconds.get(host) {
+            Some(average) => average + NEWEST_WEIGHT * (observed - average),
+            None => observed,
+        };
+        self.seconds.insert(host.to_string(), average);
     }
 
     /// The expected wait, if `host` has been observed.
     pub fn expected(&self, host: &str) -> Option<Duration> {
-        let table = self.seconds.lock().expect("origin waits lock");
-        table.get(host).map(|s| Duration::from_secs_f64(*s))
+        self.seconds.get(host).map(Duration::from_secs_f64)
     }
 
     /// Whether an optimistic send to `host` can pay: unknown hosts are tried.
