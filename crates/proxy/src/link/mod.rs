@@ -49,6 +49,7 @@ impl FrameSender {
 const UNSENT_LIMIT: libc::c_int = 16 * 1024;
 
 /// Applies [`UNSENT_LIMIT`] (`TCP_NOTSENT_LOWAT`) to an accepted socket.
+#[allow(unsafe_code)] // std has no setsockopt
 pub fn limit_unsent(fd: std::os::fd::RawFd) {
     // SAFETY: a plain integer option on a descriptor the caller owns.
     let rc = unsafe {
