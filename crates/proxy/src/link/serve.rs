@@ -228,7 +228,6 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
     response
 }
 
-/// `wirefold-have`: SHA-256 hex values, comma separated, at most [`frame::MAX_HAVE`].
 /// Ends an exchange whose answer does not fit the link with a 502 ERROR (ERROR may
 /// follow any frame); the status the browser gets, `None` if it did not get through.
 async fn fail_oversized(
@@ -247,6 +246,7 @@ async fn fail_oversized(
     Some(status)
 }
 
+/// `wirefold-have`: SHA-256 hex values, comma separated, at most [`frame::MAX_HAVE`].
 fn parse_have(headers: &HeaderMap) -> Result<Vec<Hash>, String> {
     let mut have = Vec::new();
     for value in headers.get_all(frame::HAVE_HEADER) {
