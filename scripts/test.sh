@@ -2,7 +2,8 @@
 # Runs the whole test suite. Installs the reference tools the interop tests drive
 # (curl, gzip, brotli, zstd, xdelta3, headless chromium for tests/chromium.rs, and
 # ping and ip for the link emulator's checks in crates/lab/tests/link.rs)
-# when they are missing, on Debian.
+# when they are missing, on Debian; then clippy (warnings are errors) and rustfmt
+# (installing those components with rustup when missing), then the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,4 +29,13 @@ if [ ! -d ../shared/corpus ]; then
     echo "the shared corpus is expected at $(cd .. && pwd)/shared/corpus" >&2
     exit 1
 fi
+# Lints and formatting first (the lints are the [workspace.lints] table in Cargo.toml).
+if command -v rustup >/dev/null 2>&1; then
+    installed=$(rustup component list --installed)
+    if ! grep -q '^clippy' <<<"$installed" || ! grep -q '^rustfmt' <<<"$installed"; then
+        rustup component add clippy rustfmt
+    fi
+fi
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo fmt --all --check
 exec cargo test --workspace --locked

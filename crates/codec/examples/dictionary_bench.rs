@@ -222,6 +222,7 @@ fn concatenated(samples: &[&[u8]], max_size: usize) -> Vec<u8> {
 }
 
 /// The other half: the content part of a zstd-trained dictionary, whatever its size.
+#[allow(unsafe_code)] // zstd-sys exposes the header parser only as C
 fn trainer_content(samples: &[&[u8]], max_size: usize) -> Vec<u8> {
     let trained = zstd::dict::from_samples(samples, max_size).expect("zstd trainer");
     // SAFETY: pointer and length describe `trained`.

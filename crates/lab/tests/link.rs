@@ -109,6 +109,7 @@ fn serve(addr: Ipv4Addr, size: usize, connections: usize) -> (u16, thread::JoinH
     (port, handle)
 }
 
+#[allow(unsafe_code)] // std has no setsockopt
 fn set_congestion_control(listener: &TcpListener, name: &str) {
     // SAFETY: setsockopt with a byte string and its length.
     let rc = unsafe {

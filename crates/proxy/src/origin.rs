@@ -12,6 +12,8 @@ use hyper_util::client::legacy::connect::dns::GaiResolver;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 use wirefold_http::hop_by_hop::remove_hop_by_hop;
 
 use http_body_util::BodyExt;
@@ -303,7 +305,7 @@ pub fn tls_client_config(
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = ca_file {
         let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        for cert in CertificateDer::pem_slice_iter(&pem) {
             let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
             roots
                 .add(cert)

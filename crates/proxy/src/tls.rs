@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio_rustls::TlsAcceptor;
 
@@ -34,16 +35,17 @@ pub fn acceptor(cfg: &TlsConfig, data_dir: &std::path::Path) -> Result<TlsAccept
         let read =
             |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
         let cert_pem = read(cert_path)?;
-        let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut cert_pem.as_slice())
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
             .collect::<Result<_, _>>()
             .map_err(|e| format!("{}: {e}", cert_path.display()))?;
         if chain.is_empty() {
             return Err(format!("{}: no PEM certificate found", cert_path.display()));
         }
         let key_pem = read(key_path)?;
-        let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
-            .map_err(|e| format!("{}: {e}", key_path.display()))?
-            .ok_or_else(|| format!("{}: no PEM private key found", key_path.display()))?;
+        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| match e {
+            pem::Error::NoItemsFound => format!("{}: no PEM private key found", key_path.display()),
+            e => format!("{}: {e}", key_path.display()),
+        })?;
         (chain, key)
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -171,7 +171,7 @@ fn answer(reply: Reply, kill: Arc<Notify>) -> Response<Scripted> {
             .body(Scripted { chunks, kill })
             .unwrap()
     };
-    let encode = |frames: Vec<Frame>| frames.iter().map(Frame::encode).collect();
+    let encode = |frames: Vec<Frame>| frames.iter().map(|f| f.encode().unwrap()).collect();
     match reply {
         Reply::Frames(frames) => link(encode(frames), None),
         Reply::Bytes(bytes) => link(VecDeque::from([Bytes::from(bytes)]), None),

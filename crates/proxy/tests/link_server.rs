@@ -13,6 +13,8 @@ use codec::ContentCoding;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 use store::Hash;
 use support::*;
 use wirefold_proxy::link::frame::{Frame, FrameReader, LinkCoding};
@@ -92,7 +94,7 @@ impl Link {
     async fn connect_with_window(server: &Proxy, window: u32) -> Link {
         let pem = std::fs::read(server.data.path().join("self-signed-cert.pem")).unwrap();
         let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        for cert in CertificateDer::pem_slice_iter(&pem) {
             roots.add(cert.unwrap()).unwrap();
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());

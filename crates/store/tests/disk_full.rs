@@ -216,6 +216,7 @@ fn a_file_size_limit_suspends_writes_and_reads_keep_working() {
 
 /// Caps the size of any file this process writes; writes past it fail with EFBIG instead of
 /// raising SIGXFSZ, which would kill the process.
+#[allow(unsafe_code)] // std has no setrlimit or signal disposition
 fn limit_file_size(bytes: u64) {
     let limit = libc::rlimit {
         rlim_cur: bytes,

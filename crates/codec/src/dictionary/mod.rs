@@ -11,6 +11,8 @@
 //! Everything here works on whole bodies in memory and is CPU-bound: call it off
 //! the async reactor. Measurements behind the choices: `docs/dictionary-codecs.md`.
 
+// FFI to the C brotli encoder: the safe wrapper is the whole module.
+#[allow(unsafe_code)]
 mod c_brotli;
 mod dcb;
 mod dcz;

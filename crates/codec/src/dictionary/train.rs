@@ -42,6 +42,7 @@ pub fn train(samples: &[&[u8]], max_size: usize) -> Result<Vec<u8>, DictionaryEr
 }
 
 /// Where the content starts in a zstd-format dictionary.
+#[allow(unsafe_code)] // zstd-sys exposes the header parser only as C
 fn zstd_header_len(dictionary: &[u8]) -> Result<usize, DictionaryError> {
     // SAFETY: pointer and length describe `dictionary`, which zstd only reads.
     let len =

@@ -51,6 +51,7 @@ pub fn brotli_cli_with_dictionary() -> Option<String> {
 
 /// Decodes a brotli stream with Google's C decoder and `dictionary` attached as a
 /// raw prefix: an implementation independent of ours. `None` on any failure.
+#[allow(unsafe_code)] // FFI to Google's C brotli decoder
 pub fn c_brotli_decode(dictionary: &[u8], stream: &[u8]) -> Option<Vec<u8>> {
     struct Decoder(*mut sys::BrotliDecoderState);
     impl Drop for Decoder {

@@ -93,6 +93,7 @@ pub struct ChildTime {
 
 /// Runs `program args…` with stdin and stdout closed, waits with `wait4` and returns
 /// its resource usage; an error (with its stderr) unless it exits with status 0.
+#[allow(unsafe_code)] // std's `Child::wait` does not report the child's rusage (wait4)
 pub fn run_timed(program: &Path, args: &[&OsStr], stderr_file: &Path) -> Result<ChildTime, String> {
     let stderr =
         File::create(stderr_file).map_err(|e| format!("{}: {e}", stderr_file.display()))?;

@@ -112,6 +112,14 @@ pub enum FrameError {
     Truncated,
 }
 
+/// A frame whose payload would pass [`MAX_PAYLOAD`]: nothing of it is sent.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{frame} frame payload of {len} bytes exceeds the {MAX_PAYLOAD}-byte limit")]
+pub struct OversizedFrame {
+    pub frame: &'static str,
+    pub len: usize,
+}
+
 const STALE_BEGIN: u8 = 0x01;
 const STALE_DATA: u8 = 0x02;
 const HEADERS: u8 = 0x03;
@@ -159,9 +167,10 @@ impl DeltaFormat {
 }
 
 impl Frame {
-    /// The frame's wire bytes. Data payloads longer than [`MAX_PAYLOAD`] must be split
-    /// by the caller ([`data_frames`]); header blocks are bounded by the caller's limits.
-    pub fn encode(&self) -> Bytes {
+    /// The frame's wire bytes. Data longer than [`MAX_PAYLOAD`] is split by the caller
+    /// ([`data_frames`]); a header block past it (only hyper's header limits keep
+    /// origin fields below it) is an error for this response.
+    pub fn encode(&self) -> Result<Bytes, OversizedFrame> {
         let mut payload = BytesMut::new();
         let kind = match self {
             Frame::StaleBegin {
@@ -174,7 +183,7 @@ impl Frame {
                 payload.put_u8(coding.byte());
                 STALE_BEGIN
             }
-            Frame::StaleData(bytes) => return with_head(STALE_DATA, bytes),
+            Frame::StaleData(bytes) => return self.framed(STALE_DATA, bytes),
             Frame::Headers { status, fields } => {
                 payload.put_u16(status.as_u16());
                 payload.put_u16(fields.len().min(u16::MAX as usize) as u16);
@@ -202,7 +211,7 @@ impl Frame {
                 payload.put_u8(coding.byte());
                 FULL
             }
-            Frame::Data(bytes) => return with_head(DATA, bytes),
+            Frame::Data(bytes) => return self.framed(DATA, bytes),
             Frame::End { hash, length } => {
                 payload.put_slice(&hash.0);
                 payload.put_u64(*length);
@@ -214,7 +223,18 @@ impl Frame {
                 ERROR
             }
         };
-        with_head(kind, &payload)
+        self.framed(kind, &payload)
+    }
+
+    /// `payload` behind this frame's head, if it fits.
+    fn framed(&self, kind: u8, payload: &[u8]) -> Result<Bytes, OversizedFrame> {
+        if payload.len() > MAX_PAYLOAD {
+            return Err(OversizedFrame {
+                frame: self.name(),
+                len: payload.len(),
+            });
+        }
+        Ok(with_head(kind, payload))
     }
 
     /// Parses one payload of type `kind`.
@@ -312,11 +332,9 @@ pub fn data_frames(bytes: &[u8]) -> impl Iterator<Item = Bytes> + '_ {
         .map(|chunk| with_head(DATA, chunk))
 }
 
+/// A frame of `payload`, which its callers keep within [`MAX_PAYLOAD`].
 fn with_head(kind: u8, payload: &[u8]) -> Bytes {
-    assert!(
-        payload.len() <= MAX_PAYLOAD,
-        "callers split payloads at MAX_PAYLOAD"
-    );
+    debug_assert!(payload.len() <= MAX_PAYLOAD);
     let mut out = BytesMut::with_capacity(FRAME_HEAD + payload.len());
     out.put_u8(kind);
     out.put_u32(payload.len() as u32);
@@ -442,7 +460,10 @@ mod tests {
     #[test]
     fn every_frame_round_trips_byte_by_byte() {
         let frames = all_kinds();
-        let wire: Vec<u8> = frames.iter().flat_map(|f| f.encode().to_vec()).collect();
+        let wire: Vec<u8> = frames
+            .iter()
+            .flat_map(|f| f.encode().unwrap().to_vec())
+            .collect();
         let mut reader = FrameReader::default();
         let mut out = Vec::new();
         for byte in wire {
@@ -490,10 +511,43 @@ mod tests {
             &Frame::Confirm {
                 hash: Hash::of(b""),
             }
-            .encode()[..10],
+            .encode()
+            .unwrap()[..10],
         );
         assert_eq!(reader.next_frame(), Ok(None));
         assert_eq!(reader.finish(), Err(FrameError::Truncated));
+    }
+
+    #[test]
+    fn oversized_frames_are_errors_not_panics() {
+        let data = Frame::Data(Bytes::from(vec![0u8; MAX_PAYLOAD + 1]));
+        assert_eq!(
+            data.encode(),
+            Err(OversizedFrame {
+                frame: "DATA",
+                len: MAX_PAYLOAD + 1
+            })
+        );
+        assert!(Frame::StaleData(Bytes::from(vec![0u8; MAX_PAYLOAD]))
+            .encode()
+            .is_ok());
+
+        // 17 fields of 64 KiB values: each within a field's bound, the block past the limit.
+        let mut fields = HeaderMap::new();
+        let value = HeaderValue::from_bytes(&vec![b'v'; u16::MAX as usize]).unwrap();
+        for i in 0..17 {
+            fields.insert(
+                HeaderName::try_from(format!("x-big-{i}")).unwrap(),
+                value.clone(),
+            );
+        }
+        let headers = Frame::Headers {
+            status: StatusCode::OK,
+            fields,
+        };
+        let err = headers.encode().unwrap_err();
+        assert_eq!(err.frame, "HEADERS");
+        assert!(err.len > MAX_PAYLOAD);
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub fn link_for(socket: Option<std::os::fd::RawFd>, assumed_bps: u64) -> Link {
 
 /// `tcpi_delivery_rate` (bytes per second, Linux 4.9+): the most recent rate sample.
 /// libc's `tcp_info` stops short of it, so the field is read at its ABI offset.
+#[allow(unsafe_code)] // std has no getsockopt
 fn delivery_rate(fd: std::os::fd::RawFd) -> Option<u64> {
     const DELIVERY_RATE_OFFSET: usize = 160;
     let mut info = [0u8; 256];

@@ -14,11 +14,33 @@ pub mod waits;
 #[derive(Debug)]
 pub struct Gone;
 
+/// Why a link exchange stopped before its answer was complete.
+#[derive(Debug)]
+pub enum Stopped {
+    Gone,
+    /// A frame of the answer does not fit the link (an origin header block past
+    /// [`frame::MAX_PAYLOAD`]): the exchange ends with ERROR instead.
+    Oversized(frame::OversizedFrame),
+}
+
+impl From<Gone> for Stopped {
+    fn from(_: Gone) -> Self {
+        Stopped::Gone
+    }
+}
+
+impl From<frame::OversizedFrame> for Stopped {
+    fn from(oversized: frame::OversizedFrame) -> Self {
+        Stopped::Oversized(oversized)
+    }
+}
+
 type BodyItem = Result<bytes::Bytes, crate::body::BoxError>;
 
 /// Where a link response's frames go: the response body's channel. A client proxy
 /// that takes no frame for `idle` counts as gone: the exchange stops and frees what
 /// it holds (a client that keeps a stream open without reading would hold it).
+#[derive(Clone)]
 pub struct FrameSender {
     tx: tokio::sync::mpsc::Sender<BodyItem>,
     idle: std::time::Duration,
@@ -49,6 +71,7 @@ impl FrameSender {
 const UNSENT_LIMIT: libc::c_int = 16 * 1024;
 
 /// Applies [`UNSENT_LIMIT`] (`TCP_NOTSENT_LOWAT`) to an accepted socket.
+#[allow(unsafe_code)] // std has no setsockopt
 pub fn limit_unsent(fd: std::os::fd::RawFd) {
     // SAFETY: a plain integer option on a descriptor the caller owns.
     let rc = unsafe {

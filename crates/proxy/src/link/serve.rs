@@ -31,11 +31,12 @@ use tokio::sync::watch;
 use wirefold_http::audience::audience;
 use wirefold_http::cache_control::CacheControl;
 
-use super::frame::{self, DeltaFormat, Frame, LinkCoding};
+use super::frame::{self, DeltaFormat, Frame, LinkCoding, OversizedFrame};
 use super::levels::{self, Levels};
-use super::stale::{Gone, StaleStream};
+use super::stale::StaleStream;
 use super::waits::OriginWaits;
 use super::FrameSender;
+use super::Stopped;
 use crate::body::{self, Body};
 use crate::decode::Windows;
 use crate::delta::{dictionaries, history};
@@ -197,14 +198,21 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
     };
     tokio::spawn(async move {
         let (p, status) = (exchange.p.clone(), exchange.status.clone());
+        let tx = exchange.tx.clone();
         let client_closed = StatusCode::from_u16(499).expect("a valid status");
         // The browser's status; 499 (nginx's "client closed") if the answer did not
         // get through.
         let status = match exchange.run(req).await {
             Ok(()) => StatusCode::from_u16(status.load(Ordering::Relaxed)).unwrap_or(client_closed),
-            Err(Gone) => {
+            Err(Stopped::Gone) => {
                 tracing::debug!("client proxy went away mid-response");
                 client_closed
+            }
+            Err(Stopped::Oversized(oversized)) => {
+                tracing::warn!(error = %oversized, "a link answer does not fit its frames");
+                fail_oversized(&p, &tx, &oversized)
+                    .await
+                    .unwrap_or(client_closed)
             }
         };
         p.metrics.record_request(&method, status, started.elapsed());
@@ -218,6 +226,24 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
+}
+
+/// Ends an exchange whose answer does not fit the link with a 502 ERROR (ERROR may
+/// follow any frame); the status the browser gets, `None` if it did not get through.
+async fn fail_oversized(
+    p: &Pipeline,
+    tx: &FrameSender,
+    oversized: &OversizedFrame,
+) -> Option<StatusCode> {
+    p.metrics.link_outcome("error");
+    let status = StatusCode::BAD_GATEWAY;
+    let error = Frame::Error {
+        status,
+        message: oversized.to_string(),
+    };
+    // An ERROR's message is cut to 4 KiB: it always fits.
+    tx.send(error.encode().ok()?).await.ok()?;
+    Some(status)
 }
 
 /// `wirefold-have`: SHA-256 hex values, comma separated, at most [`frame::MAX_HAVE`].
@@ -285,7 +311,7 @@ enum Ending {
 }
 
 impl Exchange {
-    async fn run(mut self, req: Request<Body>) -> Result<(), Gone> {
+    async fn run(mut self, req: Request<Body>) -> Result<(), Stopped> {
         let p = self.p.clone();
         p.link.writes.wait_for(&self.ctx.resource).await;
         let mut stale = self.stale_candidate().await;
@@ -481,13 +507,23 @@ impl Exchange {
             return watch.settle();
         }
         let level = levels::levels(self.link, stale.bytes.len() as u64).stream;
-        let mut cut = FullStream::new(Some(self.head(status, fields)), level);
+        let cut = self
+            .head(status, fields)
+            .and_then(|head| FullStream::new(Some(head), level));
+        let Ok(mut cut) = cut else {
+            // Fields the link cannot carry: the answer fails on them once it is in.
+            return watch.settle();
+        };
         cut.feed(received).await;
         watch.cut = Some(cut);
     }
 
     /// Ends a cut-through with the rest of the instance `fetch` read whole, then END.
-    async fn finish_cut_through(self, mut cut: FullStream, instance: Instance) -> Result<(), Gone> {
+    async fn finish_cut_through(
+        self,
+        mut cut: FullStream,
+        instance: Instance,
+    ) -> Result<(), Stopped> {
         let changed = "the origin's answer changed under us";
         let InstanceBody::Whole { bytes, hash } = instance.body else {
             unreachable!("a whole copy")
@@ -511,7 +547,7 @@ impl Exchange {
         cut: FullStream,
         watch: OriginWatch,
         instance: Instance,
-    ) -> Result<(), Gone> {
+    ) -> Result<(), Stopped> {
         match instance.body {
             // The body starts again from its first byte; the watch has decoded and
             // fed the first `watch.coded` of them.
@@ -569,7 +605,7 @@ impl Exchange {
         ))
     }
 
-    async fn answer(self, instance: Instance, stale: Option<StaleStream>) -> Result<(), Gone> {
+    async fn answer(self, instance: Instance, stale: Option<StaleStream>) -> Result<(), Stopped> {
         let status = instance.status;
         let mut fields = instance.headers;
         if let Provenance::Hit { age }
@@ -601,12 +637,12 @@ impl Exchange {
                         None
                     }
                 };
-                let head = self.head(status, fields);
+                let head = self.head(status, fields)?;
                 self.stream_full(Some(head), body, decode, "full-stream")
                     .await
             }
             InstanceBody::File { file, len } => {
-                let (head, body) = (self.head(status, fields), body::file(file, 0, len));
+                let (head, body) = (self.head(status, fields)?, body::file(file, 0, len));
                 self.stream_full(Some(head), body, None, "full-stream")
                     .await
             }
@@ -615,7 +651,7 @@ impl Exchange {
     }
 
     /// HEADERS, then an empty FULL body.
-    async fn send_empty(&self, status: StatusCode, fields: HeaderMap) -> Result<(), Gone> {
+    async fn send_empty(&self, status: StatusCode, fields: HeaderMap) -> Result<(), Stopped> {
         self.p.metrics.link_outcome("empty");
         let full = Frame::Full {
             coding: LinkCoding::Identity,
@@ -624,7 +660,7 @@ impl Exchange {
             hash: Hash::of(b""),
             length: 0,
         };
-        self.send_together([self.head(status, fields), full.encode(), end.encode()])
+        self.send_together([self.head(status, fields)?, full.encode()?, end.encode()?])
             .await
     }
 
@@ -634,20 +670,26 @@ impl Exchange {
         fields: HeaderMap,
         (bytes, hash, origin_coded): (Bytes, Hash, Option<(ContentCoding, Bytes)>),
         mut stale: Option<StaleStream>,
-    ) -> Result<(), Gone> {
+    ) -> Result<(), Stopped> {
         let metrics = &self.p.metrics;
         let content_type = content_type(&fields);
         if self.have.contains(&hash) {
-            self.send_together([self.head(status, fields), Frame::Confirm { hash }.encode()])
-                .await?;
+            self.send_together([
+                self.head(status, fields)?,
+                Frame::Confirm { hash }.encode()?,
+            ])
+            .await?;
             metrics.link_outcome("confirm");
             metrics.record_body("link-confirm", &content_type, bytes.len() as u64, 0);
             return Ok(());
         }
         if let Some(s) = stale.as_mut().filter(|s| s.hash == hash) {
             s.finish(&self.tx).await?;
-            self.send_together([self.head(status, fields), Frame::Confirm { hash }.encode()])
-                .await?;
+            self.send_together([
+                self.head(status, fields)?,
+                Frame::Confirm { hash }.encode()?,
+            ])
+            .await?;
             metrics.link_outcome("stale-confirmed");
             metrics.record_body(
                 "link-stale-confirmed",
@@ -717,9 +759,9 @@ impl Exchange {
             hash,
             length: bytes.len() as u64,
         };
-        let head = [self.head(status, fields), opening.encode()];
+        let head = [self.head(status, fields)?, opening.encode()?];
         let frames = head.into_iter().chain(frame::data_frames(&body));
-        self.send_together(frames.chain([end.encode()])).await?;
+        self.send_together(frames.chain([end.encode()?])).await?;
         metrics.link_outcome(outcome);
         metrics.record_body(
             &format!("link-{outcome}"),
@@ -766,11 +808,11 @@ impl Exchange {
         body: Body,
         decode: Option<ContentCoding>,
         outcome: &'static str,
-    ) -> Result<(), Gone> {
+    ) -> Result<(), Stopped> {
         let limits = &self.p.config.limits;
         let level = levels::levels(self.link, limits.max_buffered_body as u64).stream;
         let decoder = decode.map(|c| Windows::new(c, limits.max_decoded_body));
-        self.pump_full(FullStream::new(head, level), body, decoder, 0, outcome)
+        self.pump_full(FullStream::new(head, level)?, body, decoder, 0, outcome)
             .await
     }
 
@@ -784,7 +826,7 @@ impl Exchange {
         mut decoder: Option<Windows>,
         mut skip: u64,
         outcome: &'static str,
-    ) -> Result<(), Gone> {
+    ) -> Result<(), Stopped> {
         let undecodable = |e: codec::DecodeError| format!("origin body failed to decode: {e}");
         while let Some(frame) = body.frame().await {
             let mut data = match frame.map(|f| f.into_data()) {
@@ -823,10 +865,10 @@ impl Exchange {
     }
 
     /// Sends what `full` still holds, the end of its coded stream, and END.
-    async fn end_full(&self, full: FullStream, outcome: &'static str) -> Result<(), Gone> {
+    async fn end_full(&self, full: FullStream, outcome: &'static str) -> Result<(), Stopped> {
         let (frames, hash, length) = full.finish().await;
         let end = Frame::End { hash, length };
-        self.send_together(frames.into_iter().chain([end.encode()]))
+        self.send_together(frames.into_iter().chain([end.encode()?]))
             .await?;
         self.p.metrics.link_outcome(outcome);
         Ok(())
@@ -834,22 +876,22 @@ impl Exchange {
 
     /// A finished response from the pipeline (origin failure, 404, 405 …), relayed
     /// as it is: the browser gets what a direct request would have got.
-    async fn relay_error(self, response: Response<Body>) -> Result<(), Gone> {
+    async fn relay_error(self, response: Response<Body>) -> Result<(), Stopped> {
         let (parts, body) = response.into_parts();
         let mut fields = parts.headers;
         fields.remove(header::CONTENT_LENGTH);
-        let head = self.head(parts.status, fields);
+        let head = self.head(parts.status, fields)?;
         self.stream_full(Some(head), body, None, "relayed").await
     }
 
-    async fn fail(&self, status: StatusCode, message: &str) -> Result<(), Gone> {
+    async fn fail(&self, status: StatusCode, message: &str) -> Result<(), Stopped> {
         self.p.metrics.link_outcome("error");
         self.status.store(status.as_u16(), Ordering::Relaxed);
         let error = Frame::Error {
             status,
             message: message.to_string(),
         };
-        self.send_together([error.encode()]).await
+        self.send_together([error.encode()?]).await
     }
 
     /// Instances of pages the cache may not reuse (no-cache, no validators, no
@@ -907,7 +949,7 @@ impl Exchange {
     }
 
     /// HEADERS, encoded; the status is kept for the request's metrics.
-    fn head(&self, status: StatusCode, fields: HeaderMap) -> Bytes {
+    fn head(&self, status: StatusCode, fields: HeaderMap) -> Result<Bytes, OversizedFrame> {
         self.status.store(status.as_u16(), Ordering::Relaxed);
         Frame::Headers { status, fields }.encode()
     }
@@ -915,7 +957,7 @@ impl Exchange {
     /// Sends encoded frames that are ready together as one body chunk. Each chunk is
     /// an HTTP/2 write of its own, and on a slow link a lone small frame costs its own
     /// TLS record and TCP segment (52 bytes of headers are 15 ms at 28.8 kbit/s).
-    async fn send_together(&self, frames: impl IntoIterator<Item = Bytes>) -> Result<(), Gone> {
+    async fn send_together(&self, frames: impl IntoIterator<Item = Bytes>) -> Result<(), Stopped> {
         let mut pending = Vec::new();
         for frame in frames {
             let big = frame.len() >= TOGETHER;
@@ -929,7 +971,8 @@ impl Exchange {
         if pending.is_empty() {
             return Ok(());
         }
-        self.tx.send(together(pending)).await
+        self.tx.send(together(pending)).await?;
+        Ok(())
     }
 }
 
@@ -1097,16 +1140,19 @@ struct FullStream {
 
 impl FullStream {
     /// Starts with `head` (encoded HEADERS, when given) and FULL queued.
-    fn new(head: Option<Bytes>, (coding, level): (ContentCoding, u32)) -> Self {
+    fn new(
+        head: Option<Bytes>,
+        (coding, level): (ContentCoding, u32),
+    ) -> Result<Self, OversizedFrame> {
         let full = Frame::Full {
             coding: LinkCoding::Coded(coding),
         };
-        FullStream {
+        Ok(FullStream {
             encoder: Some(Encoder::new(coding, level)),
             sha: Sha256::new(),
             fed: 0,
-            outbox: head.into_iter().chain([full.encode()]).collect(),
-        }
+            outbox: head.into_iter().chain([full.encode()?]).collect(),
+        })
     }
 
     /// Encodes and flushes `data`, queueing its DATA frames.

@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 
 use super::frame::{Frame, LinkCoding};
 use super::FrameSender;
-pub use super::Gone;
+use super::Stopped;
 
 pub struct StaleStream {
     pub hash: Hash,
@@ -59,14 +59,14 @@ impl StaleStream {
     /// Sends the next frame (STALE_BEGIN, then one chunk per call). Cancel safe: a
     /// chunk compressed but not sent when the future is dropped is kept for the next
     /// call, so the encoder and the client never disagree on what was sent.
-    pub async fn send_next(&mut self, tx: &FrameSender) -> Result<(), Gone> {
+    pub async fn send_next(&mut self, tx: &FrameSender) -> Result<(), Stopped> {
         if !self.begun {
             let begin = Frame::StaleBegin {
                 hash: self.hash,
                 length: self.bytes.len() as u64,
                 coding: LinkCoding::Coded(self.coding),
             };
-            tx.send(begin.encode()).await?;
+            tx.send(begin.encode()?).await?;
             self.begun = true;
             return Ok(());
         }
@@ -91,7 +91,7 @@ impl StaleStream {
             let (encoder, out) = job.await.expect("compression does not panic");
             self.job = None;
             self.encoder = encoder;
-            self.pending = Some((Frame::StaleData(out.into()).encode(), self.encoded_to));
+            self.pending = Some((Frame::StaleData(out.into()).encode()?, self.encoded_to));
         }
         let permit = tx.reserve().await?;
         let (frame, end) = self.pending.take().expect("a chunk is pending");
@@ -102,7 +102,7 @@ impl StaleStream {
     }
 
     /// Sends what remains.
-    pub async fn finish(&mut self, tx: &FrameSender) -> Result<(), Gone> {
+    pub async fn finish(&mut self, tx: &FrameSender) -> Result<(), Stopped> {
         while !self.complete() {
             self.send_next(tx).await?;
         }
