@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -14,7 +14,35 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub method: &'static str,
-    pub status: u16,
+    pub status: StatusLabel,
+}
+
+/// The `status` label: a registered status by its code (`404`), any other by its
+/// class (`5xx`). Origins choose statuses, and each label value is a series kept for
+/// the life of the process: an origin answering 599, 598, … must not grow `/metrics`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum StatusLabel {
+    Registered(u16),
+    Class(u16),
+}
+
+impl StatusLabel {
+    pub fn of(status: http::StatusCode) -> Self {
+        match status.canonical_reason() {
+            Some(_) => StatusLabel::Registered(status.as_u16()),
+            None => StatusLabel::Class(status.as_u16() / 100),
+        }
+    }
+}
+
+impl EncodeLabelValue for StatusLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        match self {
+            StatusLabel::Registered(code) => write!(encoder, "{code}"),
+            StatusLabel::Class(class) => write!(encoder, "{class}xx"),
+        }
+    }
 }
 
 /// `mechanism` is the representation sent (`identity`, `gzip`, `br`, `zstd`, `deflate`,
@@ -258,7 +286,7 @@ impl Metrics {
         self.requests
             .get_or_create(&RequestLabels {
                 method: method_label(method),
-                status: status.as_u16(),
+                status: StatusLabel::of(status),
             })
             .inc();
         self.response_latency.observe(latency.as_secs_f64());
@@ -309,6 +337,14 @@ mod tests {
 
     #[test]
     fn labels_come_from_fixed_sets() {
+        let status = |code| StatusLabel::of(http::StatusCode::from_u16(code).unwrap());
+        assert_eq!(status(404), StatusLabel::Registered(404));
+        assert_eq!(status(599), StatusLabel::Class(5));
+        assert_eq!(
+            status(598),
+            status(599),
+            "one series per unregistered class"
+        );
         assert_eq!(method_label(&http::Method::GET), "GET");
         assert_eq!(method_label(&http::Method::PATCH), "PATCH");
         let made_up = http::Method::from_bytes(b"MADEUP").unwrap();

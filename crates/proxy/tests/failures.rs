@@ -193,13 +193,16 @@ async fn oversized_request_head_gets_431() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn made_up_methods_and_content_types_do_not_grow_the_metrics() {
-    // The origin labels each path with its own made-up media type.
+async fn made_up_methods_content_types_and_statuses_do_not_grow_the_metrics() {
+    // The origin labels each path with its own made-up media type, and answers
+    // `/status/N` with the unregistered status 520 + N.
     let origin = origin(|req| {
-        let content_type = format!(
-            "application/x-made-up{}",
-            req.uri().path().replace('/', "-")
-        );
+        let path = req.uri().path();
+        if let Some(n) = path.strip_prefix("/status/") {
+            let status = 520 + n.parse::<u16>().unwrap();
+            return response(status, &[("content-type", "text/plain")], "odd");
+        }
+        let content_type = format!("application/x-made-up{}", path.replace('/', "-"));
         response(200, &[("content-type", &content_type)], "fine")
     })
     .await;
@@ -210,10 +213,12 @@ async fn made_up_methods_and_content_types_do_not_grow_the_metrics() {
     };
     let exchange = |i: usize| {
         let url = proxy.url(&format!("/type/{i}"));
+        let odd_status = proxy.url(&format!("/status/{i}"));
         async move {
             let method = format!("MADEUP{i}");
             curl(&url, &["-X", &method]).await;
             curl(&url, &[]).await;
+            curl(&odd_status, &[]).await;
         }
     };
     // One of each first, so every label value the rest could map to exists already.
@@ -225,7 +230,7 @@ async fn made_up_methods_and_content_types_do_not_grow_the_metrics() {
     let after = metrics_lines().await;
     assert!(
         after <= before + 4,
-        "50 made-up methods and content types grew /metrics from {before} to {after} lines"
+        "50 made-up methods, content types and statuses grew /metrics from {before} to {after} lines"
     );
 }
 
