@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use codec::ContentCoding;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Address of the accelerator's listener.
@@ -62,7 +62,7 @@ impl Default for Config {
 }
 
 /// How the file source (`--root`) labels what it serves.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FilesConfig {
     /// `Cache-Control` for files whose name carries a version or content hash
@@ -85,14 +85,14 @@ impl Default for FilesConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     Human,
     Json,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
     /// Generate a certificate for `localhost` and `127.0.0.1` at start-up, published
@@ -111,7 +111,7 @@ impl TlsConfig {
 }
 
 /// Bounds on what a client may make the server hold or wait for.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Largest request head (HTTP/1.1 buffer, HTTP/2 header list); larger gets 431.
@@ -153,7 +153,7 @@ impl Default for Limits {
 }
 
 /// How requests are forwarded to the origin.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
     pub connect_timeout_ms: u64,
@@ -180,7 +180,7 @@ impl Default for UpstreamConfig {
     }
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
     pub enabled: bool,
@@ -235,7 +235,7 @@ fn plain_path(path: &str) -> bool {
             .any(|segment| segment == "." || segment == "..")
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CompressionConfig {
     pub enabled: bool,
@@ -247,7 +247,7 @@ pub struct CompressionConfig {
     pub profile: Vec<CompressionProfile>,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompressionProfile {
     /// Media types: exact (`text/html`), or a type wildcard (`text/*`).
@@ -288,6 +288,25 @@ impl std::str::FromStr for CodingList {
             list.push((coding, level));
         }
         Ok(CodingList(list))
+    }
+}
+
+impl std::fmt::Display for CodingList {
+    /// The form it is parsed from: `br:11, zstd:19, gzip:9`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (coding, level)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}:{level}", coding.token())?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for CodingList {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 
@@ -359,7 +378,7 @@ fn media_type_matches(pattern: &str, essence: &str) -> bool {
 }
 
 /// Delta encoding: version histories, RFC 9842 dictionaries, RFC 3229 deltas.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DeltaConfig {
     pub enabled: bool,
@@ -389,7 +408,7 @@ pub struct DeltaConfig {
     pub scan_interval_ms: u64,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PatternRule {
     pub prefix: String,
@@ -426,7 +445,7 @@ impl DeltaConfig {
 }
 
 /// The server proxy's end of the proxy pair (`docs/link-protocol.md`).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LinkConfig {
     /// Accept link requests from client proxies. Without `origin` or `root`, a link
@@ -740,6 +759,27 @@ mod tests {
             .parse::<CodingList>()
             .unwrap_err()
             .contains("CODING:LEVEL"));
+    }
+
+    /// `Serialize` writes the keys and value forms `Deserialize` reads (the docs test
+    /// compares serialized keys with docs/configuration.md).
+    #[test]
+    fn serialized_configs_read_back() {
+        let text = "br:11, zstd:19, gzip:9";
+        let list: CodingList = text.parse().unwrap();
+        assert_eq!(list.to_string(), text);
+        let mut config = Config::default();
+        config.delta.pattern = vec![PatternRule {
+            prefix: "/blog/".into(),
+            pattern: "/blog/*".into(),
+        }];
+        let written = toml::to_string(&config).unwrap();
+        let read: Config = toml::from_str(&written).unwrap();
+        assert_eq!(toml::to_string(&read).unwrap(), written);
+        let client = crate::link::client::ClientConfig::default();
+        let written = toml::to_string(&client).unwrap();
+        let read: crate::link::client::ClientConfig = toml::from_str(&written).unwrap();
+        assert_eq!(toml::to_string(&read).unwrap(), written);
     }
 
     #[test]

@@ -10,10 +10,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use hyper_util::client::legacy::connect::dns::Name;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// `[link] destinations`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Destinations {
     /// Globally routable addresses only.
