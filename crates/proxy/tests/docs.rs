@@ -1,0 +1,255 @@
+//! The operator documentation held to the code: every configuration key and every
+//! metric the code has is in `docs/`, and everything `docs/` lists there exists.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde_json::Value;
+use support::*;
+use wirefold_proxy::config::{Config, PatternRule};
+use wirefold_proxy::link::client::ClientConfig;
+
+fn read_doc(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The dotted key paths of a serialized configuration. A table contributes its keys,
+/// not itself; an array of tables contributes its own key and its elements' keys
+/// (`compression.profile`, `compression.profile.types`); anything else, an unset
+/// `Option` (`null`) and an array of values included, is one key.
+fn keys_in_code(value: &Value, prefix: &str, keys: &mut BTreeSet<String>) {
+    let dotted = |key: &str| {
+        if prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{prefix}.{key}")
+        }
+    };
+    match value {
+        Value::Object(table) => {
+            for (key, value) in table {
+                let path = dotted(key);
+                match value {
+                    Value::Object(_) => keys_in_code(value, &path, keys),
+                    Value::Array(items) if items.iter().any(Value::is_object) => {
+                        for item in items {
+                            keys_in_code(item, &path, keys);
+                        }
+                        keys.insert(path);
+                    }
+                    _ => {
+                        keys.insert(path);
+                    }
+                }
+            }
+        }
+        other => panic!("a configuration serializes to a table, not {other}"),
+    }
+}
+
+/// The keys a markdown text documents: every `key = …` line of its ```toml blocks,
+/// dotted with the `[section]` or `[[array.of.tables]]` header above it (which
+/// counts as a key itself). Commented-out lines (`# cert = "chain.pem"`) count:
+/// that is how keys without a default value are shown.
+fn keys_in_doc(markdown: &str) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    let mut in_toml = false;
+    let mut section = String::new();
+    for line in markdown.lines() {
+        let line = line.trim();
+        if !in_toml {
+            if line == "```toml" {
+                in_toml = true;
+                section.clear();
+            }
+            continue;
+        }
+        if line == "```" {
+            in_toml = false;
+            continue;
+        }
+        let line = line.strip_prefix('#').map_or(line, str::trim_start);
+        if let Some(header) = line.strip_prefix("[[") {
+            let (name, _) = header.split_once("]]").expect("`[[name]]` header");
+            section = name.trim().to_string();
+            keys.insert(section.clone());
+        } else if let Some(header) = line.strip_prefix('[') {
+            let (name, _) = header.split_once(']').expect("`[name]` header");
+            section = name.trim().to_string();
+        } else if let Some((key, _)) = line.split_once('=') {
+            let key = key.trim();
+            let is_key = !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if is_key {
+                keys.insert(if section.is_empty() {
+                    key.to_string()
+                } else {
+                    format!("{section}.{key}")
+                });
+            }
+        }
+    }
+    keys
+}
+
+fn assert_same_keys(what: &str, in_code: &BTreeSet<String>, in_doc: &BTreeSet<String>) {
+    let undocumented: Vec<_> = in_code.difference(in_doc).collect();
+    let unknown: Vec<_> = in_doc.difference(in_code).collect();
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "{what}: in the code but not in docs/configuration.md: {undocumented:?}; \
+         in docs/configuration.md but not in the code: {unknown:?}"
+    );
+}
+
+/// Every key of `wirefold serve`'s configuration (`Config::default()` serialized,
+/// unset `Option`s included) appears in docs/configuration.md's TOML blocks before
+/// the `wirefold client` section, and every key there exists in `Config`.
+#[test]
+fn every_server_config_key_is_documented_and_every_documented_key_exists() {
+    let mut config = Config::default();
+    // Empty by default: one rule, so that its fields are compared too.
+    config.delta.pattern = vec![PatternRule {
+        prefix: "/blog/".into(),
+        pattern: "/blog/*".into(),
+    }];
+    let mut in_code = BTreeSet::new();
+    keys_in_code(&serde_json::to_value(&config).unwrap(), "", &mut in_code);
+
+    let doc = read_doc("configuration.md");
+    let (server_part, _) = doc
+        .split_once("## `wirefold client`")
+        .expect("configuration.md has a `wirefold client` section");
+    assert_same_keys("wirefold serve", &in_code, &keys_in_doc(server_part));
+}
+
+/// The same for `wirefold client`'s file (`ClientConfig`), against the TOML blocks of
+/// docs/configuration.md's `wirefold client` section.
+#[test]
+fn every_client_config_key_is_documented_and_every_documented_key_exists() {
+    let mut in_code = BTreeSet::new();
+    let config = serde_json::to_value(ClientConfig::default()).unwrap();
+    keys_in_code(&config, "", &mut in_code);
+
+    let doc = read_doc("configuration.md");
+    let (_, client_part) = doc
+        .split_once("## `wirefold client`")
+        .expect("configuration.md has a `wirefold client` section");
+    assert_same_keys("wirefold client", &in_code, &keys_in_doc(client_part));
+}
+
+/// `(name, type)` of every metric family in an OpenMetrics exposition, named as its
+/// samples are: a counter family `x` (`# TYPE x counter`) is `x_total`.
+fn families_exposed(metrics: &str) -> BTreeSet<(String, String)> {
+    metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .map(|rest| {
+            let (name, kind) = rest.split_once(' ').expect("`# TYPE name type`");
+            let name = match kind {
+                "counter" => format!("{name}_total"),
+                _ => name.to_string(),
+            };
+            (name, kind.to_string())
+        })
+        .collect()
+}
+
+/// `(name, type)` of every metric in docs/operations.md's metrics table: each
+/// backquoted name in a row's first cell, with the row's second cell.
+fn families_documented(operations: &str) -> BTreeSet<(String, String)> {
+    let table = operations
+        .split("\n## ")
+        .find(|section| section.starts_with("Metrics"))
+        .expect("operations.md has a Metrics section");
+    let mut families = BTreeSet::new();
+    for row in table.lines().filter(|l| l.starts_with('|')).skip(2) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let (names, kind) = (cells[1], cells[2]);
+        for name in names.split('`').skip(1).step_by(2) {
+            families.insert((name.to_string(), kind.to_string()));
+        }
+    }
+    families
+}
+
+/// After traffic through every mechanism that has a metric (a compressed response,
+/// a cache hit, an origin error, a body decoding past `limits.max_buffered_body`, a
+/// link request), the families `/metrics` exposes are exactly those
+/// docs/operations.md's table lists, with the same types. prometheus-client (0.25)
+/// writes no `# TYPE` line for a labelled family nothing has touched yet, so a
+/// documented family must be touched here to be seen.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_metric_is_documented_and_every_documented_metric_exists() {
+    let page = "<p>the same words again and again</p>\n".repeat(200);
+    let big_text = "line after line of plain text\n".repeat(4096);
+    let big_gzip = bytes::Bytes::from(codec::compress(
+        codec::ContentCoding::Gzip,
+        6,
+        big_text.as_bytes(),
+    ));
+    let origin = origin(move |request| match request.uri().path() {
+        "/page.html" => response(
+            200,
+            &[
+                ("content-type", "text/html"),
+                ("cache-control", "max-age=60"),
+            ],
+            page.clone(),
+        ),
+        "/big.txt" => response(
+            200,
+            &[("content-type", "text/plain"), ("content-encoding", "gzip")],
+            big_gzip.clone(),
+        ),
+        // Claims gzip, is not: a corrupt body, a 502.
+        _ => response(
+            200,
+            &[("content-type", "text/html"), ("content-encoding", "gzip")],
+            "not gzip at all",
+        ),
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |config| {
+        config.limits.max_buffered_body = 16 * 1024;
+        config.link.enabled = true;
+    })
+    .await;
+
+    let first = curl(&proxy.url("/page.html"), &["-H", "Accept-Encoding: br"]).await;
+    assert_eq!(
+        (first.status, first.header("content-encoding")),
+        (200, Some("br"))
+    );
+    let again = curl(&proxy.url("/page.html"), &["-H", "Accept-Encoding: br"]).await;
+    assert_eq!(again.status, 200);
+    let broken = curl(&proxy.url("/broken.html"), &[]).await;
+    assert_eq!(broken.status, 502);
+    let big = curl(&proxy.url("/big.txt"), &["--compressed"]).await;
+    assert_eq!((big.status, big.body.len()), (200, big_text.len()));
+    let linked = curl(
+        &proxy.url("/page.html"),
+        &["--http2-prior-knowledge", "-H", "wirefold-link: 1"],
+    )
+    .await;
+    assert_eq!(linked.status, 200);
+
+    let metrics = String::from_utf8(curl(&proxy.admin_url("/metrics"), &[]).await.body).unwrap();
+    let exposed = families_exposed(&metrics);
+    let documented = families_documented(&read_doc("operations.md"));
+    let undocumented: Vec<_> = exposed.difference(&documented).collect();
+    let absent: Vec<_> = documented.difference(&exposed).collect();
+    assert!(
+        undocumented.is_empty() && absent.is_empty(),
+        "exposed but not in docs/operations.md (or with another type): {undocumented:?}; \
+         in docs/operations.md but not exposed (gone from the code, or untouched by this \
+         test's traffic): {absent:?}\n{metrics}"
+    );
+}
