@@ -17,8 +17,12 @@ pub struct RequestLabels {
     pub status: StatusLabel,
 }
 
-/// The `status` label: a registered status by its code (`404`), any other by its
-/// class (`5xx`). Origins choose statuses, and each label value is a series kept for
+/// nginx's "client closed request", which wirefold records for answers that did not
+/// get through; not a registered status, but one of ours.
+const CLIENT_CLOSED: u16 = 499;
+
+/// The `status` label: a registered status (or [`CLIENT_CLOSED`]) by its code
+/// (`404`), any other by its class (`5xx`). Origins choose statuses, and each label value is a series kept for
 /// the life of the process: an origin answering 599, 598, … must not grow `/metrics`.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum StatusLabel {
@@ -28,9 +32,11 @@ pub enum StatusLabel {
 
 impl StatusLabel {
     pub fn of(status: http::StatusCode) -> Self {
-        match status.canonical_reason() {
-            Some(_) => StatusLabel::Registered(status.as_u16()),
-            None => StatusLabel::Class(status.as_u16() / 100),
+        let code = status.as_u16();
+        if status.canonical_reason().is_some() || code == CLIENT_CLOSED {
+            StatusLabel::Registered(code)
+        } else {
+            StatusLabel::Class(code / 100)
         }
     }
 }
@@ -345,6 +351,7 @@ mod tests {
             status(599),
             "one series per unregistered class"
         );
+        assert_eq!(status(499), StatusLabel::Registered(499));
         assert_eq!(method_label(&http::Method::GET), "GET");
         assert_eq!(method_label(&http::Method::PATCH), "PATCH");
         let made_up = http::Method::from_bytes(b"MADEUP").unwrap();

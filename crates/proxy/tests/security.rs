@@ -586,7 +586,7 @@ async fn a_304_to_a_cookie_does_not_rewrite_the_shared_entry() {
         alice.header("cache-status"),
         Some("wirefold; hit; detail=stale")
     );
-    for _ in 0..100 {
+    for _ in 0..500 {
         if origin.hits() >= 2 {
             break;
         }
