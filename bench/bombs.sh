@@ -32,8 +32,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 BOMBS=${BOMBS:-16}
 
-log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 for tool in curl python3 gzip; do command -v "$tool" >/dev/null || die "$tool is needed"; done
 
 if [[ -z "${WIREFOLD:-}" ]]; then
@@ -43,48 +43,8 @@ if [[ -z "${WIREFOLD:-}" ]]; then
 fi
 [[ -x "$WIREFOLD" ]] || die "no wirefold binary at $WIREFOLD"
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bombs.XXXXXX")
-PIDS=()
-cleanup() {
-    local rc=$?
-    trap '' PIPE INT TERM HUP
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    if [[ "${KEEP_TMP:-0}" == 1 ]]; then log "kept $TMP"; else rm -rf "$TMP"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
-trap 'exit 141' PIPE
+bench_temp bombs
 
-USED_PORTS=" "
-free_port() {
-    local p
-    for _ in $(seq 200); do
-        p=$((20000 + RANDOM % 40000))
-        [[ "$USED_PORTS" == *" $p "* ]] && continue
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-            USED_PORTS+="$p "
-            echo "$p"
-            return 0
-        fi
-    done
-    die "no free port found"
-}
-
-wait_http() { # NAME PID URL
-    local name=$1 pid=$2 url=$3
-    for _ in $(seq 150); do
-        kill -0 "$pid" 2>/dev/null || die "$name exited at start; see its log in $TMP (set KEEP_TMP=1)"
-        curl -s -o /dev/null --max-time 1 "$url" && return 0
-        sleep 0.1
-    done
-    die "$name did not answer at $url"
-}
 
 stop() { # PID: one process this script started
     kill -TERM "$1" 2>/dev/null || true
@@ -176,5 +136,5 @@ measure() { # LABEL BINARY SCENARIO
 echo "# bench/bombs.sh: $BOMBS concurrent 1 GB gzip bombs ($(stat -c %s "$TMP/bomb.gz") bytes each), and a slow client of a streamed 10 GB one"
 for scenario in bombs slow; do
     measure wirefold "$WIREFOLD" "$scenario"
-    [[ -n "${BASELINE:-}" ]] && measure baseline "$BASELINE" "$scenario"
+    if [[ -n "${BASELINE:-}" ]]; then measure baseline "$BASELINE" "$scenario"; fi
 done

@@ -66,8 +66,8 @@ PRE_GZIP="gzip -9 -k -n"                 # nginx precompressed .gz
 PRE_BR="brotli -q 11 -k"                 # nginx precompressed .br
 MIN_SIZE=512
 
-log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 
 # ---------------------------------------------------------------- install what's missing
 need_pkgs=()
@@ -104,48 +104,7 @@ else
 fi
 
 # ---------------------------------------------------------------- temp dir, processes
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/compare-nginx.XXXXXX")
-PIDS=()
-cleanup() {
-    local rc=$?
-    trap '' PIPE INT TERM HUP
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    if [[ "${KEEP_TMP:-0}" == 1 ]]; then log "kept $TMP"; else rm -rf "$TMP"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
-trap 'exit 141' PIPE
-
-USED_PORTS=" "
-free_port() {
-    local p
-    for _ in $(seq 200); do
-        p=$((20000 + RANDOM % 40000))
-        [[ "$USED_PORTS" == *" $p "* ]] && continue
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-            USED_PORTS+="$p "
-            echo "$p"
-            return 0
-        fi
-    done
-    die "no free port found"
-}
-
-wait_http() { # NAME PID URL
-    local name=$1 pid=$2 url=$3
-    for _ in $(seq 150); do
-        kill -0 "$pid" 2>/dev/null || die "$name exited at start; see its log in $TMP (set KEEP_TMP=1)"
-        curl -s -o /dev/null --max-time 1 "$url" && return 0
-        sleep 0.1
-    done
-    die "$name did not answer at $url"
-}
+bench_temp compare-nginx
 
 # ---------------------------------------------------------------- the files
 [[ -d "$CORPUS/html" && -d "$CORPUS/assets" ]] || die "corpus not found at $CORPUS (set CORPUS=DIR)"
