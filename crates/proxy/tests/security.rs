@@ -34,6 +34,34 @@ fn secret_of(user: &str) -> Vec<u8> {
     format!("{user}-4242-secret").into_bytes()
 }
 
+/// The user a request's `session` cookie names, `anonymous` without one.
+fn session_user(req: &http::Request<hyper::body::Incoming>) -> String {
+    req.headers()
+        .get("cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|c| c.strip_prefix("session="))
+        .unwrap_or("anonymous")
+        .to_string()
+}
+
+/// Every dictionary `fetched` links (`Link: <url>; rel=…`) is free of `secret`.
+async fn assert_no_linked_dictionary_holds(
+    proxy: &Proxy,
+    fetched: &Fetched,
+    secret: &[u8],
+    context: &str,
+) {
+    for (_, link) in fetched
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
+    {
+        let url = link.split(['<', '>']).nth(1).unwrap_or_default();
+        let dictionary = curl(&proxy.url(url), &["--compressed"]).await;
+        assert!(!contains(&dictionary.body, secret), "{context}: {url}");
+    }
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -194,13 +222,7 @@ async fn a_malformed_chunked_request_body_is_a_400_not_an_origin_failure() {
 /// validator of its content; it answers `If-None-Match` with 304 when it matches.
 async fn personal_origin(cache_control: &'static str) -> Origin {
     origin(move |req| {
-        let user = req
-            .headers()
-            .get("cookie")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|c| c.strip_prefix("session="))
-            .unwrap_or("anonymous")
-            .to_string();
+        let user = session_user(&req);
         let body = personal_page(&user);
         let etag = format!("\"{}\"", hex::encode(&sha256(&body)[..8]));
         let matches = req
@@ -250,18 +272,7 @@ async fn assert_alice_never_reaches_bob(cache_control: &'static str) {
     // No dictionary made from alice's page is published or linked.
     let alice_dict = format!("/.wirefold/dict/{}", hex::encode(sha256(&alice.body)));
     assert_eq!(curl(&proxy.url(&alice_dict), &[]).await.status, 404);
-    for link in bob
-        .headers
-        .iter()
-        .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
-    {
-        let url = link.1.split(['<', '>']).nth(1).unwrap_or_default();
-        let dictionary = curl(&proxy.url(url), &["--compressed"]).await;
-        assert!(
-            !contains(&dictionary.body, &secret_of("alice")),
-            "{cache_control}: {url}"
-        );
-    }
+    assert_no_linked_dictionary_holds(&proxy, &bob, &secret_of("alice"), cache_control).await;
     // Nor is her page a dictionary for anyone who claims to hold it.
     let claimed = format!(
         "Available-Dictionary: :{}:",
@@ -477,13 +488,7 @@ fn resolved(path: &str) -> String {
 async fn a_public_path_prefix_cannot_be_used_to_deceive_the_cache() {
     for cache_control in ["max-age=600", "no-cache"] {
         let origin = origin(move |req| {
-            let user = req
-                .headers()
-                .get("cookie")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|c| c.strip_prefix("session="))
-                .unwrap_or("anonymous")
-                .to_string();
+            let user = session_user(&req);
             match resolved(req.uri().path()).as_str() {
                 "/account" => response(
                     200,
@@ -515,18 +520,7 @@ async fn a_public_path_prefix_cannot_be_used_to_deceive_the_cache() {
         assert!(contains(&alice.body, &secret_of("alice")));
         let bob = curl(&proxy.url(lure), &chromium_like).await;
         assert!(!contains(&bob.body, &secret_of("alice")), "{cache_control}");
-        for link in bob
-            .headers
-            .iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
-        {
-            let url = link.1.split(['<', '>']).nth(1).unwrap_or_default();
-            let dictionary = curl(&proxy.url(url), &["--compressed"]).await;
-            assert!(
-                !contains(&dictionary.body, &secret_of("alice")),
-                "{cache_control}: {url}"
-            );
-        }
+        assert_no_linked_dictionary_holds(&proxy, &bob, &secret_of("alice"), cache_control).await;
     }
 }
 
