@@ -155,6 +155,17 @@ pub(crate) fn test_map(pairs: &[(&str, &[u8])]) -> http::HeaderMap {
     headers
 }
 
+/// The essence of a media type (RFC 9110 §8.3.1): type and subtype, lowercase,
+/// parameters dropped (`Text/HTML; charset=utf-8` is `text/html`).
+pub fn media_type_essence(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -213,11 +213,11 @@ impl CacheConfig {
     /// (`/static/..%2Faccount`, `/static/;/account`, `\`) would let a personal page
     /// pass as a static one (web cache deception).
     pub fn is_public_path(&self, path: &str) -> bool {
-        plain_path(path)
-            && self
-                .public_paths
-                .iter()
-                .any(|prefix| path.starts_with(prefix.as_str()))
+        // Prefixes first: with none configured (the default) this costs nothing.
+        self.public_paths
+            .iter()
+            .any(|prefix| path.starts_with(prefix.as_str()))
+            && plain_path(path)
     }
 }
 
@@ -358,12 +358,7 @@ const COMPRESSIBLE_TYPES: &[&str] = &[
 impl CompressionConfig {
     /// The profile for a media type (`text/html; charset=utf-8` is matched on `text/html`).
     pub fn profile_for(&self, content_type: &str) -> Option<&CompressionProfile> {
-        let essence = content_type
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
+        let essence = wirefold_http::media_type_essence(content_type);
         self.profile
             .iter()
             .find(|p| p.types.iter().any(|t| media_type_matches(t, &essence)))

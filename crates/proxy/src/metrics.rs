@@ -83,12 +83,7 @@ pub fn method_label(method: &http::Method) -> &'static str {
 /// come from origins, which must not grow `/metrics` either; parameters and case are
 /// ignored (`text/HTML; charset=utf-8` is `html`).
 pub fn content_type_family(content_type: &str) -> &'static str {
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let essence = wirefold_http::media_type_essence(content_type);
     let (major, minor) = essence.split_once('/').unwrap_or((essence.as_str(), ""));
     match (major, minor) {
         ("text", "html") | ("application", "xhtml+xml") => "html",

@@ -531,10 +531,6 @@ fn document_page(v: u32) -> Vec<u8> {
     .into_bytes()
 }
 
-async fn metrics_text(proxy: &Proxy) -> String {
-    String::from_utf8(curl(&proxy.admin_url("/metrics"), &[]).await.body).unwrap()
-}
-
 fn describe(exchanges: &[Exchange]) -> String {
     exchanges
         .iter()

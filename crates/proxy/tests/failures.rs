@@ -11,58 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{
-    curl, dead_address, metric, origin, raw_origin, read_head, response, start_proxy, Proxy,
+    curl, dead_address, exchange, metric, metrics_text, origin, raw_origin, read_head, response,
+    start_proxy, status_of, Proxy,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 // ---------------------------------------------------------------------------------
 // helpers
-
-/// Sends `request` on a fresh connection and reads until the server closes it (or 5 s).
-async fn exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let (mut rd, mut wr) = stream.split();
-    let write = async {
-        // The server may answer and close before reading everything: ignore write errors.
-        let _ = wr.write_all(request).await;
-    };
-    let read = async {
-        let mut out = Vec::new();
-        let mut buf = [0u8; 8192];
-        let deadline = tokio::time::sleep(Duration::from_secs(5));
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                n = rd.read(&mut buf) => match n {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => out.extend_from_slice(&buf[..n]),
-                },
-                _ = &mut deadline => break,
-            }
-        }
-        out
-    };
-    let ((), out) = tokio::join!(write, read);
-    out
-}
-
-/// The status code of a raw HTTP/1.1 response.
-fn status_of(reply: &[u8]) -> Option<u16> {
-    let text = std::str::from_utf8(&reply[..reply.len().min(64)]).ok()?;
-    let mut parts = text.split_whitespace();
-    let version = parts.next()?;
-    if !version.starts_with("HTTP/1.") {
-        return None;
-    }
-    parts.next()?.parse().ok()
-}
-
-async fn metrics_text(proxy: &Proxy) -> String {
-    let fetched = curl(&proxy.admin_url("/metrics"), &[]).await;
-    assert_eq!(fetched.status, 200);
-    String::from_utf8(fetched.body).unwrap()
-}
 
 /// A raw origin that counts connections and runs `script` on each after reading the
 /// request head.

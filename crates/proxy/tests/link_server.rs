@@ -767,14 +767,7 @@ async fn slow_second_answer(status: &'static str, second: Vec<u8>) -> (Vec<Frame
     assert!(decode_full(&frames) == page, "{:?}", names(&frames));
 
     let frames = link.read_slowly(&url, |_| {}).await;
-    let (_, metrics) = proxy::server::call_admin(
-        server.running.admin_addr,
-        http::Method::GET,
-        "/metrics",
-        None,
-    )
-    .await
-    .unwrap();
+    let metrics = metrics_text(&server).await;
     (frames, metrics.contains("result=\"cut-through\""))
 }
 
@@ -861,14 +854,7 @@ async fn a_client_that_stops_reading_is_dropped() {
         }
     }
     assert_eq!(names(&frames), ["STALE_BEGIN", "STALE_DATA"]);
-    let (_, metrics) = proxy::server::call_admin(
-        server.running.admin_addr,
-        http::Method::GET,
-        "/metrics",
-        None,
-    )
-    .await
-    .unwrap();
+    let metrics = metrics_text(&server).await;
     assert!(metrics.contains("status=\"499\""), "{metrics}");
 }
 
