@@ -10,7 +10,7 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Work {
     Compress {
-        coding: crate::ContentCoding,
+        coding: wirefold_http::ContentCoding,
         level: u32,
     },
     Dictionary {
@@ -23,7 +23,7 @@ pub enum Work {
 /// Input MiB per CPU-second.
 fn throughput_mib_s(work: Work) -> f64 {
     use crate::dictionary::DictionaryCoding::{Dcb, Dcz};
-    use crate::ContentCoding::{Br, Deflate, Gzip, Zstd};
+    use wirefold_http::ContentCoding::{Br, Deflate, Gzip, Zstd};
     match work {
         Work::Compress {
             coding: Gzip | Deflate,
@@ -100,7 +100,7 @@ impl Link {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ContentCoding;
+    use wirefold_http::ContentCoding;
 
     #[test]
     fn slow_links_justify_more_work() {

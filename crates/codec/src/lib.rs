@@ -8,4 +8,4 @@ pub mod cost;
 pub mod dictionary;
 pub mod vcdiff;
 
-pub use coding::{compress, decompress, ContentCoding, DecodeError, Decoder, Encoder};
+pub use coding::{compress, decompress, DecodeError, Decoder, Encoder};

@@ -10,7 +10,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::filter;
-use wirefold_codec::{decompress, ContentCoding, DecodeError, Decoder};
+use wirefold_codec::{decompress, DecodeError, Decoder};
+use wirefold_http::ContentCoding;
 
 /// Counts live heap bytes and their high-water mark.
 struct CountingAlloc;

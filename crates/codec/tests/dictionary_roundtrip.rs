@@ -55,7 +55,7 @@ fn header_is_magic_then_sha256_of_the_dictionary() {
 #[test]
 fn every_level_round_trips_and_the_dictionary_pays() {
     let (dictionary, data) = html_pair();
-    let plain = wirefold_codec::compress(wirefold_codec::ContentCoding::Br, 11, &data).len();
+    let plain = wirefold_codec::compress(wirefold_http::ContentCoding::Br, 11, &data).len();
     for coding in DictionaryCoding::ALL {
         for level in coding.levels().step_by(3) {
             let size = assert_round_trip(coding, level, &dictionary, &data);

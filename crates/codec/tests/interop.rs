@@ -4,7 +4,8 @@
 mod common;
 
 use common::{corpus_html, filter};
-use wirefold_codec::{compress, decompress, ContentCoding, Encoder};
+use wirefold_codec::{compress, decompress, Encoder};
+use wirefold_http::ContentCoding;
 
 /// Decodes zlib data from stdin with Python's zlib module (the reference for `deflate`).
 const PY_ZLIB_DECOMPRESS: &str =

@@ -3,7 +3,8 @@
 mod common;
 
 use common::{corpus_html, CODINGS};
-use wirefold_codec::{compress, decompress, ContentCoding, DecodeError, Decoder};
+use wirefold_codec::{compress, decompress, DecodeError, Decoder};
+use wirefold_http::ContentCoding;
 
 /// A few kilobytes of the real page: small enough to try every prefix.
 fn sample() -> Vec<u8> {

@@ -3,7 +3,8 @@
 mod common;
 
 use common::{corpus_html, CODINGS};
-use wirefold_codec::{compress, decompress, ContentCoding, DecodeError, Decoder, Encoder};
+use wirefold_codec::{compress, decompress, DecodeError, Decoder, Encoder};
+use wirefold_http::ContentCoding;
 
 /// Encodes with the streaming encoder, writing `chunk` bytes at a time.
 fn encode_streaming(coding: ContentCoding, level: u32, data: &[u8], chunk: usize) -> Vec<u8> {

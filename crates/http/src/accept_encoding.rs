@@ -5,7 +5,7 @@
 //! malformed or out-of-grammar q-value is dropped rather than guessed at, since
 //! guessing could send a coding the client cannot decode.
 
-use codec::ContentCoding;
+use crate::ContentCoding;
 use http::header::{HeaderMap, ACCEPT_ENCODING};
 
 use crate::fields;

@@ -3,6 +3,7 @@
 //! rules are functions of those values. Pure: no I/O, no async, no clocks
 //! (callers pass the time).
 //!
+//! - [`ContentCoding`]: the content codings wirefold produces (the codecs are in `codec`).
 //! - [`accept_encoding`]: `Accept-Encoding` and content-coding negotiation.
 //! - [`cache_control`]: `Cache-Control` directives.
 //! - [`caching`]: RFC 9111 rules for a shared cache: storability,
@@ -26,6 +27,7 @@ pub mod accept_encoding;
 pub mod audience;
 pub mod cache_control;
 pub mod caching;
+mod coding;
 pub mod conditional;
 pub mod delta;
 pub mod dictionary;
@@ -43,6 +45,7 @@ pub use caching::{
     check_storable, is_heuristically_cacheable, is_storable, may_serve_stale_on_error, reuse,
     update_headers_from_304, Freshness, NotStorable, Reuse,
 };
+pub use coding::ContentCoding;
 pub use conditional::{evaluate, last_modified, EntityTag, IfNoneMatch, Precondition};
 pub use fields::media_type_essence;
 pub use hop_by_hop::{is_upgrade_request, remove_hop_by_hop};

@@ -5,9 +5,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use codec::ContentCoding;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
+use wirefold_http::ContentCoding;
 use wirefold_http::{
     caching, conditional, range, vary, AcceptEncoding, CacheControl, EntityTag, Freshness,
     IfNoneMatch,

@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use codec::ContentCoding;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -28,6 +27,7 @@ use hyper_util::rt::TokioIo;
 use sha2::{Digest, Sha256};
 use wirefold_http::accept_encoding::AcceptEncoding;
 use wirefold_http::conditional::{EntityTag, IfNoneMatch};
+use wirefold_http::ContentCoding;
 
 use crate::corpus::ContentType;
 use crate::deltas::series;

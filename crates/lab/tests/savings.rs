@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use codec::dictionary::{self, DictionaryCoding};
-use codec::ContentCoding;
 use serde_json::{json, Value};
+use wirefold_http::ContentCoding;
 
 mod common;
 

@@ -159,8 +159,11 @@ fn negotiates_br_then_gzip_then_identity() {
     let origin = start(&dir, 0);
     let url = &origin.urls()[0];
     let cases = [
-        ("gzip, deflate, br, zstd", Some(codec::ContentCoding::Br)),
-        ("gzip", Some(codec::ContentCoding::Gzip)),
+        (
+            "gzip, deflate, br, zstd",
+            Some(wirefold_http::ContentCoding::Br),
+        ),
+        ("gzip", Some(wirefold_http::ContentCoding::Gzip)),
         ("identity", None),
     ];
     let mut etags = Vec::new();

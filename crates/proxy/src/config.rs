@@ -7,8 +7,8 @@ use crate::destinations::Destinations;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use codec::ContentCoding;
 use serde::{Deserialize, Serialize};
+use wirefold_http::ContentCoding;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]

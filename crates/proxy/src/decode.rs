@@ -22,10 +22,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use codec::{ContentCoding, DecodeError, Decoder};
+use codec::{DecodeError, Decoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use wirefold_http::ContentCoding;
 
 use crate::metrics::{Metrics, ReasonLabels};
 

@@ -272,7 +272,7 @@ fn photo_png() -> Vec<u8> {
     png_chunk(
         &mut png,
         b"IDAT",
-        &codec::compress(codec::ContentCoding::Deflate, 9, &raw),
+        &codec::compress(wirefold_http::ContentCoding::Deflate, 9, &raw),
     );
     png_chunk(&mut png, b"IEND", &[]);
     png

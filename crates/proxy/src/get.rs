@@ -18,7 +18,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use codec::dictionary::DictionaryCoding;
-use codec::ContentCoding;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty};
@@ -35,6 +34,7 @@ use wirefold_http::dictionary::{
     available_dictionary_value, use_as_dictionary_match, AVAILABLE_DICTIONARY,
 };
 use wirefold_http::digest::instance_digest;
+use wirefold_http::ContentCoding;
 
 /// Instances kept per URL: the bases offered for a delta.
 const KEEP_INSTANCES: usize = 4;

@@ -135,7 +135,7 @@ fn prepare(
     request_path: &str,
     len: u64,
     modified: SystemTime,
-    cached: &[(codec::ContentCoding, u32)],
+    cached: &[(wirefold_http::ContentCoding, u32)],
     siblings: &[PathBuf],
 ) -> Result<(), String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;

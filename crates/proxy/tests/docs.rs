@@ -191,7 +191,7 @@ async fn every_metric_is_documented_and_every_documented_metric_exists() {
     let page = "<p>the same words again and again</p>\n".repeat(200);
     let big_text = "line after line of plain text\n".repeat(4096);
     let big_gzip = bytes::Bytes::from(codec::compress(
-        codec::ContentCoding::Gzip,
+        wirefold_http::ContentCoding::Gzip,
         6,
         big_text.as_bytes(),
     ));

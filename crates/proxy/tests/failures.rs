@@ -745,7 +745,11 @@ async fn a_body_without_room_in_the_decode_budget_is_streamed_whole() {
         .flat_map(|i| format!("line {i} of a page that compresses well\n").into_bytes())
         .collect();
     assert!(content.len() > 2 << 20);
-    let coded = bytes::Bytes::from(codec::compress(codec::ContentCoding::Gzip, 6, &content));
+    let coded = bytes::Bytes::from(codec::compress(
+        wirefold_http::ContentCoding::Gzip,
+        6,
+        &content,
+    ));
     let origin = origin(move |_| {
         response(
             200,
@@ -805,7 +809,7 @@ async fn a_streamed_gzip_body_is_decoded_for_a_slow_client_window_by_window() {
     // An endless gzip body (one member of 8 MiB of zeros, repeated): each member is
     // a few KiB that decode to 8 MiB.
     let member = bytes::Bytes::from(codec::compress(
-        codec::ContentCoding::Gzip,
+        wirefold_http::ContentCoding::Gzip,
         9,
         &vec![0u8; 8 << 20],
     ));

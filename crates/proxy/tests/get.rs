@@ -275,7 +275,7 @@ async fn tampered_deltas_are_caught_and_refetched_plain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_origin_without_wirefold_still_works() {
     let page = corpus_file(PAGE_V1);
-    let gzipped = codec::compress(codec::ContentCoding::Gzip, 6, &page);
+    let gzipped = codec::compress(wirefold_http::ContentCoding::Gzip, 6, &page);
     let seen_a_im = Arc::new(Mutex::new(Vec::new()));
     let seen = seen_a_im.clone();
     let plain = origin(move |req| {

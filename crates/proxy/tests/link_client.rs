@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use codec::dictionary::DictionaryCoding;
-use codec::{ContentCoding, Encoder};
+use codec::Encoder;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -23,6 +23,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use store::Hash;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
+use wirefold_http::ContentCoding;
 use wirefold_proxy::link::client::{self, ClientConfig, RunningClient};
 use wirefold_proxy::link::frame::{DeltaFormat, Frame, LinkCoding};
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use codec::dictionary::DictionaryCoding;
-use codec::ContentCoding;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -17,6 +16,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use store::Hash;
 use support::*;
+use wirefold_http::ContentCoding;
 use wirefold_proxy::link::frame::{Frame, FrameReader, LinkCoding};
 
 /// A page with one changing line in the middle, long enough to need several chunks.

@@ -670,7 +670,11 @@ async fn slow_readers_of_decoded_bodies_do_not_hold_the_decode_budget() {
     let text: Vec<u8> = (0..500_000u32)
         .flat_map(|i| format!("w{} ", i.wrapping_mul(2_654_435_761) >> 20).into_bytes())
         .collect();
-    let coded = bytes::Bytes::from(codec::compress(codec::ContentCoding::Gzip, 1, &text));
+    let coded = bytes::Bytes::from(codec::compress(
+        wirefold_http::ContentCoding::Gzip,
+        1,
+        &text,
+    ));
     let origin = origin(move |_| {
         response(
             200,

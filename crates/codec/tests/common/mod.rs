@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use wirefold_codec::ContentCoding;
+use wirefold_http::ContentCoding;
 
 pub const CODINGS: [ContentCoding; 4] = ContentCoding::ALL;
 

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::io::{Read, Write};
 
-use codec::ContentCoding;
+use wirefold_http::ContentCoding;
 
 /// A codec at one level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! the old version, by wirefold's codecs at the levels the server uses or by a peer tool.
 
 use codec::dictionary::DictionaryCoding;
-use codec::ContentCoding;
+use wirefold_http::ContentCoding;
 
 /// Levels the server uses. Compression: the `cached` levels of the proxy's encode stage
 /// (gzip 9, br 11, zstd 19); the lab's gzip column is the common `gzip -6` instead.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use codec::dictionary::{self, DictionaryCoding};
-use codec::ContentCoding;
+use wirefold_http::ContentCoding;
 
 /// A way to send a response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! HTTP/1.x messages as WARC records store them: status line, header fields, and the
 //! body as it went over the wire (maybe chunked, maybe content-coded).
 
-use codec::ContentCoding;
+use wirefold_http::ContentCoding;
 
 /// A response parsed from a record block.
 #[derive(Debug)]

@@ -48,7 +48,7 @@ pub const PAGE: &[u8] = b"<html><body>a page that a crawler saw twice</body></ht
 /// identical-payload revisit of it, and a server-not-modified revisit.
 pub fn revisit_warc() -> Vec<u8> {
     let url = "http://example.com/page";
-    let gz = codec::compress(codec::ContentCoding::Gzip, 6, PAGE);
+    let gz = codec::compress(wirefold_http::ContentCoding::Gzip, 6, PAGE);
     let mut block = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     block.extend_from_slice(&chunked(&gz));
     let mut out = record(&[("WARC-Type", "warcinfo")], b"software: hand\r\n");

@@ -171,7 +171,7 @@ async fn vcdiff(
 /// The validators a client listed, plus each with wirefold's coding suffix removed:
 /// a client that decoded our `W/"abc-br"` holds the instance `"abc"`.
 fn with_codings_removed(listed: Vec<EntityTag>) -> Vec<EntityTag> {
-    let suffixes: Vec<String> = codec::ContentCoding::ALL
+    let suffixes: Vec<String> = wirefold_http::ContentCoding::ALL
         .iter()
         .map(|c| c.token())
         .chain(DictionaryCoding::ALL.iter().map(|c| c.token()))
@@ -194,7 +194,7 @@ fn with_codings_removed(listed: Vec<EntityTag>) -> Vec<EntityTag> {
 
 /// The store's names for derived bodies of a content hash, one scheme for every
 /// producer (requests, background jobs, the root scanner).
-pub fn compression_variant(coding: codec::ContentCoding, level: u32) -> String {
+pub fn compression_variant(coding: wirefold_http::ContentCoding, level: u32) -> String {
     format!("{}-{}", coding.token(), level)
 }
 

@@ -14,9 +14,9 @@
 //! malformed payload is an error for that response only.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use codec::ContentCoding;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use store::Hash;
+use wirefold_http::ContentCoding;
 
 /// The largest payload a frame may carry; data is split into frames this size or less.
 pub const MAX_PAYLOAD: usize = 1 << 20;

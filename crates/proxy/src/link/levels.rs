@@ -3,7 +3,7 @@
 
 use codec::cost::{cpu_seconds, Link, Work};
 use codec::dictionary::DictionaryCoding;
-use codec::ContentCoding;
+use wirefold_http::ContentCoding;
 
 /// Stream codings tried, best ratio first (`wirefold lab codecs` on the corpus).
 const STREAM_CODINGS: [(ContentCoding, u32); 6] = [

@@ -21,7 +21,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use codec::cost::Link;
 use codec::dictionary::DictionaryCoding;
-use codec::{ContentCoding, Encoder};
+use codec::Encoder;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -30,6 +30,7 @@ use store::Hash;
 use tokio::sync::watch;
 use wirefold_http::audience::audience;
 use wirefold_http::cache_control::CacheControl;
+use wirefold_http::ContentCoding;
 
 use super::frame::{self, DeltaFormat, Frame, LinkCoding, OversizedFrame};
 use super::levels::{self, Levels};

@@ -3,9 +3,10 @@
 //! It can stop after any chunk; the client then holds a known prefix.
 
 use bytes::Bytes;
-use codec::{ContentCoding, Encoder};
+use codec::Encoder;
 use store::Hash;
 use tokio::task::JoinHandle;
+use wirefold_http::ContentCoding;
 
 use super::frame::{Frame, LinkCoding};
 use super::FrameSender;

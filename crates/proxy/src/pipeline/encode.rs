@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Buf, Bytes};
 use codec::dictionary::DictionaryCoding;
-use codec::ContentCoding;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use store::Hash;
 use wirefold_http::cache_control::CacheControl;
+use wirefold_http::ContentCoding;
 
 use super::{Instance, InstanceBody, Pipeline, Provenance, RequestContext, StreamCoding};
 use crate::body::{self, Body};

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use codec::ContentCoding;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use store::Hash;
@@ -18,6 +17,7 @@ use wirefold_http::cache_control::CacheControl;
 use wirefold_http::caching::{is_storable, may_serve_stale_on_error, reuse, Freshness, Reuse};
 use wirefold_http::conditional::EntityTag;
 use wirefold_http::dictionary::{use_as_dictionary, USE_AS_DICTIONARY};
+use wirefold_http::ContentCoding;
 
 use super::remember::{self, StorePlan};
 use super::{

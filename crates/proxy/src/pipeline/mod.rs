@@ -27,9 +27,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use codec::ContentCoding;
 use http::{HeaderMap, Request, Response, StatusCode};
 use store::{Hash, Store};
+use wirefold_http::ContentCoding;
 
 use crate::background::Background;
 use crate::body::Body;

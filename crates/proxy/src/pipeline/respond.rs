@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codec::dictionary::DictionaryCoding;
-use codec::ContentCoding;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Response, StatusCode};
 use wirefold_http::conditional::{evaluate, EntityTag, IfNoneMatch, Precondition};
@@ -14,6 +13,7 @@ use wirefold_http::delta::{A_IM, DELTA_BASE, IM};
 use wirefold_http::digest::{digest_value, WIREFOLD_DIGEST};
 use wirefold_http::range::{content_range, range_for, unsatisfied_range, RangeRequest};
 use wirefold_http::vary::add_field;
+use wirefold_http::ContentCoding;
 
 use super::encode::{Representation, RepresentationBody, SentCoding};
 use super::{Pipeline, Provenance, RequestContext};

@@ -548,7 +548,8 @@ fn verify(
 mod tests {
     use super::*;
     use crate::link::frame;
-    use codec::{ContentCoding, Encoder};
+    use codec::Encoder;
+    use wirefold_http::ContentCoding;
 
     const LIMIT: usize = 1 << 20;
 
