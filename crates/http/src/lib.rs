@@ -16,6 +16,8 @@
 //!   (`If-Match`, `If-None-Match`, `If-Modified-Since`, …).
 //! - [`range`]: single byte ranges and `If-Range`.
 //! - [`hop_by_hop`]: connection-specific fields a proxy must drop.
+//! - [`client_hints`]: network and device Client Hints (`Save-Data`, `ECT`,
+//!   `RTT`, `Downlink`, `Sec-CH-DPR`, …) for choosing lighter variants.
 //! - [`delta`], [`dictionary`], [`digest`]: RFC 3229 and RFC 9842 fields, and the
 //!   digest that lets a client verify a reconstructed instance.
 //!
@@ -27,6 +29,7 @@ pub mod accept_encoding;
 pub mod audience;
 pub mod cache_control;
 pub mod caching;
+pub mod client_hints;
 mod coding;
 pub mod conditional;
 pub mod delta;
@@ -45,6 +48,7 @@ pub use caching::{
     check_storable, is_heuristically_cacheable, is_storable, may_serve_stale_on_error, reuse,
     update_headers_from_304, Freshness, NotStorable, Reuse,
 };
+pub use client_hints::ClientHints;
 pub use coding::ContentCoding;
 pub use conditional::{evaluate, last_modified, EntityTag, IfNoneMatch, Precondition};
 pub use fields::media_type_essence;
