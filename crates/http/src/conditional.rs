@@ -185,66 +185,95 @@ pub enum Precondition {
     Failed,
 }
 
-/// Evaluates preconditions in RFC 9110 §13.2.2 order against the selected
-/// representation's validators (it is assumed to exist):
-/// 1. `If-Match` (strong comparison; `*` matches) — false → `Failed`;
-/// 2. else `If-Unmodified-Since` — modified since → `Failed`;
-/// 3. `If-None-Match` (weak comparison) — matches → `NotModified` for
-///    GET/HEAD, `Failed` otherwise;
-/// 4. else, for GET/HEAD, `If-Modified-Since` — not modified since →
-///    `NotModified`.
-///
-/// Date conditions are ignored when the date is invalid or repeated, or the
-/// representation has no `last_modified` (§13.1.3, §13.1.4). Dates are
-/// compared in whole seconds, the precision of HTTP dates.
+/// A request's preconditions (RFC 9110 §13.1), parsed once, at the edge.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    pub if_match: Option<IfNoneMatch>,
+    pub if_none_match: Option<IfNoneMatch>,
+    /// Present once and valid; an invalid or repeated date is ignored (§13.1.3).
+    pub if_modified_since: Option<SystemTime>,
+    /// Present once and valid; an invalid or repeated date is ignored (§13.1.4).
+    pub if_unmodified_since: Option<SystemTime>,
+}
+
+impl Preconditions {
+    pub fn from_headers(req: &HeaderMap) -> Self {
+        Preconditions {
+            if_match: tag_condition(req, &IF_MATCH),
+            if_none_match: IfNoneMatch::from_headers(req),
+            if_modified_since: fields::http_date(req, &IF_MODIFIED_SINCE),
+            if_unmodified_since: fields::http_date(req, &IF_UNMODIFIED_SINCE),
+        }
+    }
+
+    /// Evaluates the request's preconditions in RFC 9110 §13.2.2 order against the selected
+    /// representation's validators (it is assumed to exist):
+    /// 1. `If-Match` (strong comparison; `*` matches) — false → `Failed`;
+    /// 2. else `If-Unmodified-Since` — modified since → `Failed`;
+    /// 3. `If-None-Match` (weak comparison) — matches → `NotModified` for
+    ///    GET/HEAD, `Failed` otherwise;
+    /// 4. else, for GET/HEAD, `If-Modified-Since` — not modified since →
+    ///    `NotModified`.
+    ///
+    /// Date conditions are ignored when the date is invalid or repeated, or the
+    /// representation has no `last_modified` (§13.1.3, §13.1.4). Dates are
+    /// compared in whole seconds, the precision of HTTP dates.
+    pub fn evaluate(
+        &self,
+        method: &Method,
+        etag: Option<&EntityTag>,
+        last_modified: Option<SystemTime>,
+    ) -> Precondition {
+        let modified_secs = last_modified.map(fields::unix_seconds);
+        let date_condition =
+            |since: Option<SystemTime>| Some((modified_secs?, fields::unix_seconds(since?)));
+
+        match &self.if_match {
+            Some(IfNoneMatch::Any) => {}
+            Some(IfNoneMatch::Tags(tags)) => {
+                if !etag.is_some_and(|etag| tags.iter().any(|t| t.strong_eq(etag))) {
+                    return Precondition::Failed;
+                }
+            }
+            None => {
+                if date_condition(self.if_unmodified_since)
+                    .is_some_and(|(modified, since)| modified > since)
+                {
+                    return Precondition::Failed;
+                }
+            }
+        }
+
+        let safe = method == Method::GET || method == Method::HEAD;
+        match &self.if_none_match {
+            Some(condition) if condition.matches(etag) => {
+                if safe {
+                    Precondition::NotModified
+                } else {
+                    Precondition::Failed
+                }
+            }
+            Some(_) => Precondition::Proceed,
+            None if safe
+                && date_condition(self.if_modified_since)
+                    .is_some_and(|(modified, since)| modified <= since) =>
+            {
+                Precondition::NotModified
+            }
+            None => Precondition::Proceed,
+        }
+    }
+}
+
+/// [`Preconditions::evaluate`] for a request's fields, for callers that hold them
+/// unparsed (a client checking its own cache).
 pub fn evaluate(
     method: &Method,
     req: &HeaderMap,
     etag: Option<&EntityTag>,
     last_modified: Option<SystemTime>,
 ) -> Precondition {
-    let modified_secs = last_modified.map(fields::unix_seconds);
-    let date_condition = |name: &HeaderName| {
-        let since = fields::http_date(req, name).map(fields::unix_seconds)?;
-        Some((modified_secs?, since))
-    };
-
-    match tag_condition(req, &IF_MATCH) {
-        Some(IfNoneMatch::Any) => {}
-        Some(IfNoneMatch::Tags(tags)) => {
-            if !etag.is_some_and(|etag| tags.iter().any(|t| t.strong_eq(etag))) {
-                return Precondition::Failed;
-            }
-        }
-        None => {
-            if date_condition(&IF_UNMODIFIED_SINCE)
-                .is_some_and(|(modified, since)| modified > since)
-            {
-                return Precondition::Failed;
-            }
-        }
-    }
-
-    let safe = method == Method::GET || method == Method::HEAD;
-    match IfNoneMatch::from_headers(req) {
-        Some(condition) if condition.matches(etag) => {
-            return if safe {
-                Precondition::NotModified
-            } else {
-                Precondition::Failed
-            };
-        }
-        Some(_) => {}
-        None => {
-            if safe
-                && date_condition(&IF_MODIFIED_SINCE)
-                    .is_some_and(|(modified, since)| modified <= since)
-            {
-                return Precondition::NotModified;
-            }
-        }
-    }
-    Precondition::Proceed
+    Preconditions::from_headers(req).evaluate(method, etag, last_modified)
 }
 
 #[cfg(test)]

@@ -53,5 +53,5 @@ pub use coding::ContentCoding;
 pub use conditional::{evaluate, last_modified, EntityTag, IfNoneMatch, Precondition};
 pub use fields::media_type_essence;
 pub use hop_by_hop::{is_upgrade_request, remove_hop_by_hop};
-pub use range::{content_range, range_for, unsatisfied_range, RangeRequest};
+pub use range::{content_range, range_for, unsatisfied_range, RangeFields, RangeRequest};
 pub use vary::Vary;

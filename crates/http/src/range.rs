@@ -24,57 +24,109 @@ pub enum RangeRequest {
     Unsatisfiable,
 }
 
-/// Decides how to answer a GET for a representation of `len` bytes with the
-/// given validators. Only call it for GET: `Range` means nothing for other
-/// methods.
-///
-/// `If-Range` must hold for the range to apply (§13.1.5): an entity tag
-/// must match `etag` by strong comparison (a weak tag never does), a date
-/// must equal `last_modified` exactly (to the second).
+/// A request's `Range` and `If-Range` fields, parsed once, at the edge; resolved
+/// against a representation by [`RangeFields::resolve`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RangeFields {
+    /// The one byte range asked for; `None` when `Range` is absent, repeated, or
+    /// anything wirefold ignores (other units, several ranges, bad syntax).
+    spec: Option<ByteRangeSpec>,
+    /// `If-Range`, when present.
+    if_range: Option<IfRange>,
+}
+
+/// One `bytes=` range, before the representation's length is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ByteRangeSpec {
+    /// `first-last` (`last` at or after `first`).
+    FromTo(u64, u64),
+    /// `first-`
+    From(u64),
+    /// `-suffix`: the final `suffix` bytes.
+    Suffix(u64),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum IfRange {
+    /// Must match by strong comparison (a weak tag never does).
+    Tag(EntityTag),
+    /// Must equal `Last-Modified` exactly, to the second.
+    Date(SystemTime),
+    /// Present but unreadable: never holds.
+    Invalid,
+}
+
+impl RangeFields {
+    pub fn from_headers(req: &HeaderMap) -> Self {
+        let mut lines = req.get_all(RANGE).iter();
+        let spec = match (lines.next(), lines.next()) {
+            (Some(line), None) => line.to_str().ok().and_then(parse_single_range),
+            _ => None,
+        };
+        let if_range = req.get(IF_RANGE).map(|value| {
+            let Ok(value) = value.to_str().map(str::trim) else {
+                return IfRange::Invalid;
+            };
+            if value.starts_with('"') || value.starts_with("W/") {
+                EntityTag::parse(value).map_or(IfRange::Invalid, IfRange::Tag)
+            } else {
+                httpdate::parse_http_date(value).map_or(IfRange::Invalid, IfRange::Date)
+            }
+        });
+        RangeFields { spec, if_range }
+    }
+
+    /// Decides how to answer a GET for a representation of `len` bytes with the
+    /// given validators. Only call it for GET: `Range` means nothing for other
+    /// methods.
+    ///
+    /// `If-Range` must hold for the range to apply (§13.1.5): an entity tag
+    /// must match `etag` by strong comparison (a weak tag never does), a date
+    /// must equal `last_modified` exactly (to the second).
+    pub fn resolve(
+        &self,
+        len: u64,
+        etag: Option<&EntityTag>,
+        last_modified: Option<SystemTime>,
+    ) -> RangeRequest {
+        let Some(spec) = self.spec else {
+            return RangeRequest::Full;
+        };
+        let holds = match &self.if_range {
+            None => true,
+            Some(IfRange::Tag(wanted)) => etag.is_some_and(|etag| wanted.strong_eq(etag)),
+            Some(IfRange::Date(date)) => last_modified
+                .is_some_and(|m| fields::unix_seconds(*date) == fields::unix_seconds(m)),
+            Some(IfRange::Invalid) => false,
+        };
+        if !holds {
+            return RangeRequest::Full;
+        }
+        match spec {
+            ByteRangeSpec::Suffix(suffix) if suffix == 0 || len == 0 => RangeRequest::Unsatisfiable,
+            ByteRangeSpec::Suffix(suffix) => RangeRequest::Single {
+                start: len - suffix.min(len),
+                end_inclusive: len - 1,
+            },
+            ByteRangeSpec::From(start) => satisfiable_from(start, u64::MAX, len),
+            ByteRangeSpec::FromTo(start, end) => satisfiable_from(start, end, len),
+        }
+    }
+}
+
+/// [`RangeFields::resolve`] for a request's fields.
 pub fn range_for(
     req: &HeaderMap,
     len: u64,
     etag: Option<&EntityTag>,
     last_modified: Option<SystemTime>,
 ) -> RangeRequest {
-    let mut lines = req.get_all(RANGE).iter();
-    let (Some(line), None) = (lines.next(), lines.next()) else {
-        return RangeRequest::Full;
-    };
-    if req.contains_key(IF_RANGE) && !if_range_holds(req, etag, last_modified) {
-        return RangeRequest::Full;
-    }
-    line.to_str()
-        .ok()
-        .and_then(|value| parse_single_range(value, len))
-        .unwrap_or(RangeRequest::Full)
+    RangeFields::from_headers(req).resolve(len, etag, last_modified)
 }
 
-fn if_range_holds(
-    req: &HeaderMap,
-    etag: Option<&EntityTag>,
-    last_modified: Option<SystemTime>,
-) -> bool {
-    let Some(value) = req
-        .get(IF_RANGE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-    else {
-        return false;
-    };
-    if value.starts_with('"') || value.starts_with("W/") {
-        let wanted = EntityTag::parse(value);
-        return matches!((wanted, etag), (Some(wanted), Some(etag)) if wanted.strong_eq(etag));
-    }
-    match (httpdate::parse_http_date(value), last_modified) {
-        (Ok(date), Some(modified)) => fields::unix_seconds(date) == fields::unix_seconds(modified),
-        _ => false,
-    }
-}
-
-/// Parses `bytes=first-last`, `bytes=first-` or `bytes=-suffix` against a
-/// representation of `len` bytes. `None` means "ignore the header".
-fn parse_single_range(value: &str, len: u64) -> Option<RangeRequest> {
+/// Parses `bytes=first-last`, `bytes=first-` or `bytes=-suffix`. `None` means
+/// "ignore the header".
+fn parse_single_range(value: &str) -> Option<ByteRangeSpec> {
     let (unit, ranges) = value.trim().split_once('=')?;
     if !unit.trim().eq_ignore_ascii_case("bytes") {
         return None;
@@ -84,24 +136,13 @@ fn parse_single_range(value: &str, len: u64) -> Option<RangeRequest> {
         return None;
     };
     let (first, last) = spec.split_once('-')?;
-    let range = match (parse_position(first), parse_position(last)) {
-        // Suffix range: the final `n` bytes.
-        (None, Some(suffix)) if first.is_empty() => {
-            if suffix == 0 || len == 0 {
-                RangeRequest::Unsatisfiable
-            } else {
-                RangeRequest::Single {
-                    start: len - suffix.min(len),
-                    end_inclusive: len - 1,
-                }
-            }
-        }
-        (Some(start), None) if last.is_empty() => satisfiable_from(start, u64::MAX, len),
-        (Some(start), Some(end)) if start <= end => satisfiable_from(start, end, len),
+    match (parse_position(first), parse_position(last)) {
+        (None, Some(suffix)) if first.is_empty() => Some(ByteRangeSpec::Suffix(suffix)),
+        (Some(start), None) if last.is_empty() => Some(ByteRangeSpec::From(start)),
+        (Some(start), Some(end)) if start <= end => Some(ByteRangeSpec::FromTo(start, end)),
         // `b < a` and every other shape are invalid syntax (§14.1.1).
-        _ => return None,
-    };
-    Some(range)
+        _ => None,
+    }
 }
 
 /// `start..=end` clamped to the representation, or unsatisfiable when it

@@ -6,6 +6,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
@@ -305,4 +307,17 @@ impl Drop for Counted {
             done(self.bytes);
         }
     }
+}
+
+/// A short plain-text error from wirefold itself; never cached.
+pub fn error_response(status: StatusCode, message: &str) -> Response<Body> {
+    let mut response = Response::new(full(format!("wirefold: {message}\n")));
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }

@@ -1,4 +1,5 @@
-//! The HTTP cache's stored form and its miss coalescing.
+//! The HTTP cache: its stored form, the hot entries kept decoded in memory, and miss
+//! coalescing, behind one service, [`Cache`].
 //!
 //! A cache entry is a store record keyed by the request target; it lists up to
 //! [`MAX_VARIANTS`] stored responses that differ by the request fields named in
@@ -10,15 +11,79 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine;
+use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
-use store::Hash;
+use store::{Hash, Store};
 use tokio::sync::watch;
 use wirefold_http::caching::Freshness;
 use wirefold_http::vary::Vary;
 
 use crate::memo::Bounded;
+
+/// The shared cache (RFC 9111) of one server.
+pub struct Cache {
+    /// Absent when caching is disabled: every lookup misses, nothing is written.
+    pub store: Option<Store>,
+    pub hot: HotEntries,
+    pub inflight: Inflight,
+}
+
+impl Cache {
+    pub fn new(store: Option<Store>) -> Self {
+        Cache {
+            store,
+            hot: HotEntries::default(),
+            inflight: Inflight::default(),
+        }
+    }
+
+    /// The stored response matching this request, with its fields and body; `None` on
+    /// a miss or when the body is gone (evicted or found corrupt). A hot entry with a
+    /// hot body is answered here; otherwise the index is read on the blocking pool.
+    pub async fn lookup(
+        &self,
+        key: &str,
+        request: &HeaderMap,
+    ) -> Option<(StoredResponse, HeaderMap, Bytes)> {
+        let store = self.store.clone()?;
+        if let Some(hot) = self.hot.get(key) {
+            let (stored, headers) = hot.find(request)?;
+            if let Some(bytes) = stored
+                .body_hash()
+                .and_then(|h| store.get_blob_in_memory(&h))
+            {
+                return Some((stored.clone(), headers.clone(), bytes));
+            }
+        }
+        let (owned_key, request) = (key.to_string(), request.clone());
+        let (entry, found) = tokio::task::spawn_blocking(move || {
+            let entry = CacheEntry::decode(&store.get_record(&owned_key).ok()??)?;
+            let hot = HotEntries::decoded(&entry);
+            let (stored, headers) = hot.find(&request)?.clone();
+            let bytes = store.get_blob(&stored.body_hash()?).ok()??;
+            Some((entry, (stored, headers, bytes)))
+        })
+        .await
+        .ok()??;
+        self.hot.put(key, &entry);
+        Some(found)
+    }
+
+    /// Drops the entry of a target after a successful unsafe request (RFC 9111 §4.4).
+    pub async fn invalidate(&self, key: &str) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        self.hot.remove(key);
+        let key = key.to_string();
+        let result = tokio::task::spawn_blocking(move || store.remove_record(&key)).await;
+        if let Ok(Err(e)) = result {
+            tracing::warn!(error = %e, "cache invalidation failed");
+        }
+    }
+}
 
 /// Variants kept per URL; the oldest is dropped beyond this.
 const MAX_VARIANTS: usize = 8;

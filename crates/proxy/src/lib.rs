@@ -18,6 +18,7 @@ pub mod get;
 pub mod link;
 mod memo;
 pub mod metrics;
+pub mod model;
 pub mod origin;
 pub mod pipeline;
 mod scan;
@@ -25,6 +26,7 @@ mod secret;
 pub mod server;
 pub mod tls;
 mod upgrade;
+pub mod variants;
 
 pub use config::Config;
 pub use server::{start, Running, StartError};

@@ -1,7 +1,6 @@
 //! The upstream client: pooled connections to one origin (HTTP/1.1, and HTTP/2 when a
 //! TLS origin offers it by ALPN), forwarding rules and timeouts.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use http::header::{HeaderName, HeaderValue, HOST, VIA};
@@ -21,6 +20,7 @@ use http_body_util::BodyExt;
 use crate::body::{self, Body, IdleTimeout};
 use crate::config::UpstreamConfig;
 use crate::destinations::{Destinations, Resolver};
+use crate::model::ConnInfo;
 
 /// What the proxy appends to `Via` (RFC 9110 §7.6.3).
 pub const VIA_VALUE: &str = "1.1 wirefold";
@@ -102,16 +102,6 @@ impl OriginError {
             OriginError::RequestBody(_) => None,
         }
     }
-}
-
-/// How the client reached us, for `X-Forwarded-*`.
-#[derive(Clone, Copy, Debug)]
-pub struct ConnInfo {
-    pub peer: SocketAddr,
-    pub tls: bool,
-    /// The accepted socket, for its kernel statistics (TCP_INFO); valid while the
-    /// connection is.
-    pub socket: Option<std::os::fd::RawFd>,
 }
 
 /// The pooled upstream client all origins of one server share.

@@ -17,7 +17,9 @@ use tokio::sync::watch;
 
 use crate::delta::{self, dictionaries, history};
 use crate::files::FileSource;
-use crate::pipeline::{Pipeline, Source};
+use crate::pipeline::fetch::Source;
+use crate::pipeline::Pipeline;
+use crate::variants::Variant;
 
 /// Files visited per scan at most: a bound on the work a huge tree can cause.
 const MAX_FILES: usize = 100_000;
@@ -29,8 +31,8 @@ pub fn start(pipeline: Arc<Pipeline>, mut stop: watch::Receiver<bool>) {
     let interval = pipeline.config.delta.scan_interval_ms;
     if interval == 0
         || !pipeline.config.delta.enabled
-        || pipeline.store.is_none()
-        || !matches!(pipeline.source, Source::Files(_))
+        || pipeline.store().is_none()
+        || !matches!(pipeline.fetcher.source(), Source::Files(_))
     {
         return;
     }
@@ -62,7 +64,7 @@ pub fn start(pipeline: Arc<Pipeline>, mut stop: watch::Receiver<bool>) {
 
 /// One pass: every text file whose size or modification time changed is processed.
 fn scan(p: &Pipeline, seen: &mut HashMap<PathBuf, (u64, SystemTime)>) {
-    let (Source::Files(files), Some(store)) = (&p.source, &p.store) else {
+    let (Source::Files(files), Some(store)) = (p.fetcher.source(), p.store()) else {
         return;
     };
     let mut found = Vec::new();
@@ -145,17 +147,18 @@ fn prepare(
     let hash = store.put_blob(&bytes).map_err(|e| e.to_string())?;
     files.remember_hash(path, len, modified, hash);
     let resource = format!("root{request_path}");
-    let etag = format!("\"{}\"", crate::pipeline::fetch::content_etag(&hash));
+    let etag = format!("\"{}\"", crate::model::content_etag(&hash));
     let version = history::Version {
         hash: hash.to_hex(),
         etag: Some(etag),
-        time: crate::pipeline::remember::now_unix(),
+        time: crate::delta::now_unix(),
         size: len,
     };
-    crate::pipeline::remember::remember_version(store, &p.config.delta, &resource, version)
+    crate::delta::record_version(store, &p.config.delta, &resource, version)
         .map_err(|e| e.to_string())?;
 
-    let make = |variant: String, produce: &dyn Fn() -> Vec<u8>| -> Result<(), String> {
+    let make = |variant: Variant, produce: &dyn Fn() -> Vec<u8>| -> Result<(), String> {
+        let variant = variant.to_string();
         if store
             .get_encoding(&hash, &variant)
             .map_err(|e| e.to_string())?
@@ -168,7 +171,7 @@ fn prepare(
         Ok(())
     };
     for &(coding, level) in cached {
-        make(delta::compression_variant(coding, level), &|| {
+        make(Variant::Coded { coding, level }, &|| {
             codec::compress(coding, level, &bytes)
         })?;
     }
@@ -187,14 +190,19 @@ fn prepare(
             continue;
         };
         if config.vcdiff && i < own_bases.len() {
-            make(delta::vcdiff_variant(&base), &|| {
+            make(Variant::Vcdiff { base }, &|| {
                 codec::vcdiff::encode(&base_bytes, &bytes)
             })?;
         }
         if config.dictionaries {
             for coding in [DictionaryCoding::Dcz, DictionaryCoding::Dcb] {
                 let (_, level) = delta::dictionary_levels(coding);
-                make(delta::dictionary_variant(coding, &base, level), &|| {
+                let variant = Variant::DictionaryCoded {
+                    coding,
+                    dictionary: base,
+                    level,
+                };
+                make(variant, &|| {
                     codec::dictionary::encode(coding, level, &base_bytes, &bytes)
                 })?;
             }

@@ -22,9 +22,12 @@ use crate::body::{self, Body};
 use crate::config::Config;
 use crate::files::FileSource;
 use crate::first_bytes::FirstBytesDeadline;
+use crate::link::serve::LinkServer;
 use crate::metrics::Metrics;
-use crate::origin::{ConnInfo, Origin};
-use crate::pipeline::{Pipeline, Source};
+use crate::model::ConnInfo;
+use crate::origin::Origin;
+use crate::pipeline::fetch::Source;
+use crate::pipeline::Pipeline;
 
 /// Why the server could not start; each names what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -161,10 +164,17 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let grace = Duration::from_millis(config.limits.shutdown_grace_ms);
     let (stop, stopped) = watch::channel(false);
     crate::scan::start(pipeline.clone(), stopped.clone());
+    let front = Front {
+        link: config
+            .link
+            .enabled
+            .then(|| Arc::new(LinkServer::new(pipeline.clone()))),
+        pipeline: pipeline.clone(),
+    };
     let main = tokio::spawn(accept_loop(
         listener,
         tls.clone(),
-        pipeline.clone(),
+        Arc::new(front),
         stopped.clone(),
     ));
     let admin_header_timeout = Duration::from_millis(config.limits.header_timeout_ms);
@@ -204,12 +214,20 @@ fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// What answers requests on the main listener: the pipeline, and the server proxy's
+/// end of the link when links are accepted.
+struct Front {
+    pipeline: Arc<Pipeline>,
+    link: Option<Arc<LinkServer>>,
+}
+
 async fn accept_loop(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    pipeline: Arc<Pipeline>,
+    front: Arc<Front>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let pipeline = &front.pipeline;
     let builder = Arc::new(connection_builder(&pipeline.config));
     let graceful = GracefulShutdown::new();
     let handshake_timeout = Duration::from_millis(pipeline.config.limits.header_timeout_ms);
@@ -237,10 +255,10 @@ async fn accept_loop(
             socket: Some(socket),
         };
         let service = {
-            let pipeline = pipeline.clone();
+            let front = front.clone();
             service_fn(move |req: Request<Incoming>| {
-                let pipeline = pipeline.clone();
-                async move { Ok::<_, Infallible>(dispatch(&pipeline, req, conn).await) }
+                let front = front.clone();
+                async move { Ok::<_, Infallible>(dispatch(&front, req, conn).await) }
             })
         };
         match &tls {
@@ -287,29 +305,26 @@ async fn accept_loop(
     }
 }
 
-async fn dispatch(
-    pipeline: &Arc<Pipeline>,
-    req: Request<Incoming>,
-    conn: ConnInfo,
-) -> Response<Body> {
+async fn dispatch(front: &Front, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
+    let pipeline = &front.pipeline;
     if crate::link::serve::is_link_request(req.headers()) {
-        return crate::link::serve::handle(pipeline, req.map(body::boxed), conn).await;
+        return match &front.link {
+            Some(link) => crate::link::serve::handle(link, req.map(body::boxed), conn).await,
+            None => crate::link::serve::refuse_unlinked(pipeline, &req),
+        };
     }
-    match &pipeline.source {
+    match pipeline.fetcher.source() {
         Source::Origin(origin)
             if wirefold_http::hop_by_hop::is_upgrade_request(req.headers()).is_some() =>
         {
             // Upgrades skip the pipeline, not its host rule (RFC 9112 §3.2).
             if let Err(e) = request_host(req.version(), req.uri(), req.headers()) {
-                return crate::pipeline::respond::error_response(
-                    StatusCode::BAD_REQUEST,
-                    &e.to_string(),
-                );
+                return crate::body::error_response(StatusCode::BAD_REQUEST, &e.to_string());
             }
             return crate::upgrade::pass_through(origin, req, conn).await;
         }
         Source::Forward(_) => {
-            return crate::pipeline::respond::error_response(
+            return crate::body::error_response(
                 StatusCode::BAD_REQUEST,
                 "this server proxy answers link requests (wirefold-link) only",
             );
@@ -374,7 +389,7 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
     match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
         "/metrics" => {
-            if let Some(store) = pipeline.store.clone() {
+            if let Some(store) = pipeline.store().cloned() {
                 if let Ok(stats) = tokio::task::spawn_blocking(move || store.stats()).await {
                     pipeline.metrics.store_bytes.set(stats.disk_bytes as i64);
                     pipeline.metrics.store_blobs.set(stats.blobs as i64);
@@ -477,7 +492,7 @@ async fn train_dictionary(pipeline: &Pipeline, query: &str) -> Result<String, St
     if !(1024..=16 << 20).contains(&max_size) {
         return Err("`max_size` must be between 1024 and 16 MiB".into());
     }
-    let site = match (param("site"), &pipeline.source) {
+    let site = match (param("site"), pipeline.fetcher.source()) {
         (Some(site), _) => site,
         (None, Source::Origin(origin)) => origin
             .upstream_host(None)
@@ -490,8 +505,8 @@ async fn train_dictionary(pipeline: &Pipeline, query: &str) -> Result<String, St
         }
     };
     let store = pipeline
-        .store
-        .clone()
+        .store()
+        .cloned()
         .ok_or("the cache (and so the store) is disabled")?;
     let trained = tokio::task::spawn_blocking(move || {
         crate::delta::training::train(&store, &site, &pattern, max_size)

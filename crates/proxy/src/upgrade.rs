@@ -5,9 +5,10 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
+use crate::body::error_response;
 use crate::body::{self, Body};
-use crate::origin::{ConnInfo, Origin};
-use crate::pipeline::respond::error_response;
+use crate::model::ConnInfo;
+use crate::origin::Origin;
 
 pub async fn pass_through(
     origin: &Origin,

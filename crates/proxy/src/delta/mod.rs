@@ -22,16 +22,26 @@ use bytes::Bytes;
 use codec::cost::{Link, Work};
 use codec::dictionary::DictionaryCoding;
 use http::header::{self, HeaderMap, HeaderValue};
-use store::Hash;
+use store::{Hash, Store};
 use wirefold_http::audience::audience;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::conditional::{EntityTag, IfNoneMatch};
-use wirefold_http::delta::accepts_im;
-use wirefold_http::dictionary::{available_dictionary, dictionary_allowed, use_as_dictionary};
+use wirefold_http::dictionary::{dictionary_allowed, use_as_dictionary};
 
+use crate::config::{Config, DeltaConfig};
 use crate::memo::Bounded;
-use crate::pipeline::encode::{cached_variant, Produce};
-use crate::pipeline::{Pipeline, RequestContext};
+use crate::model::RequestContext;
+use crate::variants::{DerivedBodies, Produce, Variant};
+
+/// The delta engine: chooses and makes deltas for a request, announces dictionaries,
+/// and records the versions deltas are made from.
+pub struct DeltaEngine {
+    config: Arc<Config>,
+    /// Absent when caching is disabled: no history, no dictionaries, no deltas.
+    store: Option<Store>,
+    bodies: Arc<DerivedBodies>,
+    announcements: DictionaryAnnouncements,
+}
 
 /// A delta the client can apply.
 pub enum DeltaChoice {
@@ -53,119 +63,247 @@ impl DeltaChoice {
     }
 }
 
-/// The smallest delta the client can use that beats `plain_len`, if any.
-/// `headers` are the instance's response fields.
-pub async fn choose(
-    p: &Pipeline,
-    ctx: &RequestContext,
-    headers: &HeaderMap,
-    hash: Hash,
-    content: &Bytes,
-    plain_len: usize,
-) -> Option<DeltaChoice> {
-    let config = &p.config.delta;
-    let store = p.store.clone()?;
-    let request = &ctx.profile.headers;
-    let link = Link::from_bits_per_second(config.assumed_bandwidth_bps);
-    let mut best: Option<DeltaChoice> = None;
-
-    let held = match IfNoneMatch::from_headers(request) {
-        Some(IfNoneMatch::Tags(listed)) => with_codings_removed(listed),
-        _ => Vec::new(),
-    };
-    let delta_aware = request.contains_key(wirefold_http::delta::A_IM);
-    let current = EntityTag::from_headers(headers);
-    if delta_aware && current.is_some_and(|c| held.iter().any(|h| h.weak_eq(&c))) {
-        return None; // it holds the current instance: `respond` answers 304
-    }
-    if config.vcdiff && !held.is_empty() && accepts_im(request, "vcdiff") {
-        best = vcdiff(
-            p,
-            &store,
-            &ctx.resource,
-            hash,
-            content,
-            &held,
-            plain_len,
-            link,
-        )
-        .await;
-    }
-
-    let offered = config
-        .dictionary_preference()
-        .into_iter()
-        .find(|c| ctx.profile.accept_encoding.accepts_token(c.token()));
-    if let (true, Some(coding), Some(dictionary_hash)) =
-        (config.dictionaries, offered, available_dictionary(request))
-    {
-        if dictionary_allowed(request, headers) {
-            let limit = best.as_ref().map_or(plain_len, DeltaChoice::body_len);
-            let found = dictionary(
-                p,
-                &store,
-                &ctx.site,
-                hash,
-                content,
-                Hash(dictionary_hash),
-                coding,
-                limit,
-                link,
-            )
-            .await;
-            if found.is_some() {
-                best = found;
-            }
+impl DeltaEngine {
+    pub fn new(config: Arc<Config>, store: Option<Store>, bodies: Arc<DerivedBodies>) -> Self {
+        DeltaEngine {
+            config,
+            store,
+            bodies,
+            announcements: DictionaryAnnouncements::default(),
         }
     }
-    best
-}
 
-#[allow(clippy::too_many_arguments)]
-async fn vcdiff(
-    p: &Pipeline,
-    store: &store::Store,
-    resource: &str,
-    hash: Hash,
-    content: &Bytes,
-    held: &[EntityTag],
-    plain_len: usize,
-    link: Link,
-) -> Option<DeltaChoice> {
-    let (store_ref, resource) = (store.clone(), resource.to_string());
-    let held_tags = held.to_vec();
-    let base = tokio::task::spawn_blocking(move || -> Option<(Hash, String, Bytes)> {
-        let history = history::load(&store_ref, &resource).ok()?;
-        let version = history.base_for(&held_tags, &hash)?;
-        let base_hash = version.hash()?;
-        let bytes = store_ref.get_blob(&base_hash).ok()??;
-        Some((base_hash, version.etag.clone()?, bytes))
-    })
-    .await
-    .ok()??;
-    let (base_hash, base_etag, base) = base;
-    let input = (base.len() + content.len()) as u64;
-    if !link.worth_computing(Work::Vcdiff, input, plain_len as u64)
-        && store
-            .get_encoding_in_memory(&hash, &vcdiff_variant(&base_hash))
-            .is_none()
-    {
-        return None;
+    /// The configuration deltas are made under.
+    pub fn config(&self) -> &Arc<Config> {
+        &self.config
     }
-    let target = content.clone();
-    let produce: Produce = Arc::new(move |_| codec::vcdiff::encode(&base, &target));
-    let name = vcdiff_variant(&base_hash);
-    let body = cached_variant(
-        p,
-        hash,
-        input as usize,
-        Arc::new(move |_| name.clone()),
-        None,
-        0,
-        produce,
-    )
-    .await;
-    (body.len() < plain_len).then_some(DeltaChoice::Vcdiff { body, base_etag })
+
+    /// The smallest delta the client can use that beats `plain_len`, if any.
+    /// `headers` are the instance's response fields.
+    pub async fn choose(
+        &self,
+        ctx: &RequestContext,
+        headers: &HeaderMap,
+        hash: Hash,
+        content: &Bytes,
+        plain_len: usize,
+    ) -> Option<DeltaChoice> {
+        let config = &self.config.delta;
+        let store = self.store.clone()?;
+        let request = &ctx.profile.headers;
+        let link = Link::from_bits_per_second(config.assumed_bandwidth_bps);
+        let mut best: Option<DeltaChoice> = None;
+
+        let profile = &ctx.profile;
+        let held = match &profile.preconditions.if_none_match {
+            Some(IfNoneMatch::Tags(listed)) => with_codings_removed(listed.clone()),
+            _ => Vec::new(),
+        };
+        let accepted = profile.accepted_manipulations.as_ref();
+        let delta_aware = accepted.is_some();
+        let current = EntityTag::from_headers(headers);
+        if delta_aware && current.is_some_and(|c| held.iter().any(|h| h.weak_eq(&c))) {
+            return None; // it holds the current instance: `respond` answers 304
+        }
+        if config.vcdiff && !held.is_empty() && accepted.is_some_and(|a| a.accepts("vcdiff")) {
+            best = self
+                .vcdiff(&store, &ctx.resource, hash, content, &held, plain_len, link)
+                .await;
+        }
+
+        let offered = config
+            .dictionary_preference()
+            .into_iter()
+            .find(|c| ctx.profile.accept_encoding.accepts_token(c.token()));
+        if let (true, Some(coding), Some(dictionary_hash)) =
+            (config.dictionaries, offered, profile.available_dictionary)
+        {
+            if dictionary_allowed(request, headers) {
+                let limit = best.as_ref().map_or(plain_len, DeltaChoice::body_len);
+                let found = self
+                    .dictionary(
+                        &store,
+                        &ctx.site,
+                        hash,
+                        content,
+                        dictionary_hash,
+                        coding,
+                        limit,
+                        link,
+                    )
+                    .await;
+                if found.is_some() {
+                    best = found;
+                }
+            }
+        }
+        best
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn vcdiff(
+        &self,
+        store: &store::Store,
+        resource: &str,
+        hash: Hash,
+        content: &Bytes,
+        held: &[EntityTag],
+        plain_len: usize,
+        link: Link,
+    ) -> Option<DeltaChoice> {
+        let (store_ref, resource) = (store.clone(), resource.to_string());
+        let held_tags = held.to_vec();
+        let base = tokio::task::spawn_blocking(move || -> Option<(Hash, String, Bytes)> {
+            let history = history::load(&store_ref, &resource).ok()?;
+            let version = history.base_for(&held_tags, &hash)?;
+            let base_hash = version.hash()?;
+            let bytes = store_ref.get_blob(&base_hash).ok()??;
+            Some((base_hash, version.etag.clone()?, bytes))
+        })
+        .await
+        .ok()??;
+        let (base_hash, base_etag, base) = base;
+        let input = (base.len() + content.len()) as u64;
+        let variant = Variant::Vcdiff { base: base_hash };
+        if !link.worth_computing(Work::Vcdiff, input, plain_len as u64)
+            && !self.bodies.in_memory(&hash, &variant)
+        {
+            return None;
+        }
+        let target = content.clone();
+        let produce: Produce = Arc::new(move |_| codec::vcdiff::encode(&base, &target));
+        let body = self
+            .bodies
+            .get_or_make(hash, input as usize, &variant, None, 0, produce)
+            .await;
+        (body.len() < plain_len).then_some(DeltaChoice::Vcdiff { body, base_etag })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn dictionary(
+        &self,
+        store: &store::Store,
+        site: &str,
+        hash: Hash,
+        content: &Bytes,
+        dictionary_hash: Hash,
+        coding: DictionaryCoding,
+        limit: usize,
+        link: Link,
+    ) -> Option<DeltaChoice> {
+        let (store_ref, site) = (store.clone(), site.to_string());
+        let dictionary = tokio::task::spawn_blocking(move || {
+            dictionaries::dictionary_for(&store_ref, &dictionary_hash, &site)
+        })
+        .await
+        .ok()?
+        .ok()??;
+        let (quick, best) = dictionary_levels(coding);
+        let input = (dictionary.len() + content.len()) as u64;
+        let quick_work = Work::Dictionary {
+            coding,
+            level: quick,
+        };
+        let variant = Variant::DictionaryCoded {
+            coding,
+            dictionary: dictionary_hash,
+            level: best,
+        };
+        let already = self.bodies.in_memory(&hash, &variant)
+            || self.bodies.in_memory(&hash, &variant.at_level(quick));
+        if !already && !link.worth_computing(quick_work, input, limit as u64) {
+            return None;
+        }
+        let target = content.clone();
+        let produce: Produce =
+            Arc::new(move |level| codec::dictionary::encode(coding, level, &dictionary, &target));
+        let body = self
+            .bodies
+            .get_or_make(hash, input as usize, &variant, Some(quick), best, produce)
+            .await;
+        (body.len() < limit).then_some(DeltaChoice::Dictionary { coding, body })
+    }
+
+    /// Adds `Use-As-Dictionary` to a reusable text response a browser may keep, or, for a
+    /// page it will not keep (instantly stale), a `Link` to a derived dictionary. A
+    /// response that is not the same for everyone (`audience`) is neither announced nor
+    /// derived from; it still links the site's trained dictionaries, which are public.
+    pub async fn announce(&self, ctx: &RequestContext, headers: &mut HeaderMap, hash: Hash) {
+        let config = &self.config.delta;
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        if !config.enabled
+            || !config.dictionaries
+            || headers.contains_key(wirefold_http::dictionary::USE_AS_DICTIONARY)
+        {
+            return;
+        }
+        let uri = &ctx.profile.uri;
+        let public_path = self.config.cache.is_public_path(uri.path());
+        let for_everyone = audience(&ctx.profile.headers, headers, public_path).may_derive();
+        let pattern = || dictionaries::pattern_for(config, uri.path(), uri.query());
+        let cc = CacheControl::from_headers(headers);
+        let keeps = browser_keeps(&cc, headers);
+        let html = is_html(headers);
+        if keeps && for_everyone {
+            // The value depends only on the resource (path and query) and the configuration:
+            // memoized, so a hot resource costs no pattern inference per request.
+            let value = match self.announcements.use_as(&ctx.resource, html) {
+                Some(value) => value,
+                None => {
+                    let dest: &[&str] = if html { &["document"] } else { &[] };
+                    let value = use_as_dictionary(&pattern(), dest, None);
+                    self.announcements
+                        .put_use_as(&ctx.resource, html, value.clone());
+                    value
+                }
+            };
+            if let Some(value) = value {
+                headers.insert(wirefold_http::dictionary::USE_AS_DICTIONARY, value);
+            }
+        }
+        if !html {
+            return;
+        }
+        // Pages get links to the dictionaries that serve them: a trained one (first
+        // visits to any page it covers) and, for pages a browser will not keep, one
+        // derived from the page itself (later visits to this page).
+        let derive = !keeps && for_everyone && config.derived_dictionaries;
+        let page = (ctx.site.clone(), uri.path().to_string(), derive);
+        let links = match self.announcements.links(&page) {
+            Some(links) => links,
+            None => {
+                let (site, path, pattern) = (ctx.site.clone(), uri.path().to_string(), pattern());
+                let links = tokio::task::spawn_blocking(move || {
+                    let mut links = Vec::new();
+                    links.extend(training::trained_for(&store, &site, &path));
+                    if derive {
+                        links.extend(
+                            dictionaries::current_derived(&store, &site, &pattern, &hash)
+                                .ok()
+                                .flatten(),
+                        );
+                    }
+                    links
+                })
+                .await
+                .unwrap_or_default();
+                let values: Vec<HeaderValue> = links
+                    .iter()
+                    .filter_map(|url| {
+                        HeaderValue::from_str(&format!("<{url}>; rel=\"compression-dictionary\""))
+                            .ok()
+                    })
+                    .collect();
+                self.announcements.put_links(page, values.clone());
+                values
+            }
+        };
+        for value in links {
+            headers.append(header::LINK, value);
+        }
+    }
 }
 
 /// The validators a client listed, plus each with wirefold's coding suffix removed:
@@ -192,146 +330,11 @@ fn with_codings_removed(listed: Vec<EntityTag>) -> Vec<EntityTag> {
     held
 }
 
-/// The store's names for derived bodies of a content hash, one scheme for every
-/// producer (requests, background jobs, the root scanner).
-pub fn compression_variant(coding: wirefold_http::ContentCoding, level: u32) -> String {
-    format!("{}-{}", coding.token(), level)
-}
-
-pub fn dictionary_variant(coding: DictionaryCoding, dictionary: &Hash, level: u32) -> String {
-    format!("{}:{}-{}", coding.token(), dictionary.to_hex(), level)
-}
-
-pub fn vcdiff_variant(base: &Hash) -> String {
-    format!("vcdiff:{}", base.to_hex())
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn dictionary(
-    p: &Pipeline,
-    store: &store::Store,
-    site: &str,
-    hash: Hash,
-    content: &Bytes,
-    dictionary_hash: Hash,
-    coding: DictionaryCoding,
-    limit: usize,
-    link: Link,
-) -> Option<DeltaChoice> {
-    let (store_ref, site) = (store.clone(), site.to_string());
-    let dictionary = tokio::task::spawn_blocking(move || {
-        dictionaries::dictionary_for(&store_ref, &dictionary_hash, &site)
-    })
-    .await
-    .ok()?
-    .ok()??;
-    let (quick, best) = dictionary_levels(coding);
-    let input = (dictionary.len() + content.len()) as u64;
-    let quick_work = Work::Dictionary {
-        coding,
-        level: quick,
-    };
-    let name_of: crate::pipeline::encode::VariantName =
-        Arc::new(move |level| dictionary_variant(coding, &dictionary_hash, level));
-    let already = store
-        .get_encoding_in_memory(&hash, &name_of(best))
-        .is_some()
-        || store
-            .get_encoding_in_memory(&hash, &name_of(quick))
-            .is_some();
-    if !already && !link.worth_computing(quick_work, input, limit as u64) {
-        return None;
-    }
-    let target = content.clone();
-    let produce: Produce =
-        Arc::new(move |level| codec::dictionary::encode(coding, level, &dictionary, &target));
-    let body = cached_variant(p, hash, input as usize, name_of, Some(quick), best, produce).await;
-    (body.len() < limit).then_some(DeltaChoice::Dictionary { coding, body })
-}
-
 /// (answer now, make in the background and keep) levels per dictionary coding.
 pub fn dictionary_levels(coding: DictionaryCoding) -> (u32, u32) {
     match coding {
         DictionaryCoding::Dcz => (3, 19),
         DictionaryCoding::Dcb => (5, 11),
-    }
-}
-
-/// Adds `Use-As-Dictionary` to a reusable text response a browser may keep, or, for a
-/// page it will not keep (instantly stale), a `Link` to a derived dictionary. A
-/// response that is not the same for everyone (`audience`) is neither announced nor
-/// derived from; it still links the site's trained dictionaries, which are public.
-pub async fn announce(p: &Pipeline, ctx: &RequestContext, headers: &mut HeaderMap, hash: Hash) {
-    let config = &p.config.delta;
-    let Some(store) = p.store.clone() else { return };
-    if !config.enabled
-        || !config.dictionaries
-        || headers.contains_key(wirefold_http::dictionary::USE_AS_DICTIONARY)
-    {
-        return;
-    }
-    let uri = &ctx.profile.uri;
-    let public_path = p.config.cache.is_public_path(uri.path());
-    let for_everyone = audience(&ctx.profile.headers, headers, public_path).may_derive();
-    let pattern = || dictionaries::pattern_for(config, uri.path(), uri.query());
-    let cc = CacheControl::from_headers(headers);
-    let keeps = browser_keeps(&cc, headers);
-    let html = is_html(headers);
-    if keeps && for_everyone {
-        // The value depends only on the resource (path and query) and the configuration:
-        // memoized, so a hot resource costs no pattern inference per request.
-        let value = match p.announcements.use_as(&ctx.resource, html) {
-            Some(value) => value,
-            None => {
-                let dest: &[&str] = if html { &["document"] } else { &[] };
-                let value = use_as_dictionary(&pattern(), dest, None);
-                p.announcements
-                    .put_use_as(&ctx.resource, html, value.clone());
-                value
-            }
-        };
-        if let Some(value) = value {
-            headers.insert(wirefold_http::dictionary::USE_AS_DICTIONARY, value);
-        }
-    }
-    if !html {
-        return;
-    }
-    // Pages get links to the dictionaries that serve them: a trained one (first
-    // visits to any page it covers) and, for pages a browser will not keep, one
-    // derived from the page itself (later visits to this page).
-    let derive = !keeps && for_everyone && config.derived_dictionaries;
-    let page = (ctx.site.clone(), uri.path().to_string(), derive);
-    let links = match p.announcements.links(&page) {
-        Some(links) => links,
-        None => {
-            let (site, path, pattern) = (ctx.site.clone(), uri.path().to_string(), pattern());
-            let links = tokio::task::spawn_blocking(move || {
-                let mut links = Vec::new();
-                links.extend(training::trained_for(&store, &site, &path));
-                if derive {
-                    links.extend(
-                        dictionaries::current_derived(&store, &site, &pattern, &hash)
-                            .ok()
-                            .flatten(),
-                    );
-                }
-                links
-            })
-            .await
-            .unwrap_or_default();
-            let values: Vec<HeaderValue> = links
-                .iter()
-                .filter_map(|url| {
-                    HeaderValue::from_str(&format!("<{url}>; rel=\"compression-dictionary\"")).ok()
-                })
-                .collect();
-            p.announcements.put_links(page, values.clone());
-            values
-        }
-    };
-    for value in links {
-        headers.append(header::LINK, value);
     }
 }
 
@@ -412,4 +415,31 @@ fn is_html(headers: &HeaderMap) -> bool {
                 .to_ascii_lowercase()
                 .starts_with("text/html")
         })
+}
+
+/// Appends a new instance to its resource's history and registers it as a possible
+/// dictionary for its site.
+pub fn record_version(
+    store: &store::Store,
+    delta: &DeltaConfig,
+    resource: &str,
+    version: history::Version,
+) -> Result<(), store::StoreError> {
+    if !delta.enabled {
+        return Ok(());
+    }
+    let hash = version.hash();
+    history::record(store, resource, version, delta.history, delta.history_bytes)?;
+    match hash {
+        Some(hash) if delta.dictionaries => {
+            dictionaries::register(store, &hash, crate::cache::site_of(resource))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

@@ -38,25 +38,47 @@ use super::stale::StaleStream;
 use super::waits::OriginWaits;
 use super::FrameSender;
 use super::Stopped;
+use crate::body::error_response;
 use crate::body::{self, Body};
 use crate::decode::Windows;
 use crate::delta::{dictionaries, history};
-use crate::origin::ConnInfo;
-use crate::pipeline::remember::{now_unix, remember_version};
-use crate::pipeline::respond::error_response;
-use crate::pipeline::{
-    fetch, remember, Instance, InstanceBody, Pipeline, Provenance, RequestContext, StreamCoding,
-    TapEvent,
+use crate::delta::{now_unix, record_version};
+use crate::model::{
+    ConnInfo, Instance, InstanceBody, OriginEvent, OriginObserver, Provenance, RequestContext,
+    StreamCoding,
 };
+use crate::pipeline::{fetch, remember, Pipeline};
 
 /// A text body's typical compressed share, for estimates before measuring.
 const TYPICAL_RATIO: f64 = 0.2;
 
-/// The link's shared state on the server proxy.
-#[derive(Default)]
+/// The server proxy's end of the link: the pipeline it runs exchanges through, and
+/// the state the link keeps beside it.
 pub struct LinkServer {
+    pipeline: Arc<Pipeline>,
     waits: OriginWaits,
     writes: PendingWrites,
+}
+
+impl LinkServer {
+    pub fn new(pipeline: Arc<Pipeline>) -> Self {
+        LinkServer {
+            pipeline,
+            waits: OriginWaits::default(),
+            writes: PendingWrites::default(),
+        }
+    }
+}
+
+/// Sends what the origin's answer does as it arrives to the exchange watching it.
+/// Unbounded, yet bounded: `fetch` observes only bodies it reads whole (at most
+/// `limits.max_buffered_body`), and the exchange drains the channel while it waits.
+struct OriginWatchSender(tokio::sync::mpsc::UnboundedSender<OriginEvent>);
+
+impl OriginObserver for OriginWatchSender {
+    fn observe(&self, event: OriginEvent) {
+        let _ = self.0.send(event);
+    }
 }
 
 /// Store writes still running after their answer went out, per resource: the next
@@ -123,10 +145,26 @@ pub fn is_link_request(headers: &HeaderMap) -> bool {
     headers.contains_key(frame::LINK_HEADER)
 }
 
+/// Answers a link request to a server that does not accept links.
+pub fn refuse_unlinked<B>(p: &Pipeline, req: &Request<B>) -> Response<Body> {
+    let status = StatusCode::NOT_FOUND;
+    p.metrics
+        .record_request(req.method(), status, std::time::Duration::ZERO);
+    error_response(
+        status,
+        "this server does not accept links (start it with --link)",
+    )
+}
+
 /// Answers a link request: a `200` whose body is the frame sequence, produced by a
 /// task so that frames flow while the origin is consulted. Requests refused as a
 /// whole get an ordinary error response.
-pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -> Response<Body> {
+pub async fn handle(
+    server: &Arc<LinkServer>,
+    mut req: Request<Body>,
+    conn: ConnInfo,
+) -> Response<Body> {
+    let p = &server.pipeline;
     let started = Instant::now();
     let method = req.method().clone();
     let refuse = |status: StatusCode, message: &str| {
@@ -134,12 +172,6 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
         error_response(status, message)
     };
     let config = &p.config.link;
-    if !config.enabled {
-        return refuse(
-            StatusCode::NOT_FOUND,
-            "this server does not accept links (start it with --link)",
-        );
-    }
     if let Some(token) = &config.token {
         let presented = req.headers().get(frame::LINK_HEADER).map(|v| v.as_bytes());
         if !presented.is_some_and(|p| crate::secret::same_secret(p, token.as_bytes())) {
@@ -187,6 +219,7 @@ pub async fn handle(p: &Arc<Pipeline>, mut req: Request<Body>, conn: ConnInfo) -
     let (tx, body) = body::channel(1);
     let exchange = Exchange {
         p: p.clone(),
+        server: server.clone(),
         ctx,
         have: if want_full { Vec::new() } else { have },
         want_full,
@@ -273,6 +306,7 @@ fn parse_have(headers: &HeaderMap) -> Result<Vec<Hash>, String> {
 
 struct Exchange {
     p: Arc<Pipeline>,
+    server: Arc<LinkServer>,
     ctx: RequestContext,
     have: Vec<Hash>,
     want_full: bool,
@@ -312,19 +346,19 @@ enum Ending {
 }
 
 impl Exchange {
-    async fn run(mut self, req: Request<Body>) -> Result<(), Stopped> {
-        let p = self.p.clone();
-        p.link.writes.wait_for(&self.ctx.resource).await;
+    async fn run(self, req: Request<Body>) -> Result<(), Stopped> {
+        let (p, server) = (self.p.clone(), self.server.clone());
+        self.server.writes.wait_for(&self.ctx.resource).await;
         let mut stale = self.stale_candidate().await;
         // With a stale stream going, watch the origin's answer arrive.
         let (tap, mut tapped) = tokio::sync::mpsc::unbounded_channel();
-        if stale.is_some() {
-            self.ctx.body_tap = Some(tap);
-        }
+        let observer: Option<Arc<dyn OriginObserver>> = stale
+            .is_some()
+            .then(|| Arc::new(OriginWatchSender(tap)) as Arc<dyn OriginObserver>);
         let mut watch = OriginWatch::default();
         let started = Instant::now();
         let fetched = {
-            let fetch = fetch::fetch(&p, &self.ctx, req);
+            let fetch = fetch::fetch(&p.fetcher, &self.ctx, req, observer.as_ref());
             tokio::pin!(fetch);
             loop {
                 let cut_due = watch.cut_due();
@@ -361,7 +395,7 @@ impl Exchange {
                     response.status(),
                     StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT
                 ) {
-                    p.link.waits.record(&self.ctx.site, started.elapsed());
+                    self.server.waits.record(&self.ctx.site, started.elapsed());
                 }
                 if watch.cut.is_some() {
                     let message = format!(
@@ -377,7 +411,7 @@ impl Exchange {
             fetched.instance.provenance,
             Provenance::Fetched { .. } | Provenance::Revalidated { .. } | Provenance::Bypass
         ) {
-            p.link.waits.record(&self.ctx.site, started.elapsed());
+            self.server.waits.record(&self.ctx.site, started.elapsed());
         }
         let base = self.base_to_keep(&fetched.instance);
         match whole_copy(&fetched.instance) {
@@ -385,7 +419,7 @@ impl Exchange {
             // while `remember` writes. A request arriving before the writes land finds
             // less to build on, never anything wrong.
             Some(instance) => {
-                let writing = p.link.writes.begin(&self.ctx.resource);
+                let writing = server.writes.begin(&self.ctx.resource);
                 let answer = async {
                     if let Some(base) = base {
                         self.keep_base(base).await;
@@ -396,14 +430,14 @@ impl Exchange {
                     }
                 };
                 let remember = async {
-                    remember::remember(&p, fetched).await;
+                    remember::remember(&p.cache, &p.deltas, &p.metrics, fetched).await;
                     drop(writing);
                 };
                 let (_, answered) = tokio::join!(remember, answer);
                 answered
             }
             None => {
-                let instance = remember::remember(&p, fetched).await;
+                let instance = remember::remember(&p.cache, &p.deltas, &p.metrics, fetched).await;
                 match watch.cut.take() {
                     Some(cut) => self.resume_cut_through(cut, watch, instance).await,
                     None => self.answer(instance, stale).await,
@@ -416,9 +450,9 @@ impl Exchange {
     /// the stale instance in its first half (and shares little with it), the stale
     /// stream stops and the new data goes to the client as it arrives (FULL),
     /// instead of after the whole body (docs/link-protocol.md).
-    async fn watch_origin(&self, watch: &mut OriginWatch, event: TapEvent, stale: &StaleStream) {
+    async fn watch_origin(&self, watch: &mut OriginWatch, event: OriginEvent, stale: &StaleStream) {
         let data = match event {
-            TapEvent::Head {
+            OriginEvent::Head {
                 status,
                 fields,
                 decode,
@@ -435,12 +469,12 @@ impl Exchange {
                 watch.length = length;
                 return;
             }
-            TapEvent::End => {
+            OriginEvent::End => {
                 watch.ended = true;
                 return;
             }
-            TapEvent::Data(_) if watch.settled => return,
-            TapEvent::Data(data) => data,
+            OriginEvent::Data(_) if watch.settled => return,
+            OriginEvent::Data(data) => data,
         };
         watch.coded += data.len() as u64;
         watch.first_data.get_or_insert_with(Instant::now);
@@ -573,14 +607,13 @@ impl Exchange {
             || self.ctx.profile.method != Method::GET
             || self.ctx.profile.has_authorization
             || !self
-                .p
-                .link
+                .server
                 .waits
                 .worth_sending_stale(&self.ctx.site, min_wait)
         {
             return None;
         }
-        let store = self.p.store.clone()?;
+        let store = self.p.store().cloned()?;
         let resource = self.ctx.resource.clone();
         let have = self.have.clone();
         let found = tokio::task::spawn_blocking(move || {
@@ -776,7 +809,7 @@ impl Exchange {
     /// The first instance the client named that the server holds as content of this
     /// site (so a client can only be answered relative to that site's content).
     async fn held_base(&self) -> Option<(Hash, Bytes)> {
-        let store = self.p.store.clone()?;
+        let store = self.p.store().cloned()?;
         let (have, site, resource) = (
             self.have.clone(),
             self.ctx.site.clone(),
@@ -927,7 +960,7 @@ impl Exchange {
     }
 
     async fn keep_base(&self, (bytes, hash, etag): (Bytes, Hash, Option<String>)) {
-        let Some(store) = self.p.store.clone() else {
+        let Some(store) = self.p.store().cloned() else {
             return;
         };
         let resource = self.ctx.resource.clone();
@@ -940,7 +973,7 @@ impl Exchange {
                 time: now_unix(),
                 size: bytes.len() as u64,
             };
-            remember_version(&store, &delta, &resource, version)
+            record_version(&store, &delta, &resource, version)
         })
         .await;
         if let Ok(Err(e)) = kept {

@@ -3,7 +3,7 @@
 //! Adaptive fidelity (Client Hints, bandwidth estimates, the load controller) is a
 //! later capability; until it lands every instance passes through unchanged.
 
-use super::{Instance, RequestContext};
+use crate::model::{Instance, RequestContext};
 
 pub fn adapt(_ctx: &RequestContext, instance: Instance) -> Instance {
     instance

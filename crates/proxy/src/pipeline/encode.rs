@@ -9,8 +9,7 @@
 //! background, so no client waits for a slow high level and repeats cost no CPU.
 //! Other bodies use the `on_the_fly` list. Streams are compressed as they flow.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
 use codec::dictionary::DictionaryCoding;
@@ -21,11 +20,12 @@ use store::Hash;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::ContentCoding;
 
-use super::{Instance, InstanceBody, Pipeline, Provenance, RequestContext, StreamCoding};
 use crate::body::{self, Body};
-use crate::config::{CodingList, CompressionProfile};
+use crate::config::{CodingList, CompressionProfile, Config};
 use crate::decode::Windows;
-use crate::delta::{self, DeltaChoice};
+use crate::delta::{DeltaChoice, DeltaEngine};
+use crate::model::{Instance, InstanceBody, Provenance, RequestContext, StreamCoding};
+use crate::variants::{produce_off_reactor, DerivedBodies, Produce, Variant};
 
 /// The representation `respond` sends.
 pub struct Representation {
@@ -83,16 +83,18 @@ impl SentCoding {
     }
 }
 
-/// Background encodes at the `cached` level under way, by (content, variant), so
-/// concurrent misses start one job.
-#[derive(Default)]
-pub struct BackgroundJobs {
-    running: Arc<Mutex<HashSet<(Hash, String)>>>,
-}
-
-/// Runs on every instance that has a body; never fails (an encoding problem falls
-/// back to identity, a corrupt origin stream ends the body with an error).
-pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> Representation {
+/// Runs on every instance, after `hint`: chooses identity, a content coding the client
+/// accepts, or a delta the delta engine offers, and produces it (kept in `bodies` when
+/// the instance is reusable); adds `Use-As-Dictionary` and dictionary links. May not
+/// change the instance's content. Never fails: an encoding problem falls back to
+/// identity, a corrupt origin stream ends the body with an error.
+pub async fn encode(
+    config: &Config,
+    bodies: &DerivedBodies,
+    deltas: &DeltaEngine,
+    ctx: &RequestContext,
+    instance: Instance,
+) -> Representation {
     let Instance {
         status,
         mut headers,
@@ -102,7 +104,7 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
         last_modified,
         ..
     } = instance;
-    let compression = &p.config.compression;
+    let compression = &config.compression;
     let no_transform = CacheControl::from_headers(&headers).no_transform;
     let profile = headers
         .get(header::CONTENT_TYPE)
@@ -152,7 +154,7 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
             let (plain, sent) = match choice {
                 None => (bytes.clone(), SentCoding::Identity),
                 Some((prof, (coding, level))) if reusable => (
-                    cached_compression(p, prof, hash, &bytes, coding, level).await,
+                    cached_compression(bodies, prof, hash, &bytes, coding, level).await,
                     SentCoding::Encoded(coding),
                 ),
                 Some((_, (coding, level))) => (
@@ -164,13 +166,17 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
                 && negotiable
                 && status == StatusCode::OK
                 && !ctx.profile.wants_range
-                && p.config.delta.enabled;
+                && config.delta.enabled;
             let delta = match deltas_apply {
-                true => delta::choose(p, ctx, &headers, hash, &bytes, plain.len()).await,
+                true => {
+                    deltas
+                        .choose(ctx, &headers, hash, &bytes, plain.len())
+                        .await
+                }
                 false => None,
             };
             if deltas_apply {
-                delta::announce(p, ctx, &mut headers, hash).await;
+                deltas.announce(ctx, &mut headers, hash).await;
             }
             let mut whole = match delta {
                 Some(DeltaChoice::Dictionary { coding, body }) => rep(
@@ -222,7 +228,7 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
             StreamCoding::Known(origin_coding) => {
                 let target = profile.and_then(|prof| pick(&prof.on_the_fly));
                 let transform = Transform::new(
-                    Some((origin_coding, p.config.limits.max_decoded_body)),
+                    Some((origin_coding, config.limits.max_decoded_body)),
                     target,
                 );
                 let body = transform.apply(body);
@@ -286,139 +292,10 @@ pub async fn encode(p: &Pipeline, ctx: &RequestContext, instance: Instance) -> R
     representation
 }
 
-/// Work on inputs below this size runs on the reactor thread: handing it to the
-/// blocking pool costs more than the work.
-const INLINE_WORK_MAX: usize = 16 * 1024;
-
-/// Makes a derived body (an encoding or a delta) at a level.
-pub(crate) type Produce = Arc<dyn Fn(u32) -> Vec<u8> + Send + Sync>;
-/// The store's name for a derived body at a level (`br-11`, `dcz:<dict>-19`, …).
-pub(crate) type VariantName = Arc<dyn Fn(u32) -> String + Send + Sync>;
-
-async fn produce_off_reactor(produce: &Produce, level: u32, input_len: usize) -> Bytes {
-    if input_len <= INLINE_WORK_MAX {
-        return Bytes::from(produce(level));
-    }
-    let produce = produce.clone();
-    tokio::task::spawn_blocking(move || Bytes::from(produce(level)))
-        .await
-        .expect("codecs do not panic")
-}
-
-/// A body derived from the content `hash` and kept in the store under its variant
-/// name: the `best` level when stored; otherwise the `quick` level (stored, or made
-/// now and kept) while `best` is made in the background, so no client waits for a
-/// slow level and repeats cost no CPU. Without a `quick` level, `best` is made now.
-pub(crate) async fn cached_variant(
-    p: &Pipeline,
-    hash: Hash,
-    input_len: usize,
-    name: VariantName,
-    quick: Option<u32>,
-    best: u32,
-    produce: Produce,
-) -> Bytes {
-    let Some(store) = p.store.clone() else {
-        return produce_off_reactor(&produce, quick.unwrap_or(best), input_len).await;
-    };
-    let wanted = name(best);
-    if let Some(hit) = store.get_encoding_in_memory(&hash, &wanted) {
-        p.metrics.encoding_cache_result("hit");
-        return hit;
-    }
-    let quick = quick.filter(|q| *q != best).map(|q| (q, name(q)));
-    let (wanted_hit, quick_hit) = tokio::task::spawn_blocking({
-        let (store, wanted, quick_name) = (
-            store.clone(),
-            wanted.clone(),
-            quick.as_ref().map(|(_, n)| n.clone()),
-        );
-        move || {
-            let wanted_hit = store.get_encoding(&hash, &wanted).ok().flatten();
-            let quick_hit = match (&wanted_hit, quick_name) {
-                (None, Some(q)) => store.get_encoding(&hash, &q).ok().flatten(),
-                _ => None,
-            };
-            (wanted_hit, quick_hit)
-        }
-    })
-    .await
-    .expect("store reads do not panic");
-    if let Some(hit) = wanted_hit {
-        p.metrics.encoding_cache_result("hit");
-        return hit;
-    }
-    let Some((quick_level, quick_name)) = quick else {
-        p.metrics.encoding_cache_result("miss");
-        let made = produce_off_reactor(&produce, best, input_len).await;
-        keep_variant(p, store, hash, wanted, made.clone());
-        return made;
-    };
-    start_background_variant(p, store.clone(), hash, wanted, best, produce.clone());
-    if let Some(hit) = quick_hit {
-        p.metrics.encoding_cache_result("quick_hit");
-        return hit;
-    }
-    p.metrics.encoding_cache_result("miss");
-    let made = produce_off_reactor(&produce, quick_level, input_len).await;
-    keep_variant(p, store, hash, quick_name, made.clone());
-    made
-}
-
-fn keep_variant(p: &Pipeline, store: store::Store, hash: Hash, variant: String, made: Bytes) {
-    let errors = p.metrics.store_write_errors.clone();
-    p.background.spawn_blocking(move || {
-        if let Err(e) = store.put_encoding(&hash, &variant, &made) {
-            errors.inc();
-            if !matches!(
-                e,
-                store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)
-            ) {
-                tracing::warn!(error = %e, variant, "derived body not kept");
-            }
-        }
-    });
-}
-
-fn start_background_variant(
-    p: &Pipeline,
-    store: store::Store,
-    hash: Hash,
-    variant: String,
-    level: u32,
-    produce: Produce,
-) {
-    let job = (hash, variant.clone());
-    if !p
-        .encode_jobs
-        .running
-        .lock()
-        .expect("jobs poisoned")
-        .insert(job.clone())
-    {
-        return;
-    }
-    let errors = p.metrics.store_write_errors.clone();
-    let running = Arc::clone(&p.encode_jobs.running);
-    p.background.spawn_blocking(move || {
-        let made = produce(level);
-        if let Err(e) = store.put_encoding(&hash, &variant, &made) {
-            errors.inc();
-            if !matches!(
-                e,
-                store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)
-            ) {
-                tracing::warn!(error = %e, variant, "background encoding not kept");
-            }
-        }
-        running.lock().expect("jobs poisoned").remove(&job);
-    });
-}
-
 /// Plain compression of reusable content at `level`, answering at the profile's
 /// `on_the_fly` level meanwhile when that is lower.
 async fn cached_compression(
-    p: &Pipeline,
+    bodies: &DerivedBodies,
     profile: &CompressionProfile,
     hash: Hash,
     bytes: &Bytes,
@@ -434,8 +311,10 @@ async fn cached_compression(
         .filter(|l| *l < level);
     let content = bytes.clone();
     let produce: Produce = Arc::new(move |l| codec::compress(coding, l, &content));
-    let name: VariantName = Arc::new(move |l| delta::compression_variant(coding, l));
-    cached_variant(p, hash, bytes.len(), name, quick, level, produce).await
+    let variant = Variant::Coded { coding, level };
+    bodies
+        .get_or_make(hash, bytes.len(), &variant, quick, level, produce)
+        .await
 }
 
 /// Compression of content used once.

@@ -19,36 +19,85 @@ use wirefold_http::conditional::EntityTag;
 use wirefold_http::dictionary::{use_as_dictionary, USE_AS_DICTIONARY};
 use wirefold_http::ContentCoding;
 
-use super::remember::{self, StorePlan};
-use super::{
-    BodyTap, Instance, InstanceBody, Pipeline, Provenance, RequestContext, Source, StreamCoding,
-    TapEvent,
-};
-use crate::body::{self, Body};
-use crate::cache::{
-    self, resource_of, site_of, CacheEntry, HotEntries, LeaderGuard, Role, StoredResponse,
-};
+use super::remember::{self, Fetched, StorePlan};
+use crate::background::Background;
+use crate::body::{self, error_response, Body};
+use crate::cache::{self, resource_of, site_of, Cache, Role, StoredResponse};
+use crate::config::Config;
 use crate::decode::{self, DecodeBudget, Unheld, WholeDecode, WholeLimits};
 use crate::delta::dictionaries::{self, DERIVED_PREFIX};
+use crate::delta::DeltaEngine;
 use crate::files::{FileContent, FileSource};
-use crate::origin::{clean_response_head, ConnInfo, Origin, OriginError};
-use crate::pipeline::respond::error_response;
+use crate::forward::ForwardOrigins;
+use crate::metrics::Metrics;
+use crate::model::{
+    content_etag, ClientProfile, ConnInfo, Instance, InstanceBody, OriginEvent, OriginObserver,
+    Provenance, RequestContext, StreamCoding,
+};
+use crate::origin::{clean_response_head, Origin, OriginError};
 
-/// What fetch hands to `remember`.
-pub struct Fetched<'a> {
-    pub instance: Instance,
-    pub store_plan: Option<StorePlan>,
-    /// Held by the request that fetched for coalesced waiters until `remember` is done.
-    pub leader: Option<LeaderGuard<'a>>,
+/// Where current instances come from.
+pub enum Source {
+    Origin(Arc<Origin>),
+    Files(FileSource),
+    /// The origin each request names in its absolute URI (a server proxy's link).
+    Forward(Box<ForwardOrigins>),
 }
 
-impl Fetched<'_> {
-    fn plain(instance: Instance) -> Self {
-        Fetched {
-            instance,
-            store_plan: None,
-            leader: None,
+impl Source {
+    /// Whose content a request is for: the upstream host, `root` for the file source,
+    /// or the origin a forwarded request names (which must be absolute).
+    pub fn site_for(&self, profile: &ClientProfile) -> Result<String, String> {
+        Ok(match self {
+            Source::Origin(origin) => origin
+                .upstream_host(profile.host.as_ref())
+                .to_str()
+                .unwrap_or_default()
+                .to_string(),
+            Source::Files(_) => "root".to_string(),
+            Source::Forward(_) => ForwardOrigins::site_of(&profile.uri)
+                .ok_or("a server proxy needs an absolute http:// or https:// URI")?,
+        })
+    }
+}
+
+/// What `fetch` works with: the source of instances, the cache in front of it, and
+/// the limits on what it reads.
+pub struct Fetcher {
+    config: Arc<Config>,
+    source: Source,
+    cache: Arc<Cache>,
+    /// For the background revalidations that run `remember` themselves.
+    deltas: Arc<DeltaEngine>,
+    metrics: Arc<Metrics>,
+    background: Background,
+    /// Decoded bytes buffered bodies may hold (`limits.max_decoding_memory`).
+    decode_budget: Arc<DecodeBudget>,
+}
+
+impl Fetcher {
+    pub fn new(
+        config: Arc<Config>,
+        source: Source,
+        cache: Arc<Cache>,
+        deltas: Arc<DeltaEngine>,
+        metrics: Arc<Metrics>,
+        background: Background,
+    ) -> Self {
+        let decode_budget = DecodeBudget::new(config.limits.max_decoding_memory, &metrics);
+        Fetcher {
+            config,
+            source,
+            cache,
+            deltas,
+            metrics,
+            background,
+            decode_budget,
         }
+    }
+
+    pub fn source(&self) -> &Source {
+        &self.source
     }
 }
 
@@ -70,17 +119,24 @@ const CLIENT_CONDITIONALS: [header::HeaderName; 6] = [
     header::RANGE,
 ];
 
+/// Runs after `classify`: yields the current instance of the resource — from the
+/// cache while it may be reused, from the origin otherwise (conditionally when a
+/// validator is stored), or from the file root — and plans what `remember` is to
+/// keep. May change only the request it sends upstream (hop-by-hop and client
+/// conditional fields removed on a cache fill). An `observer` sees an origin's answer
+/// arrive when it is read whole. Errors come back as finished responses.
 pub async fn fetch<'a>(
-    p: &'a Arc<Pipeline>,
+    f: &'a Arc<Fetcher>,
     ctx: &RequestContext,
     req: Request<Body>,
+    observer: Option<&Arc<dyn OriginObserver>>,
 ) -> Result<Fetched<'a>, Response<Body>> {
     if let Some(hex) = ctx.profile.uri.path().strip_prefix(DERIVED_PREFIX) {
-        return derived_dictionary(p, ctx, hex).await.map(Fetched::plain);
+        return derived_dictionary(f, ctx, hex).await.map(Fetched::plain);
     }
-    match &p.source {
-        Source::Files(files) => fetch_file(p, files, ctx).await.map(Fetched::plain_file),
-        Source::Origin(origin) => fetch_origin(p, origin, ctx, req).await,
+    match &f.source {
+        Source::Files(files) => fetch_file(f, files, ctx).await.map(Fetched::plain_file),
+        Source::Origin(origin) => fetch_origin(f, origin, ctx, req, observer).await,
         Source::Forward(forward) => {
             if let Some(refusal) = forward.refuse(&ctx.site) {
                 return Err(error_response(StatusCode::FORBIDDEN, &refusal));
@@ -88,17 +144,7 @@ pub async fn fetch<'a>(
             let origin = forward.origin(&ctx.site).map_err(|e| {
                 error_response(StatusCode::BAD_REQUEST, &format!("cannot forward: {e}"))
             })?;
-            fetch_origin(p, &origin, ctx, req).await
-        }
-    }
-}
-
-impl Fetched<'_> {
-    fn plain_file((instance, store_plan): (Instance, Option<StorePlan>)) -> Self {
-        Fetched {
-            instance,
-            store_plan,
-            leader: None,
+            fetch_origin(f, &origin, ctx, req, observer).await
         }
     }
 }
@@ -106,12 +152,12 @@ impl Fetched<'_> {
 /// A derived dictionary, served by wirefold itself: long-lived, content addressed,
 /// announced for the pages it was derived from.
 async fn derived_dictionary(
-    p: &Pipeline,
+    f: &Fetcher,
     ctx: &RequestContext,
     hex: &str,
 ) -> Result<Instance, Response<Body>> {
     let not_found = || error_response(StatusCode::NOT_FOUND, "no such dictionary");
-    let (Ok(hash), Some(store)) = (hex.parse::<Hash>(), p.store.clone()) else {
+    let (Ok(hash), Some(store)) = (hex.parse::<Hash>(), f.cache.store.clone()) else {
         return Err(not_found());
     };
     if !ctx.profile.is_get_or_head() {
@@ -152,7 +198,7 @@ async fn derived_dictionary(
 }
 
 async fn fetch_file(
-    p: &Pipeline,
+    f: &Fetcher,
     files: &FileSource,
     ctx: &RequestContext,
 ) -> Result<(Instance, Option<StorePlan>), Response<Body>> {
@@ -170,7 +216,11 @@ async fn fetch_file(
         return Err(error_response(StatusCode::NOT_FOUND, "not found"));
     };
     let content = files
-        .read(&found, p.config.limits.max_buffered_body, p.store.as_ref())
+        .read(
+            &found,
+            f.config.limits.max_buffered_body,
+            f.cache.store.as_ref(),
+        )
         .await
         .map_err(|e| {
             tracing::warn!(path = %found.path.display(), error = %e, "file read failed");
@@ -188,7 +238,7 @@ async fn fetch_file(
     );
     let path = profile.uri.path();
     let versioned = wirefold_http::url_pattern::is_versioned(path);
-    let files_config = &p.config.files;
+    let files_config = &f.config.files;
     let cache_control = if versioned {
         &files_config.versioned_cache_control
     } else {
@@ -203,7 +253,7 @@ async fn fetch_file(
             hash,
             from_store,
         } => {
-            let text = p
+            let text = f
                 .config
                 .compression
                 .profile_for(&found.content_type)
@@ -253,16 +303,12 @@ async fn fetch_file(
     ))
 }
 
-/// A strong validator naming exact content: the first 128 bits of its SHA-256.
-pub fn content_etag(hash: &Hash) -> String {
-    hash.to_hex()[..32].to_string()
-}
-
 async fn fetch_origin<'a>(
-    p: &'a Arc<Pipeline>,
+    f: &'a Arc<Fetcher>,
     origin: &Origin,
     ctx: &RequestContext,
     req: Request<Body>,
+    observer: Option<&Arc<dyn OriginObserver>>,
 ) -> Result<Fetched<'a>, Response<Body>> {
     let profile = &ctx.profile;
     let is_upgrade = wirefold_http::hop_by_hop::is_upgrade_request(&profile.headers).is_some();
@@ -270,7 +316,7 @@ async fn fetch_origin<'a>(
     // A request with a body is forwarded with it, framing and all (a GET whose
     // `Content-Length` went upstream without its bytes would desync the pooled
     // connection), and what answers it is never a cache fill.
-    let uses_cache = p.store.is_some()
+    let uses_cache = f.cache.store.is_some()
         && profile.is_get_or_head()
         && !profile.has_body
         && !profile.has_authorization
@@ -278,16 +324,16 @@ async fn fetch_origin<'a>(
         && !is_upgrade;
     if !uses_cache {
         let unsafe_method = !profile.method.is_safe();
-        let fetched = pass_through(p, origin, ctx.conn, req).await?;
+        let fetched = pass_through(f, origin, ctx.conn, req).await?;
         if unsafe_method
             && (fetched.instance.status.is_success() || fetched.instance.status.is_redirection())
         {
-            remember::invalidate(p, &key).await;
+            f.cache.invalidate(&key).await;
         }
         return Ok(fetched);
     }
 
-    if let Some((stored, headers, bytes)) = lookup(p, &key, &profile.headers).await {
+    if let Some((stored, headers, bytes)) = f.cache.lookup(&key, &profile.headers).await {
         let now = SystemTime::now();
         let response_cc = CacheControl::from_headers(&headers);
         let freshness = stored.freshness();
@@ -297,13 +343,13 @@ async fn fetch_origin<'a>(
             |provenance| cached_instance(&stored, headers.clone(), bytes.clone(), hash, provenance);
         match reuse(&freshness, &response_cc, &profile.cache_control, now) {
             Reuse::Fresh => {
-                p.metrics.cache_result("hit");
+                f.metrics.cache_result("hit");
                 return Ok(Fetched::plain(cached(Provenance::Hit { age })));
             }
             Reuse::StaleWhileRevalidate => {
-                p.metrics.cache_result("stale");
+                f.metrics.cache_result("stale");
                 spawn_revalidation(
-                    p.clone(),
+                    f.clone(),
                     key,
                     stored.clone(),
                     profile.headers.clone(),
@@ -320,13 +366,13 @@ async fn fetch_origin<'a>(
             Reuse::MustRevalidate => {
                 let request_cc = profile.cache_control.clone();
                 return match revalidate(
-                    p,
+                    f,
                     origin,
                     &key,
                     &stored,
                     &profile.headers,
                     ctx.conn,
-                    ctx.body_tap.as_ref(),
+                    observer,
                 )
                 .await
                 {
@@ -338,7 +384,7 @@ async fn fetch_origin<'a>(
                             &request_cc,
                         ) =>
                     {
-                        p.metrics.cache_result("stale");
+                        f.metrics.cache_result("stale");
                         Ok(Fetched::plain(cached(Provenance::Stale { age })))
                     }
                     Ok(fetched) => Ok(fetched),
@@ -351,7 +397,7 @@ async fn fetch_origin<'a>(
                         ) =>
                     {
                         tracing::warn!(key, error = %e, "origin failed; serving stale (stale-if-error)");
-                        p.metrics.cache_result("stale");
+                        f.metrics.cache_result("stale");
                         Ok(Fetched::plain(cached(Provenance::Stale { age })))
                     }
                     Err(e) => Err(origin_failure(&e)),
@@ -368,19 +414,19 @@ async fn fetch_origin<'a>(
     }
     // A range or a HEAD on a miss goes upstream as asked; the next full GET fills the cache.
     if profile.wants_range || profile.method == Method::HEAD {
-        p.metrics.cache_result("bypass");
-        return pass_through(p, origin, ctx.conn, req).await;
+        f.metrics.cache_result("bypass");
+        return pass_through(f, origin, ctx.conn, req).await;
     }
-    let leader = match p.inflight.join(&key) {
+    let leader = match f.cache.inflight.join(&key) {
         Role::Leader(guard) => Some(guard),
         Role::Follower(rx) => {
             cache::wait_for_leader(
                 rx,
-                Duration::from_millis(p.config.upstream.header_timeout_ms),
+                Duration::from_millis(f.config.upstream.header_timeout_ms),
             )
             .await;
-            if let Some((stored, headers, bytes)) = lookup(p, &key, &profile.headers).await {
-                p.metrics.cache_result("coalesced");
+            if let Some((stored, headers, bytes)) = f.cache.lookup(&key, &profile.headers).await {
+                f.metrics.cache_result("coalesced");
                 let hash = stored.body_hash().expect("lookup checked the body hash");
                 let age = stored.age(SystemTime::now());
                 let instance =
@@ -390,23 +436,23 @@ async fn fetch_origin<'a>(
             None
         }
     };
-    p.metrics.cache_result("miss");
+    f.metrics.cache_result("miss");
     let upstream = cache_fill_request(&profile.headers, &profile.uri, None);
     let request_time = SystemTime::now();
-    let (response, latency) = send(p, origin, upstream, ctx.conn)
+    let (response, latency) = send(f, origin, upstream, ctx.conn)
         .await
         .map_err(|e| origin_failure(&e))?;
     let mut fetched = admit(
-        p,
+        f,
         Method::GET,
         Some(&key),
         &profile.headers,
         response,
         request_time,
-        ctx.body_tap.as_ref(),
+        observer,
     )
     .await?;
-    p.metrics.origin_latency.observe(latency.as_secs_f64());
+    f.metrics.origin_latency.observe(latency.as_secs_f64());
     fetched.leader = leader;
     Ok(fetched)
 }
@@ -447,38 +493,6 @@ fn last_modified(headers: &HeaderMap) -> Option<SystemTime> {
         .and_then(|s| httpdate::parse_http_date(s).ok())
 }
 
-/// The stored response matching this request, with its fields and body; `None` on a
-/// miss or when the body is gone (evicted or found corrupt). A hot entry with a hot
-/// body is answered here; otherwise the index is read on the blocking pool.
-async fn lookup(
-    p: &Pipeline,
-    key: &str,
-    request: &HeaderMap,
-) -> Option<(StoredResponse, HeaderMap, Bytes)> {
-    let store = p.store.clone()?;
-    if let Some(hot) = p.hot.get(key) {
-        let (stored, headers) = hot.find(request)?;
-        if let Some(bytes) = stored
-            .body_hash()
-            .and_then(|h| store.get_blob_in_memory(&h))
-        {
-            return Some((stored.clone(), headers.clone(), bytes));
-        }
-    }
-    let (owned_key, request) = (key.to_string(), request.clone());
-    let (entry, found) = tokio::task::spawn_blocking(move || {
-        let entry = CacheEntry::decode(&store.get_record(&owned_key).ok()??)?;
-        let hot = HotEntries::decoded(&entry);
-        let (stored, headers) = hot.find(&request)?.clone();
-        let bytes = store.get_blob(&stored.body_hash()?).ok()??;
-        Some((entry, (stored, headers, bytes)))
-    })
-    .await
-    .ok()??;
-    p.hot.put(key, &entry);
-    Some(found)
-}
-
 /// The request a cache fill or revalidation sends: the client's fields without its
 /// own conditionals or body framing (it has no body), our accepted codings, and the
 /// stored validators if revalidating.
@@ -513,14 +527,14 @@ fn cache_fill_request(
 }
 
 async fn send(
-    p: &Pipeline,
+    f: &Fetcher,
     origin: &Origin,
     req: Request<Body>,
     conn: ConnInfo,
 ) -> Result<(Response<Body>, Duration), OriginError> {
     let result = origin.send(origin.prepare(req, conn)).await;
     if let Some(kind) = result.as_ref().err().and_then(OriginError::origin_kind) {
-        p.metrics.origin_error(kind);
+        f.metrics.origin_error(kind);
     }
     result
 }
@@ -536,7 +550,7 @@ fn origin_failure(e: &OriginError) -> Response<Body> {
 
 /// Forwards a request as it is and streams the answer back; nothing is stored.
 async fn pass_through<'a>(
-    p: &Pipeline,
+    f: &Fetcher,
     origin: &Origin,
     conn: ConnInfo,
     req: Request<Body>,
@@ -544,12 +558,12 @@ async fn pass_through<'a>(
     let request_headers = req.headers().clone();
     let method = req.method().clone();
     let request_time = SystemTime::now();
-    let (response, latency) = send(p, origin, req, conn)
+    let (response, latency) = send(f, origin, req, conn)
         .await
         .map_err(|e| origin_failure(&e))?;
-    p.metrics.origin_latency.observe(latency.as_secs_f64());
+    f.metrics.origin_latency.observe(latency.as_secs_f64());
     let mut fetched = admit(
-        p,
+        f,
         method,
         None,
         &request_headers,
@@ -565,13 +579,13 @@ async fn pass_through<'a>(
 /// Conditional request for a stored response: a 304 refreshes and serves it, anything
 /// else replaces it.
 async fn revalidate<'a>(
-    p: &Pipeline,
+    f: &Fetcher,
     origin: &Origin,
     key: &str,
     stored: &StoredResponse,
     client: &HeaderMap,
     conn: ConnInfo,
-    tap: Option<&BodyTap>,
+    observer: Option<&Arc<dyn OriginObserver>>,
 ) -> Result<Fetched<'a>, OriginError> {
     let stored_headers = stored.headers();
     // Absolute, so the host forwarded is the keyed one, never the `Host` field of
@@ -582,25 +596,25 @@ async fn revalidate<'a>(
         .unwrap_or_else(|_| http::Uri::from_static("/"));
     let upstream = cache_fill_request(client, &uri, Some(&stored_headers));
     let request_time = SystemTime::now();
-    let (response, latency) = send(p, origin, upstream, conn).await?;
-    p.metrics.origin_latency.observe(latency.as_secs_f64());
+    let (response, latency) = send(f, origin, upstream, conn).await?;
+    f.metrics.origin_latency.observe(latency.as_secs_f64());
     if response.status() != StatusCode::NOT_MODIFIED {
-        p.metrics.cache_result("miss");
+        f.metrics.cache_result("miss");
         return admit(
-            p,
+            f,
             Method::GET,
             Some(key),
             client,
             response,
             request_time,
-            tap,
+            observer,
         )
         .await
         .map_err(|r| {
             OriginError::Protocol(format!("response rejected with status {}", r.status()))
         });
     }
-    p.metrics.cache_result("revalidated");
+    f.metrics.cache_result("revalidated");
     let mut headers = stored_headers;
     let mut update = response.into_parts().0.headers;
     clean_response_head(&mut update);
@@ -614,7 +628,8 @@ async fn revalidate<'a>(
     let mut refreshed = stored.clone();
     refreshed.set_headers(&headers);
     refreshed.set_freshness(&freshness);
-    let bytes = p
+    let bytes = f
+        .cache
         .store
         .clone()
         .zip(refreshed.body_hash())
@@ -628,7 +643,7 @@ async fn revalidate<'a>(
     let age = freshness.current_age(SystemTime::now());
     // The 304's fields answer this request: merged into the shared entry only when
     // the result may be shared at all (a 304 to one user's cookie may carry theirs).
-    let public_path = p.config.cache.is_public_path(key_path(key));
+    let public_path = f.config.cache.is_public_path(key_path(key));
     let shared = audience(client, &headers, public_path).may_cache();
     let store_plan = shared.then(|| StorePlan::CacheEntry {
         key: key.to_string(),
@@ -657,15 +672,15 @@ fn key_path(key: &str) -> &str {
 }
 
 fn spawn_revalidation(
-    p: Arc<Pipeline>,
+    f: Arc<Fetcher>,
     key: String,
     stored: StoredResponse,
     client: HeaderMap,
     conn: ConnInfo,
 ) {
-    let background = p.background.clone();
+    let background = f.background.clone();
     background.spawn(async move {
-        let origin = match &p.source {
+        let origin = match &f.source {
             Source::Origin(origin) => origin.clone(),
             Source::Forward(forward) => match forward.origin(site_of(resource_of(&key))) {
                 Ok(origin) => origin,
@@ -673,15 +688,15 @@ fn spawn_revalidation(
             },
             Source::Files(_) => return,
         };
-        let leader = match p.inflight.join(&key) {
+        let leader = match f.cache.inflight.join(&key) {
             Role::Leader(guard) => guard,
             Role::Follower(_) => return, // someone is already refreshing it
         };
-        match revalidate(&p, &origin, &key, &stored, &client, conn, None).await {
+        match revalidate(&f, &origin, &key, &stored, &client, conn, None).await {
             Ok(mut fetched) => {
                 fetched.leader = Some(leader);
                 // Drain a streamed body so a storable one completes; the client got the stale copy.
-                remember::remember(&p, fetched).await;
+                remember::remember(&f.cache, &f.deltas, &f.metrics, fetched).await;
             }
             Err(e) => tracing::warn!(key, error = %e, "background revalidation failed"),
         }
@@ -693,13 +708,13 @@ fn spawn_revalidation(
 /// negotiates afresh), streams larger ones, and plans storage when the response is
 /// storable under RFC 9111 and wirefold's sharing rules.
 async fn admit<'a>(
-    p: &Pipeline,
+    f: &Fetcher,
     method: Method,
     key: Option<&str>,
     request: &HeaderMap,
     response: Response<Body>,
     request_time: SystemTime,
-    tap: Option<&BodyTap>,
+    observer: Option<&Arc<dyn OriginObserver>>,
 ) -> Result<Fetched<'a>, Response<Body>> {
     let response_time = SystemTime::now();
     let (mut parts, body) = response.into_parts();
@@ -708,7 +723,7 @@ async fn admit<'a>(
     let headers = &mut parts.headers;
     let last_modified = last_modified(headers);
     let secondary_key = cache::secondary_key(headers, request);
-    let public_path = key.is_some_and(|k| p.config.cache.is_public_path(key_path(k)));
+    let public_path = key.is_some_and(|k| f.config.cache.is_public_path(key_path(k)));
     let audience = audience(request, headers, public_path);
     let storable = key.is_some()
         && secondary_key.is_some()
@@ -738,7 +753,7 @@ async fn admit<'a>(
     let coding = stream_coding(headers.get(header::CONTENT_ENCODING));
     headers.remove(header::CONTENT_LENGTH);
     headers.remove(header::CONTENT_ENCODING);
-    let limit = p.config.limits.max_buffered_body;
+    let limit = f.config.limits.max_buffered_body;
     let fits = declared_length.is_none_or(|len| len <= limit as u64);
     if !fits || status == StatusCode::PARTIAL_CONTENT || matches!(coding, StreamCoding::Unknown(_))
     {
@@ -754,21 +769,21 @@ async fn admit<'a>(
         StreamCoding::Known(c) => Some(c),
         _ => None,
     };
-    let body = match tap {
-        Some(tap) => {
+    let body = match observer {
+        Some(observer) => {
             let mut fields = headers.clone();
             if decoded_coding.is_some() {
                 weaken_etag(&mut fields);
             }
-            let _ = tap.send(TapEvent::Head {
+            observer.observe(OriginEvent::Head {
                 status,
                 fields,
                 decode: decoded_coding,
                 length: declared_length,
             });
-            let tap = tap.clone();
+            let observer = observer.clone();
             body::tapped(body, move |data| {
-                let _ = tap.send(data.map_or(TapEvent::End, |d| TapEvent::Data(d.clone())));
+                observer.observe(data.map_or(OriginEvent::End, |d| OriginEvent::Data(d.clone())));
             })
         }
         None => body,
@@ -786,7 +801,7 @@ async fn admit<'a>(
             )));
         }
         Err(e) => {
-            p.metrics.origin_error("body");
+            f.metrics.origin_error("body");
             tracing::warn!(error = %e, "origin response body failed");
             return Err(error_response(
                 StatusCode::BAD_GATEWAY,
@@ -795,18 +810,18 @@ async fn admit<'a>(
         }
     };
     let limits = WholeLimits {
-        hold: p.config.limits.max_buffered_body,
-        total: p.config.limits.max_decoded_body,
+        hold: f.config.limits.max_buffered_body,
+        total: f.config.limits.max_decoded_body,
     };
     let origin_coded = decoded_coding.map(|c| (c, bytes.clone()));
-    let (budget, coded) = (p.decode_budget.clone(), bytes.clone());
+    let (budget, coded) = (f.decode_budget.clone(), bytes.clone());
     let decoded = tokio::task::spawn_blocking(move || {
         decode_and_hash(&budget, decoded_coding, coded, limits)
     })
     .await
     .expect("decoding does not panic")
     .map_err(|e| {
-        p.metrics.origin_error("body");
+        f.metrics.origin_error("body");
         tracing::warn!(error = %e, "origin body failed to decode");
         error_response(
             StatusCode::BAD_GATEWAY,

@@ -3,7 +3,7 @@
 //! Inline download is a later capability; until it lands every instance passes
 //! through unchanged.
 
-use super::{Instance, RequestContext};
+use crate::model::{Instance, RequestContext};
 
 pub fn hint(_ctx: &RequestContext, instance: Instance) -> Instance {
     instance

@@ -6,11 +6,38 @@
 
 use bytes::Bytes;
 
-use super::fetch::Fetched;
-use super::{Instance, Pipeline};
-use crate::cache::{resource_of, site_of, CacheEntry, StoredResponse};
-use crate::config::DeltaConfig;
-use crate::delta::{dictionaries, history};
+use crate::cache::{resource_of, Cache, CacheEntry, LeaderGuard, StoredResponse};
+use crate::delta::{history, now_unix, record_version, DeltaEngine};
+use crate::metrics::Metrics;
+use crate::model::Instance;
+
+/// What fetch hands to `remember`.
+pub struct Fetched<'a> {
+    pub instance: Instance,
+    pub store_plan: Option<StorePlan>,
+    /// Held by the request that fetched for coalesced waiters until `remember` is done.
+    pub leader: Option<LeaderGuard<'a>>,
+}
+
+impl Fetched<'_> {
+    pub fn plain(instance: Instance) -> Self {
+        Fetched {
+            instance,
+            store_plan: None,
+            leader: None,
+        }
+    }
+}
+
+impl Fetched<'_> {
+    pub fn plain_file((instance, store_plan): (Instance, Option<StorePlan>)) -> Self {
+        Fetched {
+            instance,
+            store_plan,
+            leader: None,
+        }
+    }
+}
 
 /// What to write.
 pub enum StorePlan {
@@ -32,21 +59,31 @@ pub enum StorePlan {
     },
 }
 
-pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
+/// Runs after `fetch`, before anything is sent: writes what `fetch` planned to keep
+/// (a cache entry and its body; a text version joins its resource's history for
+/// deltas), keeps a written entry hot, then releases coalesced waiters. May change
+/// only the store. Returns the instance unchanged; a failed write (disk full, I/O
+/// error) is logged and counted and the response is served all the same.
+pub async fn remember(
+    cache: &Cache,
+    deltas: &DeltaEngine,
+    metrics: &Metrics,
+    fetched: Fetched<'_>,
+) -> Instance {
     let Fetched {
         instance,
         store_plan,
         leader,
     } = fetched;
-    if let (Some(plan), Some(store)) = (store_plan, p.store.clone()) {
-        let delta = p.config.delta.clone();
-        let compression = p.config.compression.clone();
+    if let (Some(plan), Some(store)) = (store_plan, cache.store.clone()) {
+        let config = deltas.config().clone();
         let text = move |headers: &http::HeaderMap| {
             headers
                 .get(http::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
-                .is_some_and(|ct| compression.profile_for(ct).is_some())
+                .is_some_and(|ct| config.compression.profile_for(ct).is_some())
         };
+        let delta = deltas.config().delta.clone();
         // A cache entry written comes back, to be kept hot.
         let written = tokio::task::spawn_blocking(
             move || -> Result<Option<(String, CacheEntry)>, store::StoreError> {
@@ -60,14 +97,14 @@ pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
                         resource: Some(resource),
                     } => {
                         let hash = store.put_blob(&bytes)?;
-                        let etag = Some(format!("\"{}\"", super::fetch::content_etag(&hash)));
+                        let etag = Some(format!("\"{}\"", crate::model::content_etag(&hash)));
                         let version = history::Version {
                             hash: hash.to_hex(),
                             etag,
                             time: now_unix(),
                             size: bytes.len() as u64,
                         };
-                        remember_version(&store, &delta, &resource, version).map(|_| None)
+                        record_version(&store, &delta, &resource, version).map(|_| None)
                     }
                     StorePlan::CacheEntry {
                         key,
@@ -101,7 +138,7 @@ pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
                         entry.upsert(response);
                         store.put_record(&key, &entry.encode(), &entry.bodies())?;
                         if let Some(version) = new_version {
-                            remember_version(&store, &delta, resource_of(&key), version)?;
+                            record_version(&store, &delta, resource_of(&key), version)?;
                         }
                         Ok(Some((key, entry)))
                     }
@@ -111,55 +148,19 @@ pub async fn remember(p: &Pipeline, fetched: Fetched<'_>) -> Instance {
         .await
         .expect("store writes do not panic");
         match written {
-            Ok(Some((key, entry))) => p.hot.put(&key, &entry),
+            Ok(Some((key, entry))) => cache.hot.put(&key, &entry),
             Ok(None) => {}
             // Suspended after a full disk (logged once by the store), or a body evicted
             // between writes: not cached this time, nothing to report per request.
             Err(store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)) => {
-                p.metrics.store_write_errors.inc();
+                metrics.store_write_errors.inc();
             }
             Err(e) => {
-                p.metrics.store_write_errors.inc();
+                metrics.store_write_errors.inc();
                 tracing::warn!(error = %e, "not cached: store write failed; serving anyway");
             }
         }
     }
     drop(leader);
     instance
-}
-
-/// Drops the cache entry of a target after a successful unsafe request (RFC 9111 §4.4).
-pub async fn invalidate(p: &Pipeline, key: &str) {
-    let Some(store) = p.store.clone() else { return };
-    p.hot.remove(key);
-    let key = key.to_string();
-    let result = tokio::task::spawn_blocking(move || store.remove_record(&key)).await;
-    if let Ok(Err(e)) = result {
-        tracing::warn!(error = %e, "cache invalidation failed");
-    }
-}
-
-/// Appends a new instance to its resource's history and registers it as a possible
-/// dictionary for its site.
-pub(crate) fn remember_version(
-    store: &store::Store,
-    delta: &DeltaConfig,
-    resource: &str,
-    version: history::Version,
-) -> Result<(), store::StoreError> {
-    if !delta.enabled {
-        return Ok(());
-    }
-    let hash = version.hash();
-    history::record(store, resource, version, delta.history, delta.history_bytes)?;
-    match hash {
-        Some(hash) if delta.dictionaries => dictionaries::register(store, &hash, site_of(resource)),
-        _ => Ok(()),
-    }
-}
-
-pub(crate) fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

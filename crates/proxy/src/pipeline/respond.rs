@@ -8,17 +8,17 @@ use std::time::Duration;
 use codec::dictionary::DictionaryCoding;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Response, StatusCode};
-use wirefold_http::conditional::{evaluate, EntityTag, IfNoneMatch, Precondition};
-use wirefold_http::delta::{A_IM, DELTA_BASE, IM};
+use wirefold_http::conditional::{EntityTag, IfNoneMatch, Precondition, Preconditions};
+use wirefold_http::delta::{DELTA_BASE, IM};
 use wirefold_http::digest::{digest_value, WIREFOLD_DIGEST};
-use wirefold_http::range::{content_range, range_for, unsatisfied_range, RangeRequest};
+use wirefold_http::range::{content_range, unsatisfied_range, RangeFields, RangeRequest};
 use wirefold_http::vary::add_field;
 use wirefold_http::ContentCoding;
 
 use super::encode::{Representation, RepresentationBody, SentCoding};
-use super::{Pipeline, Provenance, RequestContext};
-use crate::body::{self, Body};
+use crate::body::{self, error_response, Body};
 use crate::metrics::Metrics;
+use crate::model::{Provenance, RequestContext};
 
 /// Fields a 304 carries over from the full response (RFC 9110 §15.4.5), and the
 /// instance digest, which names the instance the client is to keep using.
@@ -33,7 +33,16 @@ const NOT_MODIFIED_FIELDS: [HeaderName; 8] = [
     WIREFOLD_DIGEST,
 ];
 
-pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) -> Response<Body> {
+/// Runs last, on every representation: sets validators (a coded representation's
+/// `ETag` is its own), `Vary`, `Cache-Status` and `Age`, the instance digest, then
+/// answers a conditional request (304, 412) or a range (206, 416) from what
+/// `encode` chose. Returns the response; its body is counted into the metrics as it
+/// is sent.
+pub fn respond(
+    metrics: &Arc<Metrics>,
+    ctx: &RequestContext,
+    rep: Representation,
+) -> Response<Body> {
     let Representation {
         status,
         mut headers,
@@ -66,14 +75,13 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
         // An RFC 3229 client lists the instances it holds: holding this one in another
         // coding, or whole from a 226, it needs nothing new, and the 304 names the
         // validator it listed. Other clients revalidate the representation sent.
-        let delta_aware = request.headers.contains_key(A_IM);
+        let delta_aware = request.accepted_manipulations.is_some();
         let held = instance_etag
             .as_ref()
             .filter(|_| delta_aware)
-            .and_then(|instance| held_copy(&request.headers, instance));
-        match evaluate(
+            .and_then(|instance| held_copy(&request.preconditions, instance));
+        match request.preconditions.evaluate(
             &request.method,
-            &request.headers,
             held.as_ref().or(etag.as_ref()),
             last_modified,
         ) {
@@ -116,8 +124,8 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
         SentCoding::Vcdiff { base_etag } => {
             headers.insert(IM, HeaderValue::from_static("vcdiff"));
             // The base as the client listed it: it may hold it under a coding's validator.
-            let listed =
-                EntityTag::parse(base_etag).and_then(|base| held_copy(&request.headers, &base));
+            let listed = EntityTag::parse(base_etag)
+                .and_then(|base| held_copy(&request.preconditions, &base));
             if let Ok(base) = HeaderValue::from_str(
                 &listed.map_or_else(|| base_etag.clone(), |tag| tag.to_string()),
             ) {
@@ -133,7 +141,7 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
     let rangeable =
         status == StatusCode::OK && coding == SentCoding::Identity && request.method == Method::GET;
     let accounting = Accounting {
-        metrics: p.metrics.clone(),
+        metrics: metrics.clone(),
         mechanism: coding.mechanism(),
         content_type,
         original_len,
@@ -149,7 +157,7 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
             }
             match range(
                 rangeable,
-                &request.headers,
+                &request.range,
                 len,
                 etag.as_ref(),
                 last_modified,
@@ -175,7 +183,7 @@ pub async fn respond(p: &Pipeline, ctx: &RequestContext, rep: Representation) ->
             headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
             match range(
                 rangeable,
-                &request.headers,
+                &request.range,
                 len,
                 etag.as_ref(),
                 last_modified,
@@ -242,27 +250,29 @@ fn representation_etag(headers: &mut HeaderMap, coding: &SentCoding) -> Option<E
 
 /// The validator in the request's `If-None-Match` that names `instance`: as is, or
 /// as [`representation_etag`] suffixed it for a coding.
-fn held_copy(request: &HeaderMap, instance: &EntityTag) -> Option<EntityTag> {
-    let Some(IfNoneMatch::Tags(tags)) = IfNoneMatch::from_headers(request) else {
+fn held_copy(request: &Preconditions, instance: &EntityTag) -> Option<EntityTag> {
+    let Some(IfNoneMatch::Tags(tags)) = &request.if_none_match else {
         return None;
     };
-    tags.into_iter().find(
-        |tag| match tag.opaque.strip_prefix(instance.opaque.as_str()) {
-            Some("") => true,
-            Some(rest) => {
-                let token = rest.strip_prefix('-').unwrap_or_default();
-                tag.weak
-                    && (ContentCoding::from_token(token).is_some()
-                        || DictionaryCoding::from_token(token).is_some())
-            }
-            None => false,
-        },
-    )
+    tags.iter()
+        .find(
+            |tag| match tag.opaque.strip_prefix(instance.opaque.as_str()) {
+                Some("") => true,
+                Some(rest) => {
+                    let token = rest.strip_prefix('-').unwrap_or_default();
+                    tag.weak
+                        && (ContentCoding::from_token(token).is_some()
+                            || DictionaryCoding::from_token(token).is_some())
+                }
+                None => false,
+            },
+        )
+        .cloned()
 }
 
 fn range(
     rangeable: bool,
-    request: &HeaderMap,
+    request: &RangeFields,
     len: u64,
     etag: Option<&EntityTag>,
     last_modified: Option<std::time::SystemTime>,
@@ -271,7 +281,7 @@ fn range(
     if !rangeable {
         return None;
     }
-    match range_for(request, len, etag, last_modified) {
+    match request.resolve(len, etag, last_modified) {
         RangeRequest::Full => None,
         single @ RangeRequest::Single {
             start,
@@ -338,19 +348,6 @@ fn add_cache_status(headers: &mut HeaderMap, provenance: Provenance) {
         HeaderName::from_static("cache-status"),
         HeaderValue::from_static(status),
     );
-}
-
-/// A short plain-text error from wirefold itself; never cached.
-pub fn error_response(status: StatusCode, message: &str) -> Response<Body> {
-    let mut response = Response::new(body::full(format!("wirefold: {message}\n")));
-    *response.status_mut() = status;
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
 }
 
 /// Counts a body's bytes into the per-mechanism metrics.

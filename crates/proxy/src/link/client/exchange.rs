@@ -26,9 +26,10 @@ use super::reassemble::{
     referenced_instance, Current, Delivery, Outcome, ReassembleError, Reassembler,
 };
 use super::Client;
+use crate::body::error_response;
 use crate::body::{self, Body, IdleTimeout};
 use crate::link::frame::{self, Frame, FrameError, FrameReader};
-use crate::pipeline::respond::{error_response, not_modified};
+use crate::pipeline::respond::not_modified;
 
 /// What the client proxy adds to `Via`, towards the server proxy and the browser.
 pub const VIA_VALUE: &str = "1.1 wirefold-client";

@@ -17,8 +17,8 @@ use tokio::sync::watch;
 
 use super::metrics::{ClientMetrics, Outcome};
 use super::{exchange, Client};
+use crate::body::error_response;
 use crate::body::{self, Body};
-use crate::pipeline::respond::error_response;
 
 /// A browser (or a client of the admin listener) must send a whole request head
 /// within this time.

@@ -1,0 +1,173 @@
+//! The values the stages hand each other: the request as classified, the per-request
+//! context, and the current instance of a resource. A leaf: it names no stage and no
+//! service, so every stage and every caller of the pipeline may use it.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::uri::Authority;
+use http::{HeaderMap, Method, StatusCode, Uri};
+use store::Hash;
+use wirefold_http::accept_encoding::AcceptEncoding;
+use wirefold_http::cache_control::CacheControl;
+use wirefold_http::client_hints::ClientHints;
+use wirefold_http::conditional::Preconditions;
+use wirefold_http::delta::AcceptedManipulations;
+use wirefold_http::range::RangeFields;
+use wirefold_http::ContentCoding;
+
+use crate::body::Body;
+
+/// How the client reached us, for `X-Forwarded-*`.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+    pub tls: bool,
+    /// The accepted socket, for its kernel statistics (TCP_INFO); valid while the
+    /// connection is.
+    pub socket: Option<std::os::fd::RawFd>,
+}
+
+/// What the client asked for and what it can take.
+pub struct ClientProfile {
+    pub method: Method,
+    pub uri: Uri,
+    /// The request's fields, kept for conditionals, ranges and `Vary` matching.
+    pub headers: HeaderMap,
+    pub accept_encoding: AcceptEncoding,
+    /// Request cache directives (`no-cache`, `max-age`, `only-if-cached`, …).
+    pub cache_control: CacheControl,
+    /// Credentials make a response unfit to share (RFC 9111 §3.5).
+    pub has_authorization: bool,
+    pub wants_range: bool,
+    /// The host the request is for: the target's authority (absolute form,
+    /// `:authority`), else its one `Host` field; `None` only for HTTP/1.0 without.
+    pub host: Option<Authority>,
+    /// The request carries a body (any framing but an empty one). Such a request is
+    /// forwarded with its body and never fills or reads the cache.
+    pub has_body: bool,
+    /// `If-Match`, `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`.
+    pub preconditions: Preconditions,
+    /// `Range` and `If-Range`.
+    pub range: RangeFields,
+    /// `A-IM` (RFC 3229): present when the client is delta-aware.
+    pub accepted_manipulations: Option<AcceptedManipulations>,
+    /// `Available-Dictionary` (RFC 9842): the dictionary the client holds.
+    pub available_dictionary: Option<Hash>,
+    /// What the client says of its link and device.
+    pub client_hints: ClientHints,
+}
+
+impl ClientProfile {
+    pub fn is_get_or_head(&self) -> bool {
+        self.method == Method::GET || self.method == Method::HEAD
+    }
+
+    pub fn path_and_query(&self) -> &str {
+        self.uri
+            .path_and_query()
+            .map(|pq| pq.as_str())
+            .unwrap_or("/")
+    }
+}
+
+/// Per-request state, built by `classify` and read by every later stage.
+pub struct RequestContext {
+    pub profile: ClientProfile,
+    /// Whose content this is: the upstream host, or `root` for the file source.
+    /// Dictionaries are only used within one site.
+    pub site: String,
+    /// The resource's key: site, path and query. Histories are kept per resource.
+    pub resource: String,
+    pub conn: ConnInfo,
+    pub started: Instant,
+}
+
+/// What an [`OriginObserver`] sees: the instance's head (as `fetch` will hand it on),
+/// then the origin's bytes as they arrive, still in the origin's coding (`decode`),
+/// then the body's end; `length` is the coded length the origin declared.
+pub enum OriginEvent {
+    Head {
+        status: StatusCode,
+        fields: HeaderMap,
+        decode: Option<ContentCoding>,
+        length: Option<u64>,
+    },
+    Data(Bytes),
+    End,
+}
+
+/// Watches an origin's answer arrive while `fetch` reads it whole, to act before the
+/// body is complete (a link exchange cuts through when the new instance diverges from
+/// the stale copy it is streaming). Called only for bodies `fetch` buffers: never for
+/// streamed, bodiless or cached answers. Read-only, and synchronous: an observer must
+/// not block the read (Pingora's `upstream_response_body_filter`, without the power
+/// to change the body).
+pub trait OriginObserver: Send + Sync {
+    fn observe(&self, event: OriginEvent);
+}
+
+/// The current instance of a resource, as `fetch` yields it.
+pub struct Instance {
+    pub status: StatusCode,
+    /// End-to-end response fields. For `Whole` bodies, `Content-Length` and
+    /// `Content-Encoding` are absent: the body is decoded and `respond` sets them.
+    pub headers: HeaderMap,
+    pub body: InstanceBody,
+    pub provenance: Provenance,
+    /// The body may be kept and reused (it was or may be stored): its encodings may
+    /// be cached too.
+    pub reusable: bool,
+    pub last_modified: Option<SystemTime>,
+    /// A `Whole` body as the origin coded it, when it came coded and was decoded
+    /// here: a link can send it as is, with no compression work of its own.
+    pub origin_coded: Option<(ContentCoding, Bytes)>,
+}
+
+pub enum InstanceBody {
+    /// The decoded content, whole, and its SHA-256.
+    Whole { bytes: Bytes, hash: Hash },
+    /// A stream carrying `coding`; `length` is its encoded length when known.
+    Stream {
+        body: Body,
+        coding: StreamCoding,
+        length: Option<u64>,
+    },
+    /// A large file, identity, streamed from disk (seekable for ranges).
+    File { file: tokio::fs::File, len: u64 },
+    /// No body (HEAD answered upstream, 204, 304).
+    Empty,
+}
+
+/// The content coding a streamed body carries as it arrived.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamCoding {
+    Identity,
+    Known(ContentCoding),
+    /// A coding (or a stack of codings) wirefold does not decode: forwarded untouched
+    /// with its `Content-Encoding` value.
+    Unknown(http::HeaderValue),
+}
+
+/// How the instance was obtained; reported in `Cache-Status` (RFC 9211) and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provenance {
+    /// Served from the cache while fresh.
+    Hit { age: Duration },
+    /// Served from the cache after the origin confirmed it (304).
+    Revalidated { age: Duration },
+    /// Served stale: while revalidating in the background, or because the origin failed.
+    Stale { age: Duration },
+    /// Fetched from the origin; `stored` if `remember` is to keep it.
+    Fetched { stored: bool },
+    /// Forwarded without consulting the cache (method, range, authorization, no-store).
+    Bypass,
+    /// Read from the file root.
+    File,
+}
+
+/// A strong validator naming exact content: the first 128 bits of its SHA-256.
+pub fn content_etag(hash: &Hash) -> String {
+    hash.to_hex()[..32].to_string()
+}

@@ -1,0 +1,259 @@
+//! Bodies derived from content — encodings and deltas — and the service that keeps
+//! them in the store by (content hash, [`Variant`]), so a repeat costs no CPU and no
+//! client waits for a slow level.
+//!
+//! Used by `encode` (plain compression) and the delta engine (dictionary codings and
+//! VCDIFF), and named the same way by the root scanner that precomputes them.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use codec::dictionary::DictionaryCoding;
+use store::{Hash, Store};
+use wirefold_http::ContentCoding;
+
+use crate::background::Background;
+use crate::metrics::Metrics;
+
+/// One derived body of a content: what was done to it, against what, at which level.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// Compressed with a content coding.
+    Coded { coding: ContentCoding, level: u32 },
+    /// Compressed against a dictionary (RFC 9842 `dcb`, `dcz`).
+    DictionaryCoded {
+        coding: DictionaryCoding,
+        dictionary: Hash,
+        level: u32,
+    },
+    /// A VCDIFF delta (RFC 3284) from a base instance; VCDIFF has no levels.
+    Vcdiff { base: Hash },
+}
+
+impl Variant {
+    /// The same variant at another level (a VCDIFF delta has one form).
+    pub fn at_level(&self, level: u32) -> Variant {
+        match self.clone() {
+            Variant::Coded { coding, .. } => Variant::Coded { coding, level },
+            Variant::DictionaryCoded {
+                coding, dictionary, ..
+            } => Variant::DictionaryCoded {
+                coding,
+                dictionary,
+                level,
+            },
+            vcdiff @ Variant::Vcdiff { .. } => vcdiff,
+        }
+    }
+
+    /// The level it was made at, `None` for VCDIFF.
+    pub fn level(&self) -> Option<u32> {
+        match self {
+            Variant::Coded { level, .. } | Variant::DictionaryCoded { level, .. } => Some(*level),
+            Variant::Vcdiff { .. } => None,
+        }
+    }
+}
+
+/// The store's name of a variant: `br-11`, `dcz:<dictionary hex>-19`,
+/// `vcdiff:<base hex>`. Stores written by earlier versions use the same names.
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Variant::Coded { coding, level } => write!(f, "{}-{level}", coding.token()),
+            Variant::DictionaryCoded {
+                coding,
+                dictionary,
+                level,
+            } => write!(f, "{}:{}-{level}", coding.token(), dictionary.to_hex()),
+            Variant::Vcdiff { base } => write!(f, "vcdiff:{}", base.to_hex()),
+        }
+    }
+}
+
+/// Makes a derived body at a level.
+pub type Produce = Arc<dyn Fn(u32) -> Vec<u8> + Send + Sync>;
+
+/// Work on inputs below this size runs on the reactor thread: handing it to the
+/// blocking pool costs more than the work.
+const INLINE_WORK_MAX: usize = 16 * 1024;
+
+/// The derived bodies of the store, made on demand and kept.
+pub struct DerivedBodies {
+    /// Absent when caching is disabled: every body is made when asked for.
+    store: Option<Store>,
+    metrics: Arc<Metrics>,
+    background: Background,
+    /// Background productions under way, so concurrent misses start one job.
+    running: Arc<Mutex<HashSet<(Hash, Variant)>>>,
+}
+
+impl DerivedBodies {
+    pub fn new(store: Option<Store>, metrics: Arc<Metrics>, background: Background) -> Self {
+        DerivedBodies {
+            store,
+            metrics,
+            background,
+            running: Arc::default(),
+        }
+    }
+
+    /// Whether the body of `variant` is in memory now (it costs nothing to send).
+    pub fn in_memory(&self, hash: &Hash, variant: &Variant) -> bool {
+        self.store.as_ref().is_some_and(|s| {
+            s.get_encoding_in_memory(hash, &variant.to_string())
+                .is_some()
+        })
+    }
+
+    /// The body derived from the content `hash` as `variant` at level `best`: kept
+    /// when stored; otherwise the `quick` level (stored, or made now and kept) while
+    /// `best` is made in the background, so no client waits for a slow level and
+    /// repeats cost no CPU. Without a `quick` level, `best` is made now.
+    pub async fn get_or_make(
+        &self,
+        hash: Hash,
+        input_len: usize,
+        variant: &Variant,
+        quick: Option<u32>,
+        best: u32,
+        produce: Produce,
+    ) -> Bytes {
+        let Some(store) = self.store.clone() else {
+            return produce_off_reactor(&produce, quick.unwrap_or(best), input_len).await;
+        };
+        let wanted = variant.at_level(best);
+        let wanted_name = wanted.to_string();
+        if let Some(hit) = store.get_encoding_in_memory(&hash, &wanted_name) {
+            self.metrics.encoding_cache_result("hit");
+            return hit;
+        }
+        let quick = quick
+            .filter(|q| *q != best)
+            .map(|q| (q, variant.at_level(q)));
+        let (wanted_hit, quick_hit) = tokio::task::spawn_blocking({
+            let store = store.clone();
+            let quick_name = quick.as_ref().map(|(_, v)| v.to_string());
+            move || {
+                let wanted_hit = store.get_encoding(&hash, &wanted_name).ok().flatten();
+                let quick_hit = match (&wanted_hit, quick_name) {
+                    (None, Some(q)) => store.get_encoding(&hash, &q).ok().flatten(),
+                    _ => None,
+                };
+                (wanted_hit, quick_hit)
+            }
+        })
+        .await
+        .unwrap_or_default();
+        if let Some(hit) = wanted_hit {
+            self.metrics.encoding_cache_result("hit");
+            return hit;
+        }
+        let Some((quick_level, quick_variant)) = quick else {
+            self.metrics.encoding_cache_result("miss");
+            let made = produce_off_reactor(&produce, best, input_len).await;
+            self.keep(store, hash, wanted, made.clone());
+            return made;
+        };
+        self.start_background(store.clone(), hash, wanted, best, produce.clone());
+        if let Some(hit) = quick_hit {
+            self.metrics.encoding_cache_result("quick_hit");
+            return hit;
+        }
+        self.metrics.encoding_cache_result("miss");
+        let made = produce_off_reactor(&produce, quick_level, input_len).await;
+        self.keep(store, hash, quick_variant, made.clone());
+        made
+    }
+
+    fn keep(&self, store: Store, hash: Hash, variant: Variant, made: Bytes) {
+        let errors = self.metrics.store_write_errors.clone();
+        self.background.spawn_blocking(move || {
+            if let Err(e) = store.put_encoding(&hash, &variant.to_string(), &made) {
+                errors.inc();
+                if !matches!(
+                    e,
+                    store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)
+                ) {
+                    tracing::warn!(error = %e, %variant, "derived body not kept");
+                }
+            }
+        });
+    }
+
+    fn start_background(
+        &self,
+        store: Store,
+        hash: Hash,
+        variant: Variant,
+        level: u32,
+        produce: Produce,
+    ) {
+        let job = (hash, variant);
+        let Ok(mut running) = self.running.lock() else {
+            return;
+        };
+        if !running.insert(job.clone()) {
+            return;
+        }
+        drop(running);
+        let errors = self.metrics.store_write_errors.clone();
+        let running = Arc::clone(&self.running);
+        self.background.spawn_blocking(move || {
+            let made = produce(level);
+            let (hash, variant) = &job;
+            if let Err(e) = store.put_encoding(hash, &variant.to_string(), &made) {
+                errors.inc();
+                if !matches!(
+                    e,
+                    store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)
+                ) {
+                    tracing::warn!(error = %e, %variant, "background encoding not kept");
+                }
+            }
+            if let Ok(mut running) = running.lock() {
+                running.remove(&job);
+            }
+        });
+    }
+}
+
+/// Makes a body at `level`, on the blocking pool unless the input is small.
+pub async fn produce_off_reactor(produce: &Produce, level: u32, input_len: usize) -> Bytes {
+    if input_len <= INLINE_WORK_MAX {
+        return Bytes::from(produce(level));
+    }
+    let produce = produce.clone();
+    tokio::task::spawn_blocking(move || Bytes::from(produce(level)))
+        .await
+        .expect("codecs do not panic")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_names_are_those_earlier_versions_wrote() {
+        let hash = Hash([7; 32]);
+        let hex = hash.to_hex();
+        let coded = Variant::Coded {
+            coding: ContentCoding::Br,
+            level: 11,
+        };
+        assert_eq!(coded.to_string(), "br-11");
+        assert_eq!(coded.at_level(5).to_string(), "br-5");
+        let dictionary = Variant::DictionaryCoded {
+            coding: DictionaryCoding::Dcz,
+            dictionary: hash,
+            level: 19,
+        };
+        assert_eq!(dictionary.to_string(), format!("dcz:{hex}-19"));
+        assert_eq!(dictionary.at_level(3).level(), Some(3));
+        let vcdiff = Variant::Vcdiff { base: hash };
+        assert_eq!(vcdiff.to_string(), format!("vcdiff:{hex}"));
+        assert_eq!(vcdiff.at_level(9), vcdiff);
+    }
+}
