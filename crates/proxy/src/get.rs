@@ -196,8 +196,8 @@ type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 /// stores the result, and returns it with the byte accounting.
 pub async fn run(options: &GetOptions) -> Result<Report, GetError> {
     let target = Target::parse(&options.url)?;
-    let connector = crate::origin::connector(options.ca_file.as_deref(), options.timeout)
-        .map_err(GetError::Tls)?;
+    let connector =
+        connect::connector(options.ca_file.as_deref(), options.timeout).map_err(GetError::Tls)?;
     let client: HttpClient = Client::builder(TokioExecutor::new()).build(connector);
     let mut cache = Cache::open(&options.cache_dir)?;
 
