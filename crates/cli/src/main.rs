@@ -396,15 +396,12 @@ struct GetArgs {
 
 async fn get(args: GetArgs) -> Result<(), String> {
     use std::io::Write;
-    let cache = args
-        .cache
-        .clone()
-        .unwrap_or_else(proxy::get::default_cache_dir);
-    let mut options = proxy::get::GetOptions::new(&args.url, cache);
+    let cache = args.cache.clone().unwrap_or_else(get::default_cache_dir);
+    let mut options = get::GetOptions::new(&args.url, cache);
     options.ca_file = args.ca_file.clone();
     options.fetch_dictionaries = !args.no_dictionary_fetch;
     options.timeout = std::time::Duration::from_secs(args.timeout);
-    let report = proxy::get::run(&options).await.map_err(|e| e.to_string())?;
+    let report = get::run(&options).await.map_err(|e| e.to_string())?;
     match &args.output {
         Some(path) => {
             std::fs::write(path, &report.body).map_err(|e| format!("-o {}: {e}", path.display()))?

@@ -14,7 +14,6 @@ pub mod destinations;
 pub mod files;
 mod first_bytes;
 pub mod forward;
-pub mod get;
 pub mod link;
 mod memo;
 pub mod metrics;

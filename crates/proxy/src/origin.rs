@@ -7,12 +7,9 @@ use http::header::{HeaderName, HeaderValue, HOST, VIA};
 use http::uri::Authority;
 use http::{Request, Response, Uri};
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::dns::GaiResolver;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
 use wirefold_http::hop_by_hop::remove_hop_by_hop;
 
 use http_body_util::BodyExt;
@@ -21,6 +18,9 @@ use crate::body::{self, Body, IdleTimeout};
 use crate::config::UpstreamConfig;
 use crate::destinations::{Destinations, Resolver};
 use crate::model::ConnInfo;
+
+/// The link client's TLS configuration is the origin client's (`wirefold-connect`).
+pub use connect::tls_client_config;
 
 /// What the proxy appends to `Via` (RFC 9110 §7.6.3).
 pub const VIA_VALUE: &str = "1.1 wirefold";
@@ -113,7 +113,7 @@ pub fn upstream_client(
     cfg: &UpstreamConfig,
     destinations: Destinations,
 ) -> Result<UpstreamClient, String> {
-    let connector = connector_resolving(
+    let connector = connect::connector_resolving(
         cfg.ca_file.as_deref(),
         Duration::from_millis(cfg.connect_timeout_ms),
         Resolver(destinations),
@@ -257,57 +257,6 @@ impl Origin {
             elapsed,
         ))
     }
-}
-
-/// An http-or-https connector (HTTP/1.1, and HTTP/2 by ALPN) trusting the webpki
-/// roots plus the PEM certificates in `ca_file`. Errors name the file.
-pub fn connector(
-    ca_file: Option<&std::path::Path>,
-    connect_timeout: Duration,
-) -> Result<HttpsConnector<HttpConnector>, String> {
-    connector_resolving(ca_file, connect_timeout, GaiResolver::new())
-}
-
-fn connector_resolving<R>(
-    ca_file: Option<&std::path::Path>,
-    connect_timeout: Duration,
-    resolver: R,
-) -> Result<HttpsConnector<HttpConnector<R>>, String> {
-    let tls = tls_client_config(ca_file)?;
-    let mut http = HttpConnector::new_with_resolver(resolver);
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(connect_timeout));
-    http.set_nodelay(true);
-    Ok(hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http))
-}
-
-/// A rustls (ring) client configuration trusting the webpki roots plus the PEM
-/// certificates in `ca_file`. Errors name the file.
-pub fn tls_client_config(
-    ca_file: Option<&std::path::Path>,
-) -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    if let Some(path) = ca_file {
-        let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-        }
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
 }
 
 fn classify_client_error(e: hyper_util::client::legacy::Error) -> OriginError {

@@ -2,6 +2,9 @@
 //! plain compression, RFC 3229 deltas, RFC 9842 dictionaries (announced and linked),
 //! 304s, tampered deltas, and origins that know nothing of wirefold.
 
+// The proxy's test support, shared rather than copied: it starts wirefold servers
+// and origins on loopback and reads the shared corpus.
+#[path = "../../proxy/tests/support/mod.rs"]
 mod support;
 
 use std::convert::Infallible;
@@ -13,7 +16,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use support::*;
-use wirefold_proxy::get::{run, GetOptions, Report};
+use wirefold_get::{run, GetOptions, Report};
 
 const SCRIPT_V1: &str = "assets/w3c__aria/common_script_aria-js/028.js";
 const SCRIPT_V2: &str = "assets/w3c__aria/common_script_aria-js/029.js";
