@@ -96,6 +96,15 @@ pub enum LabError {
     Link(#[from] link::LinkError),
 }
 
+impl From<wirefold_corpus::ReadError> for LabError {
+    fn from(e: wirefold_corpus::ReadError) -> Self {
+        LabError::Read {
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
+
 fn display_paths(paths: &[PathBuf]) -> String {
     paths
         .iter()

@@ -25,12 +25,11 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use sha2::{Digest, Sha256};
+use wirefold_corpus::{series, ContentType};
 use wirefold_http::accept_encoding::AcceptEncoding;
 use wirefold_http::conditional::{EntityTag, IfNoneMatch};
 use wirefold_http::ContentCoding;
 
-use crate::corpus::ContentType;
-use crate::deltas::series;
 use crate::LabError;
 
 /// The limit on versions per series.
