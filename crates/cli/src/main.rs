@@ -1,5 +1,7 @@
 //! The `wirefold` binary: parses the command line and hands over to the crates.
 
+mod lab;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,7 +33,7 @@ enum Command {
     },
     /// Analyses over corpora and traces.
     #[command(subcommand)]
-    Lab(lab::LabCommand),
+    Lab(lab::LabSubcommand),
     /// Shared compression dictionaries.
     #[command(subcommand)]
     Dict(DictCommand),
@@ -231,7 +233,7 @@ fn main() -> ExitCode {
             init_logging(LogFormat::Human);
             runtime.block_on(proxy::demo::run(listen))
         }
-        Command::Lab(cmd) => lab::run(cmd).map_err(|e| e.to_string()),
+        Command::Lab(cmd) => lab::run(cmd),
         Command::Dict(cmd) => runtime.block_on(cmd.run()),
         Command::Client(args) => runtime.block_on(client(args)),
         Command::Get(args) => runtime.block_on(get(args)),
