@@ -1,5 +1,6 @@
 //! The `wirefold` binary: parses the command line and hands over to the crates.
 
+mod demo;
 mod lab;
 
 use std::net::SocketAddr;
@@ -231,7 +232,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Demo { listen } => {
             init_logging(LogFormat::Human);
-            runtime.block_on(proxy::demo::run(listen))
+            runtime.block_on(demo::run(listen))
         }
         Command::Lab(cmd) => lab::run(cmd),
         Command::Dict(cmd) => runtime.block_on(cmd.run()),
@@ -262,7 +263,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         "wirefold listening on {scheme}://{} (admin http://{})",
         running.addr, running.admin_addr
     );
-    proxy::demo::shutdown_signal().await;
+    proxy::server::shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight requests");
     running.shutdown().await;
     Ok(())
@@ -362,7 +363,7 @@ async fn client(args: ClientArgs) -> Result<(), String> {
         "wirefold client proxy on http://{} (admin http://{}), link to {upstream}",
         running.addr, running.admin_addr
     );
-    proxy::demo::shutdown_signal().await;
+    proxy::server::shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight requests");
     running.shutdown().await;
     Ok(())
