@@ -5,7 +5,7 @@
 //!
 //! A command runs in a network namespace whose only route is a point-to-point /30 on a
 //! TUN device; a second TUN device on the host side carries the other end. The
-//! [`mover`] thread moves IP packets between the two, each direction through its own
+//! `mover` thread moves IP packets between the two, each direction through its own
 //! serializer (rate), bounded buffer (queue) and delay line (one-way delay), as
 //! Mahimahi's link and delay shells do. The endpoints' TCP stacks see the real round
 //! trip and bottleneck, so slow start and window growth are emulated too.

@@ -47,7 +47,7 @@ pub struct DirectionStats {
     pub max_late_ns: AtomicU64,
 }
 
-/// A snapshot of [`DirectionStats`].
+/// A snapshot of `DirectionStats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DirectionCounts {
     pub packets: u64,
