@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs the reference tools the interop tests drive
 # (curl, gzip, brotli, zstd, xdelta3, headless chromium for tests/chromium.rs, and
-# ping and ip for the link emulator's checks in crates/lab/tests/link.rs)
+# ping and ip for the path emulator's checks in crates/testbed/tests/emulator.rs)
 # when they are missing, on Debian; then clippy (warnings are errors) and rustfmt
 # (installing those components with rustup when missing), then the tests.
 set -euo pipefail

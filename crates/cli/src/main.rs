@@ -1,5 +1,8 @@
 //! The `wirefold` binary: parses the command line and hands over to the crates.
 
+mod demo;
+mod lab;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,7 +34,7 @@ enum Command {
     },
     /// Analyses over corpora and traces.
     #[command(subcommand)]
-    Lab(lab::LabCommand),
+    Lab(lab::LabSubcommand),
     /// Shared compression dictionaries.
     #[command(subcommand)]
     Dict(DictCommand),
@@ -229,9 +232,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Demo { listen } => {
             init_logging(LogFormat::Human);
-            runtime.block_on(proxy::demo::run(listen))
+            runtime.block_on(demo::run(listen))
         }
-        Command::Lab(cmd) => lab::run(cmd).map_err(|e| e.to_string()),
+        Command::Lab(cmd) => lab::run(cmd),
         Command::Dict(cmd) => runtime.block_on(cmd.run()),
         Command::Client(args) => runtime.block_on(client(args)),
         Command::Get(args) => runtime.block_on(get(args)),
@@ -260,7 +263,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         "wirefold listening on {scheme}://{} (admin http://{})",
         running.addr, running.admin_addr
     );
-    proxy::demo::shutdown_signal().await;
+    proxy::server::shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight requests");
     running.shutdown().await;
     Ok(())
@@ -360,7 +363,7 @@ async fn client(args: ClientArgs) -> Result<(), String> {
         "wirefold client proxy on http://{} (admin http://{}), link to {upstream}",
         running.addr, running.admin_addr
     );
-    proxy::demo::shutdown_signal().await;
+    proxy::server::shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight requests");
     running.shutdown().await;
     Ok(())

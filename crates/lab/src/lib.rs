@@ -1,21 +1,17 @@
 //! The lab: analyses over traces and corpora that answer "what would wirefold save
 //! here?", with the same codec crate the server uses (no second copy of codec logic).
 //!
-//! The CLI runs a [`LabCommand`] as `wirefold lab <command>` through [`run`].
+//! The CLI runs a [`LabCommand`] as `wirefold lab <command>` through [`run`]; the test
+//! and bench tools beside them (`lab link`, `lab series-origin`) are `wirefold-testbed`'s.
 
 mod aid;
 mod codecs;
 mod corpus;
 mod deltas;
 mod estimate;
-// The TUN link emulator drives the kernel directly (TUN ioctls, eventfd, raw reads
-// and writes, signals): unsafe by nature, each site with its SAFETY note.
-#[allow(unsafe_code)]
-pub mod link;
 mod plot;
 mod report;
 mod savings;
-mod series_origin;
 mod timing;
 pub mod trace;
 
@@ -26,11 +22,11 @@ pub use aid::AidArgs;
 pub use codecs::CodecsArgs;
 pub use deltas::DeltasArgs;
 pub use estimate::EstimateArgs;
-pub use link::LinkArgs;
 pub use savings::SavingsArgs;
-pub use series_origin::{SeriesOrigin, SeriesOriginArgs};
 
 /// A lab analysis.
+// Declaration order is the order of `wirefold lab --help`, where the CLI (crates/cli/src/lab.rs)
+// lists the testbed's `link` after `estimate` and `series-origin` last.
 #[derive(Debug, clap::Subcommand)]
 pub enum LabCommand {
     /// Compression ratio and speed of every codec and level wirefold uses, per content type.
@@ -44,17 +40,9 @@ pub enum LabCommand {
     /// The transfer-time estimate (3/2 + log2(ceil(size/mss)+1))·rtt + size/bw, for one
     /// size or for every page of a folder with its inline resources.
     Estimate(EstimateArgs),
-    /// Run a command behind an emulated link: its own network namespace, whose only
-    /// route is a TUN device; each packet delayed, rate-limited and queued drop-tail in
-    /// each direction (docs/link-emulator.md). Exits with the command's exit code.
-    Link(LinkArgs),
     /// Delta-eligible and unchanged responses of HAR, WARC or version-corpus traces, and
     /// the bytes gzip, br, zstd, dcb, dcz and VCDIFF would send (Mogul et al. 1997, section 5).
     Savings(SavingsArgs),
-    /// An origin whose pages change on every request: each GET of a series' URL returns
-    /// its next version (br/gzip precompressed, optional delay), for the optimistic-delta
-    /// benchmark (docs/optimistic-bench.md). Prints the URLs, then `ready`.
-    SeriesOrigin(SeriesOriginArgs),
 }
 
 /// How a command prints its result.
@@ -86,14 +74,15 @@ pub enum LabError {
     RoundTrip { setting: String, path: PathBuf },
     #[error("writing the report: {0}")]
     Output(#[from] io::Error),
-    #[error("listening on {addr}: {source}")]
-    Listen {
-        addr: std::net::SocketAddr,
-        #[source]
-        source: io::Error,
-    },
-    #[error("lab link: {0}")]
-    Link(#[from] link::LinkError),
+}
+
+impl From<wirefold_corpus::ReadError> for LabError {
+    fn from(e: wirefold_corpus::ReadError) -> Self {
+        LabError::Read {
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 fn display_paths(paths: &[PathBuf]) -> String {
@@ -117,8 +106,6 @@ pub fn run_to(command: LabCommand, out: &mut dyn io::Write) -> Result<(), LabErr
         LabCommand::Deltas(args) => deltas::run(&args, out),
         LabCommand::Aid(args) => aid::run(&args, out),
         LabCommand::Estimate(args) => estimate::run(&args, out),
-        LabCommand::Link(args) => Ok(link::run(&args)?),
         LabCommand::Savings(args) => savings::run(&args, out),
-        LabCommand::SeriesOrigin(args) => series_origin::run(&args, out),
     }
 }

@@ -9,7 +9,6 @@ pub mod cache;
 pub mod config;
 pub mod decode;
 pub mod delta;
-pub mod demo;
 pub mod destinations;
 pub mod files;
 mod first_bytes;

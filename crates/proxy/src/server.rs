@@ -84,6 +84,17 @@ impl Running {
     }
 }
 
+/// Resolves on SIGINT or SIGTERM: when a server (or a client proxy) is to
+/// [shut down](Running::shutdown).
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
 /// Validates the configuration, opens the store, binds both listeners and starts
 /// serving. Port 0 picks a free port; `Running` tells which.
 pub async fn start(config: Config) -> Result<Running, StartError> {

@@ -7,8 +7,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 
 use url::Url;
+use wirefold_corpus::ContentType;
 
-use crate::corpus::{self, ContentType};
+use crate::corpus;
 use crate::trace::{self, Exchange, Limits};
 use crate::LabError;
 

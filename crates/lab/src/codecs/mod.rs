@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use wirefold_corpus::ContentType;
 
-use crate::corpus::{self, ContentType, CorpusFile};
+use crate::corpus::{self, CorpusFile};
 use crate::report::{self, Row, TextLayout};
 use crate::timing::{median_cpu_time, Repeats};
 use crate::{LabError, OutputFormat};

@@ -11,7 +11,6 @@
 mod external;
 mod method;
 mod pair;
-pub(crate) mod series;
 mod summary;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,14 +20,14 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use wirefold_corpus::series::{self, Series};
+use wirefold_corpus::ContentType;
 
-use crate::corpus::ContentType;
 use crate::report::{self, TextLayout};
 use crate::{LabError, OutputFormat};
 use external::Tool;
 use method::Method;
 use pair::{Bench, PairMeasurement};
-use series::Series;
 use summary::{summarize, Startups, Summary};
 
 #[derive(Debug, clap::Args)]

@@ -7,8 +7,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use wirefold_corpus::series::version_number;
+use wirefold_corpus::ContentType;
+
 use super::{Exchange, Item, Limits, Location, Skipped};
-use crate::corpus::ContentType;
 use crate::LabError;
 
 pub fn read(root: &Path, limits: Limits) -> Result<impl Iterator<Item = Item>, LabError> {
@@ -104,14 +106,4 @@ fn walk(
         walk(root, prefix, &sub, out)?;
     }
     Ok(())
-}
-
-/// The leading decimal number of a version file's name (`007.html`, `003-3.5.0.js`).
-fn version_number(name: &str) -> Option<u64> {
-    let digits = name.bytes().take_while(u8::is_ascii_digit).count();
-    let rest = &name[digits..];
-    if digits == 0 || !(rest.is_empty() || rest.starts_with(['.', '-'])) {
-        return None;
-    }
-    name[..digits].parse().ok()
 }

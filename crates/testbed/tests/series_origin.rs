@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use wirefold_lab::{SeriesOrigin, SeriesOriginArgs};
+use wirefold_testbed::series_origin::{SeriesOrigin, SeriesOriginArgs};
 
 /// A series of `n` versions in `<root>/owner__repo/page-html/NNN.html`, each different
 /// and long enough that compression pays.

@@ -1,110 +1,39 @@
-//! `wirefold demo`: a built-in sample site whose pages and assets change while it
-//! runs, served through the accelerator, with a running summary of bytes saved.
+//! The sample site of `wirefold demo`: an origin whose page and script change while it
+//! runs, with the caching fields a real site sends. It knows nothing of wirefold; the
+//! demo puts the accelerator in front of it.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::body::{self, Body};
-use crate::config::Config;
+use crate::serve;
 
 /// The page changes every this many seconds; the script's version every `ASSET_PERIOD`.
-const PAGE_PERIOD: u64 = 5;
+pub const PAGE_PERIOD: u64 = 5;
 const ASSET_PERIOD: u64 = 30;
 
 /// Prose the sample pages are made of: real sentences compress like real pages.
-const PROSE: &str = include_str!("demo_prose.txt");
+const PROSE: &str = include_str!("sample_site_prose.txt");
 
 /// The sample site, started on a free loopback port. Returns its address.
-pub async fn start_sample_site() -> std::io::Result<SocketAddr> {
+pub async fn start() -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let site = Arc::new(SampleSite {
         started: Instant::now(),
         photo: photo_png(),
     });
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let site = site.clone();
-            let service = service_fn(move |req: Request<Incoming>| {
-                let site = site.clone();
-                async move { Ok::<_, Infallible>(site.answer(&req)) }
-            });
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    tokio::spawn(serve::accept_loop(listener, move |req| {
+        std::future::ready(site.answer(&req))
+    }));
     Ok(addr)
-}
-
-/// Runs the demo until the process is stopped: the sample site, the accelerator in
-/// front of it (store in a fresh temporary directory), and a summary every few seconds.
-pub async fn run(listen: SocketAddr) -> Result<(), String> {
-    let site = start_sample_site()
-        .await
-        .map_err(|e| format!("sample site: {e}"))?;
-    let data_dir = std::env::temp_dir().join(format!("wirefold-demo-{}", std::process::id()));
-    let config = Config {
-        listen,
-        admin: "127.0.0.1:0".parse().expect("literal address"),
-        data_dir: data_dir.clone(),
-        origin: Some(format!("http://{site}")),
-        ..Config::default()
-    };
-    let running = crate::server::start(config)
-        .await
-        .map_err(|e| e.to_string())?;
-    println!(
-        "wirefold demo: a sample site that changes while it runs, served through the accelerator"
-    );
-    println!("  open     http://{}/", running.addr);
-    println!("  origin   http://{site}/  (the same site without wirefold, to compare)");
-    println!("  metrics  http://{}/metrics", running.admin_addr);
-    println!(
-        "  try      curl -s --compressed -o /dev/null -w '%{{size_download}} bytes\\n' http://{}/",
-        running.addr
-    );
-    let metrics = running.metrics.clone();
-    let summary = tokio::spawn(async move {
-        let mut last = (0, 0);
-        loop {
-            tokio::time::sleep(Duration::from_secs(PAGE_PERIOD)).await;
-            let (original, sent) = metrics.totals();
-            if (original, sent) != last && original > 0 {
-                let saved = 100.0 * (original.saturating_sub(sent)) as f64 / original as f64;
-                println!(
-                    "  bodies: {original} bytes as produced, {sent} bytes sent: {saved:.1}% saved"
-                );
-                last = (original, sent);
-            }
-        }
-    });
-    shutdown_signal().await;
-    summary.abort();
-    running.shutdown().await;
-    let _ = std::fs::remove_dir_all(&data_dir);
-    Ok(())
-}
-
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }
 
 struct SampleSite {
@@ -117,7 +46,7 @@ impl SampleSite {
         self.started.elapsed().as_secs() / period
     }
 
-    fn answer(&self, req: &Request<Incoming>) -> Response<Body> {
+    fn answer(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         let path = req.uri().path();
         let version = self.tick(ASSET_PERIOD);
         let script = format!("/static/app.{version}.js");
@@ -176,7 +105,7 @@ impl SampleSite {
     /// The page: mostly stable prose with a news block that changes every few seconds.
     /// `no-cache` + ETag: the accelerator revalidates each time and gets 304 while it
     /// has not changed.
-    fn page(&self, req: &Request<Incoming>, script: &str) -> Response<Body> {
+    fn page(&self, req: &Request<Incoming>, script: &str) -> Response<Full<Bytes>> {
         let tick = self.tick(PAGE_PERIOD);
         let etag = format!("\"page-{tick}\"");
         if req
@@ -185,7 +114,7 @@ impl SampleSite {
             .and_then(|v| v.to_str().ok())
             == Some(etag.as_str())
         {
-            let mut r = Response::new(body::empty());
+            let mut r = Response::new(Full::new(Bytes::new()));
             *r.status_mut() = StatusCode::NOT_MODIFIED;
             r.headers_mut().insert(
                 header::ETAG,
@@ -215,8 +144,12 @@ impl SampleSite {
     }
 }
 
-fn reply(content_type: &'static str, cache_control: &'static str, body: Vec<u8>) -> Response<Body> {
-    let mut r = Response::new(body::full(body));
+fn reply(
+    content_type: &'static str,
+    cache_control: &'static str,
+    body: Vec<u8>,
+) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r.headers_mut().insert(

@@ -1,10 +1,12 @@
-//! `wirefold lab link`: a link emulator with packet-level delay, rate and a drop-tail
-//! queue, for a kernel without netem (docs/link-emulator.md).
+//! `wirefold lab link`: a network path emulator with packet-level delay, rate and a
+//! drop-tail queue, for a kernel without netem (docs/link-emulator.md). The command
+//! keeps its name; in Rust, "link" means only the proxy pair's link, so this is the
+//! emulator of a network path ([`EmulatedPath`]).
 //!
 //! A command runs in a network namespace whose only route is a point-to-point /30 on a
 //! TUN device; a second TUN device on the host side carries the other end. The
-//! [`mover`] thread moves IP packets between the two, each direction through its own
-//! serializing link (rate), bounded buffer (queue) and delay line (one-way delay), as
+//! `mover` thread moves IP packets between the two, each direction through its own
+//! serializer (rate), bounded buffer (queue) and delay line (one-way delay), as
 //! Mahimahi's link and delay shells do. The endpoints' TCP stacks see the real round
 //! trip and bottleneck, so slow start and window growth are emulated too.
 
@@ -38,13 +40,13 @@ const MAX_RATE: u64 = 10_000_000_000;
 const MAX_DELAY: Duration = Duration::from_secs(10);
 /// The largest buffer accepted, in packets.
 const MAX_QUEUE: usize = 1_000_000;
-/// Link /30s are carved from 100.64.0.0/18 (shared address space, RFC 6598), one per
-/// running link: index i uses 100.64.0.0 + 4i (+1 host side, +2 namespace side).
+/// The paths' /30s are carved from 100.64.0.0/18 (shared address space, RFC 6598), one
+/// per running path: index i uses 100.64.0.0 + 4i (+1 host side, +2 namespace side).
 const SLOTS: u32 = 4096;
 
 /// `wirefold lab link --rate R --delay D [--queue N] -- COMMAND…`
 #[derive(Debug, Clone, clap::Args)]
-pub struct LinkArgs {
+pub struct EmulatorArgs {
     /// Rate of each direction in bits per second: `28.8kbit`, `1.6mbit`, `100mbit`,
     /// `1gbit` (units bit, kbit, mbit, gbit; k = 1000).
     #[arg(long, value_parser = parse_rate, value_name = "RATE")]
@@ -60,7 +62,7 @@ pub struct LinkArgs {
     pub command: Vec<String>,
 }
 
-impl LinkArgs {
+impl EmulatorArgs {
     /// The same shape for both directions.
     pub fn shape(&self) -> Shape {
         Shape {
@@ -145,14 +147,14 @@ pub fn parse_queue(text: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-/// Why the link could not be set up or the command not run.
+/// Why the emulated path could not be set up or the command not run.
 #[derive(Debug, thiserror::Error)]
-pub enum LinkError {
+pub enum EmulatorError {
     #[error("lab link needs root (CAP_NET_ADMIN) to create network namespaces and TUN devices")]
     NotRoot,
     #[error("`{command}` failed: {message}")]
     Ip { command: String, message: String },
-    #[error("no free link slot: {SLOTS} namespaces wflink0…wflink{} exist (stale ones: `ip netns del wflinkN`)", SLOTS - 1)]
+    #[error("no free slot: {SLOTS} namespaces wflink0…wflink{} exist (stale ones: `ip netns del wflinkN`)", SLOTS - 1)]
     NoSlot,
     #[error("TUN device {name}: {source}")]
     Tun {
@@ -168,17 +170,17 @@ pub enum LinkError {
         #[source]
         source: io::Error,
     },
-    #[error("interrupted while setting up the link")]
+    #[error("interrupted while setting up the emulated path")]
     Interrupted,
 }
 
-fn ip(args: &[&str]) -> Result<(), LinkError> {
+fn ip(args: &[&str]) -> Result<(), EmulatorError> {
     let command = format!("ip {}", args.join(" "));
     let out = Command::new("ip")
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| LinkError::Ip {
+        .map_err(|e| EmulatorError::Ip {
             command: command.clone(),
             message: format!("{e} (is iproute2 installed?)"),
         })?;
@@ -186,13 +188,13 @@ fn ip(args: &[&str]) -> Result<(), LinkError> {
         Ok(())
     } else {
         let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        Err(LinkError::Ip { command, message })
+        Err(EmulatorError::Ip { command, message })
     }
 }
 
-/// A running emulated link. Dropping it stops the mover, closes the TUN devices (which
+/// A running emulated path. Dropping it stops the mover, closes the TUN devices (which
 /// deletes them), ends what is left running in the namespace and deletes the namespace.
-pub struct Link {
+pub struct EmulatedPath {
     slot: u32,
     namespace: String,
     host: Ipv4Addr,
@@ -205,19 +207,19 @@ pub struct Link {
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-impl Link {
+impl EmulatedPath {
     /// Creates the namespace, the two TUN devices and their addresses, and starts the
     /// mover with `shape` in both directions.
-    pub fn start(shape: Shape) -> Result<Link, LinkError> {
-        Link::start_asymmetric(shape, shape)
+    pub fn start(shape: Shape) -> Result<EmulatedPath, EmulatorError> {
+        EmulatedPath::start_asymmetric(shape, shape)
     }
 
-    /// As [`Link::start`], with a different shape for each direction: `up` carries
+    /// As [`EmulatedPath::start`], with a different shape for each direction: `up` carries
     /// packets from the namespace to the host side, `down` the other way.
-    pub fn start_asymmetric(up: Shape, down: Shape) -> Result<Link, LinkError> {
+    pub fn start_asymmetric(up: Shape, down: Shape) -> Result<EmulatedPath, EmulatorError> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            return Err(LinkError::NotRoot);
+            return Err(EmulatorError::NotRoot);
         }
         let first = (std::process::id().wrapping_mul(2_654_435_761) >> 8)
             .wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed) * 7);
@@ -231,13 +233,13 @@ impl Link {
                     claimed = Some((slot, namespace));
                     break;
                 }
-                Err(LinkError::Ip { message, .. }) if message.contains("exists") => continue,
+                Err(EmulatorError::Ip { message, .. }) if message.contains("exists") => continue,
                 Err(e) => return Err(e),
             }
         }
-        let (slot, namespace) = claimed.ok_or(LinkError::NoSlot)?;
+        let (slot, namespace) = claimed.ok_or(EmulatorError::NoSlot)?;
         let base = u32::from(Ipv4Addr::new(100, 64, 0, 0)) + slot * 4;
-        let mut link = Link {
+        let mut path = EmulatedPath {
             slot,
             namespace,
             host: Ipv4Addr::from(base + 1),
@@ -246,16 +248,16 @@ impl Link {
             mover: None,
             tuns: Vec::new(),
         };
-        link.configure(up, down)?;
-        Ok(link)
+        path.configure(up, down)?;
+        Ok(path)
     }
 
-    fn configure(&mut self, up: Shape, down: Shape) -> Result<(), LinkError> {
+    fn configure(&mut self, up: Shape, down: Shape) -> Result<(), EmulatorError> {
         let ns = self.namespace.clone();
         let host_dev = format!("wfl{}h", self.slot);
         let client_dev = format!("wfl{}c", self.slot);
         for name in [&host_dev, &client_dev] {
-            let fd = tun::open(name).map_err(|source| LinkError::Tun {
+            let fd = tun::open(name).map_err(|source| EmulatorError::Tun {
                 name: name.clone(),
                 source,
             })?;
@@ -265,7 +267,7 @@ impl Link {
         let client_cidr = format!("{}/30", self.client);
         let mtu = MTU.to_string();
         ip(&["link", "set", &client_dev, "netns", &ns])?;
-        // No IPv6 link-local addresses: the link carries IPv4 only.
+        // No IPv6 link-local addresses: the path carries IPv4 only.
         let _ = ip(&["link", "set", "dev", &host_dev, "addrgenmode", "none"]);
         let _ = ip(&[
             "-n",
@@ -284,11 +286,11 @@ impl Link {
         ip(&["-n", &ns, "link", "set", "dev", "lo", "up"])?;
         ip(&["-n", &ns, "link", "set", "dev", &client_dev, "up"])?;
         ip(&["link", "set", "dev", &host_dev, "up"])?;
-        // The host's TCP may remember ssthresh for this address from an earlier link.
+        // The host's TCP may remember ssthresh for this address from an earlier path.
         let _ = ip(&["tcp_metrics", "delete", &self.client.to_string()]);
         let mover =
             mover::Mover::start(self.tuns[1].as_raw_fd(), self.tuns[0].as_raw_fd(), up, down)
-                .map_err(LinkError::Mover)?;
+                .map_err(EmulatorError::Mover)?;
         self.mover = Some(mover);
         Ok(())
     }
@@ -358,7 +360,7 @@ impl Link {
     }
 }
 
-impl Drop for Link {
+impl Drop for EmulatedPath {
     fn drop(&mut self) {
         self.mover = None;
         self.tuns.clear();
@@ -400,7 +402,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 /// Installs [`on_signal`] for SIGINT, SIGQUIT, SIGTERM and SIGHUP, and restores the
-/// previous handlers when dropped: the process outlives its command so that the link
+/// previous handlers when dropped: the process outlives its command so that the path
 /// is always cleaned up, like a shell waiting for its foreground job.
 struct SignalGuard {
     previous: Vec<(libc::c_int, libc::sigaction)>,
@@ -435,17 +437,17 @@ impl Drop for SignalGuard {
     }
 }
 
-/// Sets up the link, runs the command behind it and tears the link down; returns the
-/// command's exit code (128 + signal number when a signal ended it).
-pub fn run_command(args: &LinkArgs) -> Result<i32, LinkError> {
+/// Sets up the emulated path, runs the command behind it and tears the path down;
+/// returns the command's exit code (128 + signal number when a signal ended it).
+pub fn run_command(args: &EmulatorArgs) -> Result<i32, EmulatorError> {
     let _signals = SignalGuard::install();
     SIGNALLED.store(0, Ordering::SeqCst);
-    let link = Link::start(args.shape())?;
+    let path = EmulatedPath::start(args.shape())?;
     if SIGNALLED.load(Ordering::SeqCst) != 0 {
-        return Err(LinkError::Interrupted);
+        return Err(EmulatorError::Interrupted);
     }
     let program = &args.command[0];
-    let mut child = link
+    let mut child = path
         .command(
             program.as_str(),
             &args.command[1..]
@@ -454,15 +456,15 @@ pub fn run_command(args: &LinkArgs) -> Result<i32, LinkError> {
                 .collect::<Vec<_>>(),
         )
         .spawn()
-        .map_err(|source| LinkError::Spawn {
+        .map_err(|source| EmulatorError::Spawn {
             command: program.clone(),
             source,
         })?;
     CHILD.store(child.id() as i32, Ordering::SeqCst);
     let status = child.wait();
     CHILD.store(0, Ordering::SeqCst);
-    drop(link);
-    let status = status.map_err(|source| LinkError::Spawn {
+    drop(path);
+    let status = status.map_err(|source| EmulatorError::Spawn {
         command: program.clone(),
         source,
     })?;
@@ -471,9 +473,9 @@ pub fn run_command(args: &LinkArgs) -> Result<i32, LinkError> {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
-/// `wirefold lab link`: runs the command behind the link, and exits with its exit
-/// code when that is not 0 (after the link is torn down).
-pub fn run(args: &LinkArgs) -> Result<(), LinkError> {
+/// `wirefold lab link`: runs the command behind the emulated path, and exits with its
+/// exit code when that is not 0 (after the path is torn down).
+pub fn run(args: &EmulatorArgs) -> Result<(), EmulatorError> {
     let code = run_command(args)?;
     if code != 0 {
         let _ = io::stdout().flush();
@@ -530,7 +532,7 @@ mod tests {
         #[derive(Parser)]
         struct Cli {
             #[command(flatten)]
-            link: LinkArgs,
+            args: EmulatorArgs,
         }
         let cli = Cli::try_parse_from([
             "x",
@@ -545,14 +547,14 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            cli.link.shape(),
+            cli.args.shape(),
             Shape {
                 rate_bps: 1_600_000,
                 delay: Duration::from_millis(75),
                 queue: DEFAULT_QUEUE
             }
         );
-        assert_eq!(cli.link.command, ["curl", "-s", "http://h/"]);
+        assert_eq!(cli.args.command, ["curl", "-s", "http://h/"]);
         assert!(Cli::try_parse_from(["x", "--rate", "1.6mbit", "--delay", "75ms"]).is_err());
         let err = Cli::try_parse_from(["x", "--rate", "1.6mbps", "--delay", "75ms", "--", "true"])
             .err()

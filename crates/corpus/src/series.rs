@@ -8,8 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::corpus::ContentType;
-use crate::LabError;
+use crate::{ContentType, ReadError};
 
 /// One resource's versions, oldest first.
 #[derive(Clone, Debug)]
@@ -22,15 +21,15 @@ pub struct Series {
 }
 
 /// Every series with at least two versions under `root`, sorted by name.
-pub fn find(root: &Path) -> Result<Vec<Series>, LabError> {
+pub fn find(root: &Path) -> Result<Vec<Series>, ReadError> {
     let mut out = Vec::new();
     walk(root, root, &mut out)?;
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<Series>) -> Result<(), LabError> {
-    let read_error = |source| LabError::Read {
+fn walk(root: &Path, dir: &Path, out: &mut Vec<Series>) -> Result<(), ReadError> {
+    let read_error = |source| ReadError {
         path: dir.to_path_buf(),
         source,
     };
@@ -39,7 +38,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<Series>) -> Result<(), LabError> 
     let mut by_ext: BTreeMap<String, Vec<(u64, String, PathBuf)>> = BTreeMap::new();
     for entry in std::fs::read_dir(dir).map_err(read_error)? {
         let path = entry.map_err(read_error)?.path();
-        let metadata = std::fs::metadata(&path).map_err(|source| LabError::Read {
+        let metadata = std::fs::metadata(&path).map_err(|source| ReadError {
             path: path.clone(),
             source,
         })?;
@@ -93,7 +92,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<Series>) -> Result<(), LabError> 
 }
 
 /// The leading decimal number of a version file's name (`007.html`, `003-3.5.0.js`).
-fn version_number(name: &str) -> Option<u64> {
+pub fn version_number(name: &str) -> Option<u64> {
     let digits = name.bytes().take_while(u8::is_ascii_digit).count();
     if digits == 0 {
         return None;

@@ -1,12 +1,13 @@
 //! The packet mover: one thread that reads IP packets from both TUN devices and writes
-//! each one to the other device when the emulated link would deliver it.
+//! each one to the other device when the emulated path would deliver it.
 //!
-//! Each direction is a serializing link with a bounded drop-tail buffer in front of it
-//! and a propagation delay behind it (Mahimahi's link shell followed by its delay shell):
+//! Each direction is a serializer (the bottleneck) with a bounded drop-tail buffer in
+//! front of it and a propagation delay behind it (Mahimahi's link shell followed by its
+//! delay shell):
 //!
 //! ```text
-//! start   = max(arrival, link free)          (waits in the buffer while the link is busy)
-//! depart  = start + len·8 / rate             (serialization; the link is busy until then)
+//! start   = max(arrival, serializer free)    (waits in the buffer while the serializer is busy)
+//! depart  = start + len·8 / rate             (serialization; busy until then)
 //! release = depart + delay                   (propagation)
 //! ```
 //!
@@ -31,7 +32,7 @@ const SPIN_REALTIME: Duration = Duration::from_micros(50);
 /// Largest packet read from a TUN device (its MTU is 1500; this is the IP maximum).
 const MAX_PACKET: usize = 65536;
 
-/// Counters for one direction, readable while the link runs.
+/// Counters for one direction, readable while the emulated path runs.
 #[derive(Debug, Default)]
 pub struct DirectionStats {
     /// Packets delivered to the far side.
@@ -46,7 +47,7 @@ pub struct DirectionStats {
     pub max_late_ns: AtomicU64,
 }
 
-/// A snapshot of [`DirectionStats`].
+/// A snapshot of `DirectionStats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DirectionCounts {
     pub packets: u64,
@@ -68,7 +69,7 @@ impl DirectionStats {
     }
 }
 
-/// The shape of one direction of the link.
+/// The shape of one direction of the emulated path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     /// Bits per second.
@@ -93,7 +94,7 @@ struct Direction {
     src: RawFd,
     dst: RawFd,
     /// When the serializer becomes free.
-    link_free: Option<Instant>,
+    serializer_free: Option<Instant>,
     /// Departure times of packets still in the buffer or on the serializer.
     in_buffer: VecDeque<Instant>,
     /// Packets on their way: (release time, packet).
@@ -114,12 +115,12 @@ impl Direction {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let start = match self.link_free {
+        let start = match self.serializer_free {
             Some(free) if free > now => free,
             _ => now,
         };
         let depart = start + self.shape.tx_time(packet.len());
-        self.link_free = Some(depart);
+        self.serializer_free = Some(depart);
         self.in_buffer.push_back(depart);
         self.delay_line
             .push_back((depart + self.shape.delay, packet.to_vec()));
@@ -196,7 +197,7 @@ impl Mover {
                 shape: up,
                 src: client,
                 dst: host,
-                link_free: None,
+                serializer_free: None,
                 in_buffer: VecDeque::new(),
                 delay_line: VecDeque::new(),
                 stats: up_stats.clone(),
@@ -205,7 +206,7 @@ impl Mover {
                 shape: down,
                 src: host,
                 dst: client,
-                link_free: None,
+                serializer_free: None,
                 in_buffer: VecDeque::new(),
                 delay_line: VecDeque::new(),
                 stats: down_stats.clone(),
@@ -214,7 +215,7 @@ impl Mover {
         let wake_fd = wake.as_raw_fd();
         let (stop2, rt2) = (stop.clone(), realtime.clone());
         let thread = std::thread::Builder::new()
-            .name("wirefold-link".into())
+            .name("wirefold-mover".into())
             .spawn(move || {
                 let spin = if tune_thread(&rt2) {
                     SPIN_REALTIME
@@ -373,7 +374,7 @@ mod tests {
             shape,
             src: -1,
             dst: -1,
-            link_free: None,
+            serializer_free: None,
             in_buffer: VecDeque::new(),
             delay_line: VecDeque::new(),
             stats: stats.clone(),

@@ -1,6 +1,7 @@
-//! Checks of `wirefold lab link` against physics, with the tolerances of issue 5:
-//! ping RTT = 2·delay within a millisecond; a bulk TCP transfer reaches the rate within
-//! 5%; a short transfer takes the slow-start rounds within ±1 RTT.
+//! Checks of the path emulator (`wirefold lab link`) against physics, with the
+//! tolerances of issue 5: ping RTT = 2·delay within a millisecond; a bulk TCP transfer
+//! reaches the rate within 5%; a short transfer takes the slow-start rounds within
+//! ±1 RTT.
 //!
 //! They need root, iproute2 (`ip netns`), ping and curl. Where they cannot run they say
 //! why and fail, unless WIREFOLD_SKIP_NETNS=1 is set (then they pass, saying so).
@@ -13,7 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
-use wirefold_lab::link::{self, Link, LinkArgs, Shape};
+use wirefold_testbed::emulator::{self, EmulatedPath, EmulatorArgs, Shape};
 
 /// The checks time the emulator: one at a time, on a 2-core machine.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -22,9 +23,9 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Starts a link, or explains why it cannot: `None` means "skipped" (only with
+/// Starts an emulated path, or explains why it cannot: `None` means "skipped" (only with
 /// WIREFOLD_SKIP_NETNS=1); otherwise the test fails with the reason.
-fn start(shape: Shape) -> Option<Link> {
+fn start(shape: Shape) -> Option<EmulatedPath> {
     let tools = ["ip", "ping", "curl"]
         .into_iter()
         .filter(|t| !on_path(t))
@@ -35,15 +36,15 @@ fn start(shape: Shape) -> Option<Link> {
             tools.join(", ")
         ))
     } else {
-        Link::start(shape).map_err(|e| e.to_string())
+        EmulatedPath::start(shape).map_err(|e| e.to_string())
     };
     match result {
-        Ok(link) => Some(link),
+        Ok(path) => Some(path),
         Err(why) if std::env::var_os("WIREFOLD_SKIP_NETNS").is_some_and(|v| v == "1") => {
-            eprintln!("SKIPPED (WIREFOLD_SKIP_NETNS=1): the link emulator cannot run here: {why}");
+            eprintln!("SKIPPED (WIREFOLD_SKIP_NETNS=1): the path emulator cannot run here: {why}");
             None
         }
-        Err(why) => panic!("the link emulator cannot run here: {why}\n(needs root and iproute2; set WIREFOLD_SKIP_NETNS=1 to skip)"),
+        Err(why) => panic!("the path emulator cannot run here: {why}\n(needs root and iproute2; set WIREFOLD_SKIP_NETNS=1 to skip)"),
     }
 }
 
@@ -54,8 +55,8 @@ fn on_path(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn run_inside(link: &Link, program: &str, args: &[&str]) -> Output {
-    let out = link
+fn run_inside(path: &EmulatedPath, program: &str, args: &[&str]) -> Output {
+    let out = path
         .command(program, args)
         .output()
         .expect("run a command in the namespace");
@@ -82,7 +83,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// `size` bytes, the sender using classic congestion control (cubic: slow start with
 /// the kernel's initial window of 10) rather than the machine's default.
 fn serve(addr: Ipv4Addr, size: usize, connections: usize) -> (u16, thread::JoinHandle<()>) {
-    let listener = TcpListener::bind((addr, 0)).expect("bind on the host side of the link");
+    let listener = TcpListener::bind((addr, 0)).expect("bind on the host side of the path");
     set_congestion_control(&listener, "cubic");
     let port = listener.local_addr().unwrap().port();
     let handle = thread::spawn(move || {
@@ -130,9 +131,9 @@ fn set_congestion_control(listener: &TcpListener, name: &str) {
 }
 
 /// curl's timings: (size_download, time_starttransfer, time_total) in bytes and seconds.
-fn curl(link: &Link, url: &str) -> (f64, f64, f64) {
+fn curl(path: &EmulatedPath, url: &str) -> (f64, f64, f64) {
     let out = run_inside(
-        link,
+        path,
         "curl",
         &[
             "-sS",
@@ -157,15 +158,15 @@ fn curl(link: &Link, url: &str) -> (f64, f64, f64) {
 fn ping_rtt_is_twice_the_delay() {
     let _one = serial();
     let delay = Duration::from_millis(20);
-    let Some(link) = start(Shape {
+    let Some(path) = start(Shape {
         rate_bps: 100_000_000,
         delay,
-        queue: link::DEFAULT_QUEUE,
+        queue: emulator::DEFAULT_QUEUE,
     }) else {
         return;
     };
-    let host = link.host_addr().to_string();
-    let out = run_inside(&link, "ping", &["-n", "-c", "5", "-i", "0.2", &host]);
+    let host = path.host_addr().to_string();
+    let out = run_inside(&path, "ping", &["-n", "-c", "5", "-i", "0.2", &host]);
     let text = String::from_utf8_lossy(&out.stdout);
     let rtts: Vec<f64> = text
         .lines()
@@ -176,8 +177,8 @@ fn ping_rtt_is_twice_the_delay() {
     let m = median(rtts.clone());
     eprintln!(
         "ping over 100mbit, 20 ms one way: RTTs {rtts:?} ms, median {m:.3} ms (expected 40, allowed [40, 41]); mover real-time: {}, latest delivery {:?} behind schedule",
-        link.realtime(),
-        link.down_counts().max_late.max(link.up_counts().max_late)
+        path.realtime(),
+        path.down_counts().max_late.max(path.up_counts().max_late)
     );
     assert!(
         (40.0..=41.0).contains(&m),
@@ -189,37 +190,37 @@ fn ping_rtt_is_twice_the_delay() {
 fn bulk_transfer_reaches_the_rate() {
     let _one = serial();
     let rate = 8_000_000u64;
-    let Some(link) = start(Shape {
+    let Some(path) = start(Shape {
         rate_bps: rate,
         delay: Duration::from_millis(10),
-        queue: link::DEFAULT_QUEUE,
+        queue: emulator::DEFAULT_QUEUE,
     }) else {
         return;
     };
     let size = 3_000_000;
-    let (port, server) = serve(link.host_addr(), size, 1);
-    let before = link.down_counts();
-    let (bytes, first_byte, total) = curl(&link, &format!("http://{}:{port}/", link.host_addr()));
+    let (port, server) = serve(path.host_addr(), size, 1);
+    let before = path.down_counts();
+    let (bytes, first_byte, total) = curl(&path, &format!("http://{}:{port}/", path.host_addr()));
     server.join().unwrap();
-    let after = link.down_counts();
+    let after = path.down_counts();
     assert_eq!(bytes as usize, size);
-    // Compare like with like: the link carries IP packets (headers included) at the
+    // Compare like with like: the path carries IP packets (headers included) at the
     // rate; the application sees only TCP payload. The expected goodput is the rate
-    // times the payload share of what crossed the link, counted by the mover (IP, TCP
+    // times the payload share of what crossed the path, counted by the mover (IP, TCP
     // headers with timestamps, and the retransmissions of drop-tail losses).
-    let link_bytes = (after.bytes - before.bytes) as f64;
-    let payload_share = bytes / link_bytes;
+    let path_bytes = (after.bytes - before.bytes) as f64;
+    let payload_share = bytes / path_bytes;
     let expected = rate as f64 * payload_share;
     let elapsed = total - first_byte;
     let goodput = bytes * 8.0 / elapsed;
-    let link_rate = link_bytes * 8.0 / elapsed;
+    let path_rate = path_bytes * 8.0 / elapsed;
     let error = (goodput - expected) / expected;
     eprintln!(
-        "bulk {size} B over 8mbit, 10 ms one way: {elapsed:.3} s from first to last byte; goodput {:.3} Mbit/s, expected {:.3} Mbit/s (8 Mbit/s × payload share {payload_share:.4}): {:+.2}%; IP bytes on the link {link_bytes} → {:.3} Mbit/s; {} drop-tail drops",
+        "bulk {size} B over 8mbit, 10 ms one way: {elapsed:.3} s from first to last byte; goodput {:.3} Mbit/s, expected {:.3} Mbit/s (8 Mbit/s × payload share {payload_share:.4}): {:+.2}%; IP bytes on the path {path_bytes} → {:.3} Mbit/s; {} drop-tail drops",
         goodput / 1e6,
         expected / 1e6,
         error * 100.0,
-        link_rate / 1e6,
+        path_rate / 1e6,
         after.dropped - before.dropped
     );
     assert!(
@@ -234,21 +235,21 @@ fn short_transfer_follows_slow_start() {
     let rate = 10_000_000u64;
     let delay = Duration::from_millis(50);
     let rtt = 2.0 * delay.as_secs_f64();
-    let Some(link) = start(Shape {
+    let Some(path) = start(Shape {
         rate_bps: rate,
         delay,
-        queue: link::DEFAULT_QUEUE,
+        queue: emulator::DEFAULT_QUEUE,
     }) else {
         return;
     };
     let size = 100_000usize;
-    let (port, server) = serve(link.host_addr(), size, 1);
-    let (bytes, _, total) = curl(&link, &format!("http://{}:{port}/", link.host_addr()));
+    let (port, server) = serve(path.host_addr(), size, 1);
+    let (bytes, _, total) = curl(&path, &format!("http://{}:{port}/", path.host_addr()));
     server.join().unwrap();
     assert_eq!(bytes as usize, size);
     // The slow-start round-trip model: one RTT for the handshake, then k rounds of
     // request-and-window, the window starting at IW = 10 segments and doubling each
-    // round, plus the serialization of the bytes at the link rate.
+    // round, plus the serialization of the bytes at the path's rate.
     let timestamps =
         std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps").is_ok_and(|s| s.trim() != "0");
     let mss = if timestamps { 1448.0 } else { 1460.0 };
@@ -272,7 +273,7 @@ fn short_transfer_follows_slow_start() {
 #[test]
 fn exit_code_environment_and_cleanup() {
     let _one = serial();
-    // Checks that the link can run at all (or skips, as the others do).
+    // Checks that the emulator can run at all (or skips, as the others do).
     let Some(probe) = start(Shape {
         rate_bps: 1_000_000,
         delay: Duration::ZERO,
@@ -281,19 +282,20 @@ fn exit_code_environment_and_cleanup() {
         return;
     };
     drop(probe);
-    let marker = std::env::temp_dir().join(format!("wirefold-link-test-{}", std::process::id()));
+    let marker =
+        std::env::temp_dir().join(format!("wirefold-emulator-test-{}", std::process::id()));
     let script = format!(
         "test -n \"$WIREFOLD_LINK_HOST\" && ip netns identify $$ > {} && exit 7",
         marker.display()
     );
-    let args = LinkArgs {
+    let args = EmulatorArgs {
         rate: 1_000_000,
         delay: Duration::from_millis(1),
         queue: 10,
         command: vec!["sh".into(), "-c".into(), script],
     };
     assert_eq!(
-        link::run_command(&args).unwrap(),
+        emulator::run_command(&args).unwrap(),
         7,
         "the command's exit code"
     );
@@ -307,20 +309,20 @@ fn exit_code_environment_and_cleanup() {
             .any(|l| l.split_whitespace().next() == Some(name)),
         "{name} is deleted on exit"
     );
-    // The only route inside is the link's /30.
-    let link = Link::start(args.shape()).unwrap();
-    let out = run_inside(&link, "ip", &["-4", "-o", "route"]);
+    // The only route inside is the path's /30.
+    let path = EmulatedPath::start(args.shape()).unwrap();
+    let out = run_inside(&path, "ip", &["-4", "-o", "route"]);
     let routes = String::from_utf8_lossy(&out.stdout);
     assert_eq!(routes.lines().count(), 1, "{routes}");
     assert!(
         routes.starts_with(&format!(
             "{}/30 dev wfl",
-            Ipv4Addr::from(u32::from(link.host_addr()) - 1)
+            Ipv4Addr::from(u32::from(path.host_addr()) - 1)
         )),
         "{routes}"
     );
-    let name = link.namespace().to_string();
-    drop(link);
+    let name = path.namespace().to_string();
+    drop(path);
     assert!(
         !netns_list()
             .lines()

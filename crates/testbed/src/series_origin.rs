@@ -10,7 +10,7 @@
 //! request waits `--delay-ms` before its response head. Bodies are compressed once at
 //! startup, as a well-run origin precompresses: br 11, else gzip 9, else identity.
 
-use std::convert::Infallible;
+use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,16 +22,13 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use sha2::{Digest, Sha256};
+use wirefold_corpus::{series, ContentType, ReadError};
 use wirefold_http::accept_encoding::AcceptEncoding;
 use wirefold_http::conditional::{EntityTag, IfNoneMatch};
 use wirefold_http::ContentCoding;
 
-use crate::corpus::ContentType;
-use crate::deltas::series;
-use crate::LabError;
+use crate::serve;
 
 /// The limit on versions per series.
 pub const MAX_VERSIONS: u64 = 10;
@@ -53,6 +50,23 @@ pub struct SeriesOriginArgs {
     /// Series folders, each holding numbered versions (`001.html`, `002.html`, …).
     #[arg(required = true, value_name = "SERIES_DIR")]
     pub series: Vec<PathBuf>,
+}
+
+/// Why the series origin did not start, or could not print its URLs.
+#[derive(Debug, thiserror::Error)]
+pub enum SeriesOriginError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("{}: {reason}", path.display())]
+    BadInput { path: PathBuf, reason: String },
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("writing the URLs: {0}")]
+    Output(#[from] io::Error),
 }
 
 /// One version, in every coding it is sent in.
@@ -122,7 +136,7 @@ pub struct SeriesOrigin {
 
 impl SeriesOrigin {
     /// Reads and compresses the series, binds the listener and starts serving.
-    pub fn start(args: &SeriesOriginArgs) -> Result<Self, LabError> {
+    pub fn start(args: &SeriesOriginArgs) -> Result<Self, SeriesOriginError> {
         let served = args
             .series
             .iter()
@@ -130,13 +144,13 @@ impl SeriesOrigin {
             .collect::<Result<Vec<_>, _>>()?;
         for (i, s) in served.iter().enumerate() {
             if let Some(other) = served[..i].iter().position(|o| o.path == s.path) {
-                return Err(LabError::BadInput {
+                return Err(SeriesOriginError::BadInput {
                     path: args.series[i].clone(),
                     reason: format!("served at {} like {}", s.path, args.series[other].display()),
                 });
             }
         }
-        let listen_error = |source| LabError::Listen {
+        let listen_error = |source| SeriesOriginError::Listen {
             addr: args.listen,
             source,
         };
@@ -157,7 +171,10 @@ impl SeriesOrigin {
             let _entered = runtime.enter();
             tokio::net::TcpListener::from_std(listener).map_err(listen_error)?
         };
-        runtime.spawn(accept_loop(listener, state));
+        runtime.spawn(serve::accept_loop(listener, move |req| {
+            let state = state.clone();
+            async move { state.answer(&req).await }
+        }));
         Ok(SeriesOrigin {
             addr,
             paths,
@@ -179,7 +196,7 @@ impl SeriesOrigin {
 }
 
 /// Prints the URL of every series, one a line, then `ready`, and serves until killed.
-pub fn run(args: &SeriesOriginArgs, out: &mut dyn std::io::Write) -> Result<(), LabError> {
+pub fn run(args: &SeriesOriginArgs, out: &mut dyn io::Write) -> Result<(), SeriesOriginError> {
     let origin = SeriesOrigin::start(args)?;
     for url in origin.urls() {
         writeln!(out, "{url}")?;
@@ -192,8 +209,8 @@ pub fn run(args: &SeriesOriginArgs, out: &mut dyn std::io::Write) -> Result<(), 
 }
 
 /// The versions of the series in `dir`, at most `count`, compressed.
-fn load(dir: &Path, count: usize) -> Result<Served, LabError> {
-    let bad = |reason: String| LabError::BadInput {
+fn load(dir: &Path, count: usize) -> Result<Served, SeriesOriginError> {
+    let bad = |reason: String| SeriesOriginError::BadInput {
         path: dir.to_path_buf(),
         reason,
     };
@@ -207,7 +224,7 @@ fn load(dir: &Path, count: usize) -> Result<Served, LabError> {
     if one.name != "." {
         return Err(bad(format!("the series is in a subfolder: {}", one.name)));
     }
-    let absolute = std::fs::canonicalize(dir).map_err(|source| LabError::Read {
+    let absolute = std::fs::canonicalize(dir).map_err(|source| ReadError {
         path: dir.to_path_buf(),
         source,
     })?;
@@ -232,7 +249,7 @@ fn load(dir: &Path, count: usize) -> Result<Served, LabError> {
                 scope.spawn(move || {
                     std::fs::read(path)
                         .map(Version::new)
-                        .map_err(|source| LabError::Read {
+                        .map_err(|source| ReadError {
                             path: path.clone(),
                             source,
                         })
@@ -271,25 +288,6 @@ fn spread(len: usize, count: usize) -> Vec<usize> {
 struct State {
     delay: Duration,
     served: Vec<Served>,
-}
-
-async fn accept_loop(listener: tokio::net::TcpListener, state: Arc<State>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let state = state.clone();
-        let service = service_fn(move |req: Request<Incoming>| {
-            let state = state.clone();
-            async move { Ok::<_, Infallible>(state.answer(&req).await) }
-        });
-        tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
 }
 
 impl State {
