@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use client_proxy::ClientConfig;
 use proxy::config::{Config, LogFormat};
-use proxy::link::client::ClientConfig;
 
 #[derive(Parser)]
 #[command(
@@ -256,7 +256,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         return Ok(());
     }
     init_logging(config.log_format);
-    let running = proxy::start(config).await.map_err(|e| e.to_string())?;
+    let running = link_server::start(config)
+        .await
+        .map_err(|e| e.to_string())?;
     let scheme = if running.tls { "https" } else { "http" };
     tracing::info!(listen = %format!("{scheme}://{}", running.addr), admin = %running.admin_addr, "wirefold serving");
     println!(
@@ -355,7 +357,7 @@ async fn client(args: ClientArgs) -> Result<(), String> {
     }
     init_logging(LogFormat::Human);
     let upstream = config.upstream.clone();
-    let running = proxy::link::client::start(config)
+    let running = client_proxy::start(config)
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!(listen = %running.addr, admin = %running.admin_addr, %upstream, "wirefold client proxy running");

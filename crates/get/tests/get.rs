@@ -26,7 +26,7 @@ const PAGE_V2: &str = "html/w3c__manifest/index-html--recent/029.html";
 /// A server that assumes a slow client link, so a delta is worth computing on demand
 /// (at the default, the first request after a change gets br while the root scanner
 /// computes the delta in the background).
-fn slow_link(config: &mut wirefold_proxy::Config) {
+fn slow_link(config: &mut proxy::Config) {
     config.delta.assumed_bandwidth_bps = 1_000_000;
 }
 

@@ -65,3 +65,10 @@ impl Background {
         }
     }
 }
+
+/// The delta engine's derived bodies are made and kept as background work.
+impl delta::derived::Spawner for Background {
+    fn spawn_blocking(&self, work: Box<dyn FnOnce() + Send>) {
+        Background::spawn_blocking(self, work);
+    }
+}

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use wirefold_http::caching::Freshness;
 use wirefold_http::vary::Vary;
 
-use crate::memo::Bounded;
+use store::memo::Bounded;
 
 /// The shared cache (RFC 9111) of one server.
 pub struct Cache {
@@ -197,13 +197,10 @@ pub fn resource_of(key: &str) -> &str {
     key.strip_prefix("http:").unwrap_or(key)
 }
 
-/// The site part of a resource key: what precedes its path.
-pub fn site_of(resource: &str) -> &str {
-    resource.find('/').map_or(resource, |i| &resource[..i])
-}
+pub use delta::history::site_of;
 
 /// A header block in HTTP/1.1 field syntax, base64 (values may be any octets).
-pub(crate) fn encode_head(headers: &HeaderMap) -> String {
+pub fn encode_head(headers: &HeaderMap) -> String {
     let mut raw = Vec::new();
     for (name, value) in headers {
         raw.extend_from_slice(name.as_str().as_bytes());
@@ -214,7 +211,7 @@ pub(crate) fn encode_head(headers: &HeaderMap) -> String {
     base64::engine::general_purpose::STANDARD.encode(raw)
 }
 
-pub(crate) fn decode_head(head: &str) -> HeaderMap {
+pub fn decode_head(head: &str) -> HeaderMap {
     let raw = base64::engine::general_purpose::STANDARD
         .decode(head)
         .unwrap_or_default();

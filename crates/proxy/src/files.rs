@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use store::{Hash, Store};
 
-use crate::memo::Bounded;
+use store::memo::Bounded;
 
 /// A file found under the root.
 pub struct FoundFile {

@@ -7,8 +7,8 @@ use http::Uri;
 
 use crate::config::UpstreamConfig;
 use crate::destinations::Destinations;
-use crate::memo::Bounded;
 use crate::origin::{upstream_client, Origin, UpstreamClient};
+use store::memo::Bounded;
 
 /// Origins remembered at most (an `Origin` is a few fields over the shared pool, so
 /// rebuilding an evicted one is cheap).

@@ -1,5 +1,6 @@
 //! What every mechanism saved or cost, in Prometheus text format.
 
+use delta::derived::{DerivedCounters, LookupResult};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -121,7 +122,8 @@ pub struct Metrics {
     /// Bytes of the body actually sent.
     pub bytes_sent: Family<BytesLabels, Counter>,
     pub cache: Family<ResultLabels, Counter>,
-    pub encoding_cache: Family<ResultLabels, Counter>,
+    /// Derived-body lookups (`encoding_cache_lookups`), counted by the delta engine.
+    pub encoding_cache: Family<LookupResult, Counter>,
     pub origin_errors: Family<ResultLabels, Counter>,
     pub origin_latency: Histogram,
     pub response_latency: Histogram,
@@ -297,10 +299,12 @@ impl Metrics {
         self.cache.get_or_create(&ResultLabels { result }).inc();
     }
 
-    pub fn encoding_cache_result(&self, result: &'static str) {
-        self.encoding_cache
-            .get_or_create(&ResultLabels { result })
-            .inc();
+    /// The counters the delta engine's derived bodies keep, registered here.
+    pub fn derived_counters(&self) -> DerivedCounters {
+        DerivedCounters {
+            lookups: self.encoding_cache.clone(),
+            store_write_errors: self.store_write_errors.clone(),
+        }
     }
 
     pub fn link_outcome(&self, outcome: &'static str) {

@@ -15,11 +15,11 @@ use codec::dictionary::DictionaryCoding;
 use store::{Hash, Store};
 use tokio::sync::watch;
 
-use crate::delta::{self, dictionaries, history};
 use crate::files::FileSource;
 use crate::pipeline::fetch::Source;
 use crate::pipeline::Pipeline;
-use crate::variants::Variant;
+use delta::derived::Variant;
+use delta::{self, dictionaries, history};
 
 /// Files visited per scan at most: a bound on the work a huge tree can cause.
 const MAX_FILES: usize = 100_000;
@@ -151,11 +151,10 @@ fn prepare(
     let version = history::Version {
         hash: hash.to_hex(),
         etag: Some(etag),
-        time: crate::delta::now_unix(),
+        time: delta::now_unix(),
         size: len,
     };
-    crate::delta::record_version(store, &p.config.delta, &resource, version)
-        .map_err(|e| e.to_string())?;
+    delta::record_version(store, &p.config.delta, &resource, version).map_err(|e| e.to_string())?;
 
     let make = |variant: Variant, produce: &dyn Fn() -> Vec<u8>| -> Result<(), String> {
         let variant = variant.to_string();

@@ -2,7 +2,9 @@
 //! over TLS) and the admin endpoint; graceful shutdown that drains in-flight requests.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +24,6 @@ use crate::body::{self, Body};
 use crate::config::Config;
 use crate::files::FileSource;
 use crate::first_bytes::FirstBytesDeadline;
-use crate::link::serve::LinkServer;
 use crate::metrics::Metrics;
 use crate::model::ConnInfo;
 use crate::origin::Origin;
@@ -97,7 +98,32 @@ pub async fn shutdown_signal() {
 
 /// Validates the configuration, opens the store, binds both listeners and starts
 /// serving. Port 0 picks a free port; `Running` tells which.
+/// The server proxy's end of the link (`wirefold-link-server`): it answers the
+/// requests on the main listener that carry `wirefold-link`, instead of the pipeline.
+pub trait LinkEndpoint: Send + Sync {
+    /// Called with each accepted connection's socket, before its first request.
+    fn accepted(&self, socket: std::os::fd::RawFd);
+    /// Answers one link request.
+    fn serve(
+        self: Arc<Self>,
+        req: Request<Body>,
+        conn: ConnInfo,
+    ) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+}
+
+/// Makes the link endpoint once the pipeline it runs exchanges through exists.
+pub type LinkEndpointFactory = Box<dyn FnOnce(Arc<Pipeline>) -> Arc<dyn LinkEndpoint> + Send>;
+
+/// Starts a server without a link endpoint: link requests are refused.
 pub async fn start(config: Config) -> Result<Running, StartError> {
+    start_with(config, None).await
+}
+
+/// Starts a server; `link` answers link requests when `link.enabled` is set.
+pub async fn start_with(
+    config: Config,
+    link: Option<LinkEndpointFactory>,
+) -> Result<Running, StartError> {
     config.check()?;
     let config = Arc::new(config);
     let metrics = Arc::new(Metrics::new());
@@ -176,10 +202,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let (stop, stopped) = watch::channel(false);
     crate::scan::start(pipeline.clone(), stopped.clone());
     let front = Front {
-        link: config
-            .link
-            .enabled
-            .then(|| Arc::new(LinkServer::new(pipeline.clone()))),
+        link: link
+            .filter(|_| config.link.enabled)
+            .map(|make| make(pipeline.clone())),
         pipeline: pipeline.clone(),
     };
     let main = tokio::spawn(accept_loop(
@@ -229,7 +254,7 @@ fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
 /// end of the link when links are accepted.
 struct Front {
     pipeline: Arc<Pipeline>,
-    link: Option<Arc<LinkServer>>,
+    link: Option<Arc<dyn LinkEndpoint>>,
 }
 
 async fn accept_loop(
@@ -257,8 +282,8 @@ async fn accept_loop(
         };
         let _ = stream.set_nodelay(true);
         let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
-        if pipeline.config.link.enabled {
-            crate::link::limit_unsent(socket);
+        if let Some(link) = &front.link {
+            link.accepted(socket);
         }
         let conn = ConnInfo {
             peer,
@@ -318,10 +343,13 @@ async fn accept_loop(
 
 async fn dispatch(front: &Front, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
     let pipeline = &front.pipeline;
-    if crate::link::serve::is_link_request(req.headers()) {
+    if req
+        .headers()
+        .contains_key(link_protocol::frame::LINK_HEADER)
+    {
         return match &front.link {
-            Some(link) => crate::link::serve::handle(link, req.map(body::boxed), conn).await,
-            None => crate::link::serve::refuse_unlinked(pipeline, &req),
+            Some(link) => link.clone().serve(req.map(body::boxed), conn).await,
+            None => refuse_link(pipeline, &req),
         };
     }
     match pipeline.fetcher.source() {
@@ -350,7 +378,7 @@ async fn dispatch(front: &Front, req: Request<Incoming>, conn: ConnInfo) -> Resp
 /// whole request head within `header_timeout` (from the moment it connects), as on
 /// the main listener: otherwise a few silent connections would hold the admin
 /// endpoint's sockets forever.
-pub(crate) async fn admin_loop<H, F>(
+pub async fn admin_loop<H, F>(
     listener: TcpListener,
     header_timeout: Duration,
     mut stop: watch::Receiver<bool>,
@@ -520,7 +548,7 @@ async fn train_dictionary(pipeline: &Pipeline, query: &str) -> Result<String, St
         .cloned()
         .ok_or("the cache (and so the store) is disabled")?;
     let trained = tokio::task::spawn_blocking(move || {
-        crate::delta::training::train(&store, &site, &pattern, max_size)
+        delta::training::train(&store, &site, &pattern, max_size)
     })
     .await
     .map_err(|e| e.to_string())??;
@@ -564,6 +592,18 @@ pub async fn call_admin(
         .map_err(|e| e.to_string())?
         .to_bytes();
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// Answers a link request to a server that does not accept links.
+fn refuse_link<B>(pipeline: &Pipeline, req: &Request<B>) -> Response<Body> {
+    let status = StatusCode::NOT_FOUND;
+    pipeline
+        .metrics
+        .record_request(req.method(), status, Duration::ZERO);
+    body::error_response(
+        status,
+        "this server does not accept links (start it with --link)",
+    )
 }
 
 #[cfg(test)]

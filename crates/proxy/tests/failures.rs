@@ -905,7 +905,7 @@ async fn corrupt_store_index_refuses_to_start_and_is_left_alone() {
 
     let mut config = support::test_config(data.path());
     config.origin = Some(format!("http://{}", dead_address()));
-    let err = match support::proxy::start(config).await {
+    let err = match proxy::start(config).await {
         Ok(_) => panic!("a corrupt index must stop the start"),
         Err(e) => e.to_string(),
     };

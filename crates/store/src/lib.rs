@@ -17,6 +17,7 @@ mod files;
 mod hash;
 mod index;
 mod lru;
+pub mod memo;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;

@@ -23,9 +23,9 @@ use wirefold_http::ContentCoding;
 use crate::body::{self, Body};
 use crate::config::{CodingList, CompressionProfile, Config};
 use crate::decode::Windows;
-use crate::delta::{DeltaChoice, DeltaEngine};
 use crate::model::{Instance, InstanceBody, Provenance, RequestContext, StreamCoding};
-use crate::variants::{produce_off_reactor, DerivedBodies, Produce, Variant};
+use delta::derived::{produce_off_reactor, DerivedBodies, Produce, Variant};
+use delta::{DeltaChoice, DeltaEngine, DeltaRequest};
 
 /// The representation `respond` sends.
 pub struct Representation {
@@ -167,16 +167,17 @@ pub async fn encode(
                 && status == StatusCode::OK
                 && !ctx.profile.wants_range
                 && config.delta.enabled;
-            let delta = match deltas_apply {
-                true => {
+            let request = deltas_apply.then(|| delta_request(config, ctx));
+            let delta = match &request {
+                Some(request) => {
                     deltas
-                        .choose(ctx, &headers, hash, &bytes, plain.len())
+                        .choose(request, &headers, hash, &bytes, plain.len())
                         .await
                 }
-                false => None,
+                None => None,
             };
-            if deltas_apply {
-                deltas.announce(ctx, &mut headers, hash).await;
+            if let Some(request) = &request {
+                deltas.announce(request, &mut headers, hash).await;
             }
             let mut whole = match delta {
                 Some(DeltaChoice::Dictionary { coding, body }) => rep(
@@ -290,6 +291,22 @@ pub async fn encode(
     };
     representation.headers = headers;
     representation
+}
+
+/// What the delta engine reads of this request.
+fn delta_request<'a>(config: &Config, ctx: &'a RequestContext) -> DeltaRequest<'a> {
+    let profile = &ctx.profile;
+    DeltaRequest {
+        site: &ctx.site,
+        resource: &ctx.resource,
+        uri: &profile.uri,
+        headers: &profile.headers,
+        accept_encoding: &profile.accept_encoding,
+        if_none_match: profile.preconditions.if_none_match.as_ref(),
+        accepted_manipulations: profile.accepted_manipulations.as_ref(),
+        available_dictionary: profile.available_dictionary,
+        public_path: config.cache.is_public_path(profile.uri.path()),
+    }
 }
 
 /// Plain compression of reusable content at `level`, answering at the profile's

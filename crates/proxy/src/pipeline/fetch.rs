@@ -25,8 +25,6 @@ use crate::body::{self, error_response, Body};
 use crate::cache::{self, resource_of, site_of, Cache, Role, StoredResponse};
 use crate::config::Config;
 use crate::decode::{self, DecodeBudget, Unheld, WholeDecode, WholeLimits};
-use crate::delta::dictionaries::{self, DERIVED_PREFIX};
-use crate::delta::DeltaEngine;
 use crate::files::{FileContent, FileSource};
 use crate::forward::ForwardOrigins;
 use crate::metrics::Metrics;
@@ -35,6 +33,8 @@ use crate::model::{
     Provenance, RequestContext, StreamCoding,
 };
 use crate::origin::{clean_response_head, Origin, OriginError};
+use delta::dictionaries::{self, DERIVED_PREFIX};
+use delta::DeltaEngine;
 
 /// Where current instances come from.
 pub enum Source {
@@ -98,6 +98,15 @@ impl Fetcher {
 
     pub fn source(&self) -> &Source {
         &self.source
+    }
+
+    /// Whether a response is text (its media type has a compression profile): only
+    /// text joins a resource's history.
+    fn is_text(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| self.config.compression.profile_for(ct).is_some())
     }
 }
 
@@ -857,7 +866,7 @@ async fn admit<'a>(
                 key: key.to_string(),
                 response,
                 body: Some(bytes.clone()),
-                is_version: audience.may_derive(),
+                is_version: audience.may_derive() && f.is_text(headers),
             })
         }
         _ => None,

@@ -11,10 +11,10 @@
 //! | --- | --- | --- | --- | --- |
 //! | [`classify`] | first, on every request | the request head | nothing | a [`ClientProfile`](crate::model::ClientProfile), every field later stages use parsed once; or 400 |
 //! | [`fetch`] | after classify | [`Fetcher`](fetch::Fetcher) (source, cache, limits), an optional [`OriginObserver`](crate::model::OriginObserver) | the origin request it sends | the current [`Instance`](crate::model::Instance) and what to store; or a finished error response |
-//! | [`remember`] | after fetch, before anything is sent | [`Cache`](crate::cache::Cache), [`DeltaEngine`](crate::delta::DeltaEngine) | the store | the instance, unchanged |
+//! | [`remember`] | after fetch, before anything is sent | [`Cache`](crate::cache::Cache), [`DeltaEngine`](delta::DeltaEngine) | the store | the instance, unchanged |
 //! | [`adapt`] | on every instance | the context | the instance's fidelity (passes through until adaptive fidelity lands) | an instance |
 //! | [`hint`] | on every instance | the context | hints about what the client will need (passes through until inline download lands) | an instance |
-//! | [`encode`] | on every instance | [`DerivedBodies`](crate::variants::DerivedBodies), [`DeltaEngine`](crate::delta::DeltaEngine) | the representation's coding, `Use-As-Dictionary` and dictionary links | a [`Representation`](encode::Representation) |
+//! | [`encode`] | on every instance | [`DerivedBodies`](delta::derived::DerivedBodies), [`DeltaEngine`](delta::DeltaEngine) | the representation's coding, `Use-As-Dictionary` and dictionary links | a [`Representation`](encode::Representation) |
 //! | [`respond`] | last | metrics | status (304, 206, 412, 416), validators, `Vary`, `Cache-Status` | the response |
 //!
 //! Stages share nothing but the [`RequestContext`](crate::model::RequestContext) and the
@@ -39,10 +39,10 @@ use crate::background::Background;
 use crate::body::Body;
 use crate::cache::Cache;
 use crate::config::Config;
-use crate::delta::DeltaEngine;
 use crate::metrics::Metrics;
 use crate::model::{ConnInfo, RequestContext};
-use crate::variants::DerivedBodies;
+use delta::derived::DerivedBodies;
+use delta::DeltaEngine;
 use fetch::{Fetcher, Source};
 
 /// The services the stages use, for the life of the server.
@@ -69,10 +69,14 @@ impl Pipeline {
         let cache = Arc::new(Cache::new(store.clone()));
         let bodies = Arc::new(DerivedBodies::new(
             store.clone(),
-            metrics.clone(),
-            background.clone(),
+            metrics.derived_counters(),
+            Arc::new(background.clone()),
         ));
-        let deltas = Arc::new(DeltaEngine::new(config.clone(), store, bodies.clone()));
+        let deltas = Arc::new(DeltaEngine::new(
+            config.delta.clone(),
+            store,
+            bodies.clone(),
+        ));
         let fetcher = Arc::new(Fetcher::new(
             config.clone(),
             source,

@@ -7,9 +7,9 @@
 use bytes::Bytes;
 
 use crate::cache::{resource_of, Cache, CacheEntry, LeaderGuard, StoredResponse};
-use crate::delta::{history, now_unix, record_version, DeltaEngine};
 use crate::metrics::Metrics;
 use crate::model::Instance;
+use delta::{history, now_unix, record_version, DeltaEngine};
 
 /// What fetch hands to `remember`.
 pub struct Fetched<'a> {
@@ -42,9 +42,9 @@ impl Fetched<'_> {
 /// What to write.
 pub enum StorePlan {
     /// A cache entry for `key`; `body` is `None` when only the head changed (a 304).
-    /// `is_version`: the body is the same for everyone, so a text body also joins
-    /// the resource's history (a delta base, dictionary and training sample for
-    /// other clients).
+    /// `is_version`: a text body the same for everyone, so it also joins the
+    /// resource's history (a delta base, dictionary and training sample for other
+    /// clients).
     CacheEntry {
         key: String,
         response: StoredResponse,
@@ -76,14 +76,7 @@ pub async fn remember(
         leader,
     } = fetched;
     if let (Some(plan), Some(store)) = (store_plan, cache.store.clone()) {
-        let config = deltas.config().clone();
-        let text = move |headers: &http::HeaderMap| {
-            headers
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|ct| config.compression.profile_for(ct).is_some())
-        };
-        let delta = deltas.config().delta.clone();
+        let delta = deltas.config().clone();
         // A cache entry written comes back, to be kept hot.
         let written = tokio::task::spawn_blocking(
             move || -> Result<Option<(String, CacheEntry)>, store::StoreError> {
@@ -120,21 +113,18 @@ pub async fn remember(
                             .and_then(|r| CacheEntry::decode(&r))
                             .unwrap_or_default();
                         let headers = response.headers();
-                        let new_version = body
-                            .as_ref()
-                            .filter(|_| is_version && text(&headers))
-                            .and_then(|bytes| {
-                                let etag = headers
-                                    .get(http::header::ETAG)
-                                    .and_then(|v| v.to_str().ok())
-                                    .map(str::to_string);
-                                Some(history::Version {
-                                    hash: response.body_hash()?.to_hex(),
-                                    etag,
-                                    time: now_unix(),
-                                    size: bytes.len() as u64,
-                                })
-                            });
+                        let new_version = body.as_ref().filter(|_| is_version).and_then(|bytes| {
+                            let etag = headers
+                                .get(http::header::ETAG)
+                                .and_then(|v| v.to_str().ok())
+                                .map(str::to_string);
+                            Some(history::Version {
+                                hash: response.body_hash()?.to_hex(),
+                                etag,
+                                time: now_unix(),
+                                size: bytes.len() as u64,
+                            })
+                        });
                         entry.upsert(response);
                         store.put_record(&key, &entry.encode(), &entry.bodies())?;
                         if let Some(version) = new_version {

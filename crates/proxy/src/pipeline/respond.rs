@@ -307,7 +307,7 @@ fn range_not_satisfiable(len: u64) -> Response<Body> {
     r
 }
 
-pub(crate) fn not_modified(full: &HeaderMap, held: Option<EntityTag>) -> Response<Body> {
+pub fn not_modified(full: &HeaderMap, held: Option<EntityTag>) -> Response<Body> {
     let mut response = Response::new(body::empty());
     *response.status_mut() = StatusCode::NOT_MODIFIED;
     for name in NOT_MODIFIED_FIELDS {

@@ -14,16 +14,12 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use wirefold_proxy::config::Config;
-
+use proxy::config::Config;
 use tokio::net::{TcpListener, TcpStream};
-/// The crate under test, by its short name.
-#[allow(unused_imports)]
-pub use wirefold_proxy as proxy;
 
 /// A started accelerator and the directory holding its store.
 pub struct Proxy {
-    pub running: wirefold_proxy::Running,
+    pub running: proxy::Running,
     pub data: tempfile::TempDir,
 }
 
@@ -52,7 +48,7 @@ pub async fn start_proxy(origin: &str, tweak: impl FnOnce(&mut Config)) -> Proxy
     let mut config = test_config(data.path());
     config.origin = Some(origin.to_string());
     tweak(&mut config);
-    let running = wirefold_proxy::start(config).await.expect("proxy starts");
+    let running = proxy::start(config).await.expect("proxy starts");
     Proxy { running, data }
 }
 
@@ -61,7 +57,7 @@ pub async fn start_root(root: &Path, tweak: impl FnOnce(&mut Config)) -> Proxy {
     let mut config = test_config(data.path());
     config.root = Some(root.to_path_buf());
     tweak(&mut config);
-    let running = wirefold_proxy::start(config).await.expect("server starts");
+    let running = proxy::start(config).await.expect("server starts");
     Proxy { running, data }
 }
 
@@ -265,56 +261,6 @@ pub fn metric(text: &str, name_and_labels_prefix: &str) -> f64 {
         .filter(|l| l.starts_with(name_and_labels_prefix))
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
         .sum()
-}
-
-/// A proxy pair on loopback: a server proxy (`--link`, forward, self-signed TLS) and a
-/// client proxy linked to it. Browsers use `client.addr` as their HTTP proxy.
-pub struct Pair {
-    pub server: Proxy,
-    pub client: wirefold_proxy::link::client::RunningClient,
-    pub client_data: tempfile::TempDir,
-}
-
-impl Pair {
-    pub fn proxy(&self) -> String {
-        format!("http://{}", self.client.addr)
-    }
-}
-
-pub async fn start_pair(
-    tweak_server: impl FnOnce(&mut Config),
-    tweak_client: impl FnOnce(&mut wirefold_proxy::link::client::ClientConfig),
-) -> Pair {
-    let data = tempfile::tempdir().unwrap();
-    let mut config = test_config(data.path());
-    config.link.enabled = true;
-    // The origins are on loopback.
-    config.link.destinations = wirefold_proxy::destinations::Destinations::Any;
-    config.tls.self_signed = true;
-    tweak_server(&mut config);
-    let running = wirefold_proxy::start(config)
-        .await
-        .expect("server proxy starts");
-    let server = Proxy { running, data };
-    let client_data = tempfile::tempdir().unwrap();
-    let mut client_config = wirefold_proxy::link::client::ClientConfig {
-        upstream: format!("https://localhost:{}", server.running.addr.port()),
-        upstream_connect: Some(server.running.addr),
-        upstream_ca: Some(server.data.path().join("self-signed-cert.pem")),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        admin: "127.0.0.1:0".parse().unwrap(),
-        data_dir: client_data.path().to_path_buf(),
-        ..Default::default()
-    };
-    tweak_client(&mut client_config);
-    let client = wirefold_proxy::link::client::start(client_config)
-        .await
-        .expect("client proxy starts");
-    Pair {
-        server,
-        client,
-        client_data,
-    }
 }
 
 /// Sends `request` on a fresh connection and reads until the server closes it (or 5 s).

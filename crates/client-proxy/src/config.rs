@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
+use proxy::config::ConfigError;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -75,7 +75,7 @@ impl Default for ClientConfig {
 impl ClientConfig {
     /// Reads and parses a TOML file; unknown keys are errors.
     pub fn from_file(path: &Path) -> Result<ClientConfig, ConfigError> {
-        crate::config::read_toml(path)
+        proxy::config::read_toml(path)
     }
 
     /// Validates the whole document; the first problem found is reported with its key.
@@ -164,6 +164,14 @@ fn absolute_url(text: &str, schemes: &[&str]) -> Result<http::Uri, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn written_configuration_reads_back_the_same() {
+        let client = ClientConfig::default();
+        let written = toml::to_string(&client).unwrap();
+        let read: ClientConfig = toml::from_str(&written).unwrap();
+        assert_eq!(toml::to_string(&read).unwrap(), written);
+    }
 
     #[test]
     fn defaults_need_an_upstream() {

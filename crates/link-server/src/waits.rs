@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::memo::Bounded;
+use store::memo::Bounded;
 
 /// Hosts remembered at most.
 const MAX_HOSTS: usize = 4096;

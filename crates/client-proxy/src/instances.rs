@@ -15,8 +15,8 @@ use store::{Hash, Store, StoreConfig, StoreError};
 use wirefold_http::audience::audience;
 use wirefold_http::caching::{check_storable, Freshness, NotStorable};
 
-use crate::cache::{decode_head, encode_head};
-use crate::link::frame::MAX_HAVE;
+use link_protocol::frame::MAX_HAVE;
+use proxy::cache::{decode_head, encode_head};
 
 /// The most instances one request offers (the protocol allows [`MAX_HAVE`]).
 const OFFERED: usize = 4;

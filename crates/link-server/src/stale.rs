@@ -8,9 +8,9 @@ use store::Hash;
 use tokio::task::JoinHandle;
 use wirefold_http::ContentCoding;
 
-use super::frame::{Frame, LinkCoding};
-use super::FrameSender;
-use super::Stopped;
+use crate::FrameSender;
+use crate::Stopped;
+use link_protocol::frame::{Frame, LinkCoding};
 
 pub struct StaleStream {
     pub hash: Hash,
@@ -125,10 +125,10 @@ impl StaleStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::link::frame::FrameReader;
+    use link_protocol::frame::FrameReader;
 
     async fn received(
-        rx: &mut tokio::sync::mpsc::Receiver<Result<Bytes, crate::body::BoxError>>,
+        rx: &mut tokio::sync::mpsc::Receiver<Result<Bytes, proxy::body::BoxError>>,
     ) -> Vec<Frame> {
         let mut reader = FrameReader::default();
         let mut frames = Vec::new();

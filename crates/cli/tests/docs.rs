@@ -1,15 +1,15 @@
 //! The operator documentation held to the code: every configuration key and every
 //! metric the code has is in `docs/`, and everything `docs/` lists there exists.
 
-mod support;
+mod servers;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use client_proxy::ClientConfig;
+use proxy::config::{Config, PatternRule};
 use serde_json::Value;
-use support::*;
-use wirefold_proxy::config::{Config, PatternRule};
-use wirefold_proxy::link::client::ClientConfig;
+use servers::*;
 
 fn read_doc(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -217,11 +217,15 @@ async fn every_metric_is_documented_and_every_documented_metric_exists() {
         ),
     })
     .await;
-    let proxy = start_proxy(&origin.url(""), |config| {
-        config.limits.max_buffered_body = 16 * 1024;
-        config.link.enabled = true;
-    })
-    .await;
+    let data = tempfile::tempdir().unwrap();
+    let mut config = test_config(data.path());
+    config.origin = Some(origin.url(""));
+    config.limits.max_buffered_body = 16 * 1024;
+    config.link.enabled = true;
+    let proxy = Proxy {
+        running: start_link_server(config).await,
+        data,
+    };
 
     let first = curl(&proxy.url("/page.html"), &["-H", "Accept-Encoding: br"]).await;
     assert_eq!(

@@ -1,13 +1,13 @@
 //! The proxy pair end to end: curl → `wirefold client` → link → `wirefold serve
 //! --link` → origin, on loopback. Every answer must be the origin's current instance.
 
-mod support;
+mod servers;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::*;
+use servers::*;
 
 /// A document with one line that names its version.
 fn page(version: usize) -> String {
@@ -119,10 +119,10 @@ async fn link_server_at(listen: std::net::SocketAddr, tls: &tempfile::TempDir) -
     config.listen = listen;
     config.link.enabled = true;
     // The origins are on loopback.
-    config.link.destinations = wirefold_proxy::destinations::Destinations::Any;
+    config.link.destinations = proxy::destinations::Destinations::Any;
     config.tls.cert = Some(tls.path().join("cert.pem"));
     config.tls.key = Some(tls.path().join("key.pem"));
-    let running = proxy::start(config).await.expect("server proxy starts");
+    let running = start_link_server(config).await;
     Proxy { running, data }
 }
 
@@ -136,7 +136,7 @@ async fn a_link_that_drops_fails_clearly_and_comes_back() {
     let server = link_server_at("127.0.0.1:0".parse().unwrap(), &tls).await;
     let addr = server.running.addr;
     let client_data = tempfile::tempdir().unwrap();
-    let client = proxy::link::client::start(proxy::link::client::ClientConfig {
+    let client = client_proxy::start(client_proxy::ClientConfig {
         upstream: format!("https://localhost:{}", addr.port()),
         upstream_connect: Some(addr),
         upstream_ca: Some(tls.path().join("cert.pem")),

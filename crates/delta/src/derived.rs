@@ -14,8 +14,36 @@ use codec::dictionary::DictionaryCoding;
 use store::{Hash, Store};
 use wirefold_http::ContentCoding;
 
-use crate::background::Background;
-use crate::metrics::Metrics;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+/// Runs work that outlives the request that started it (making and keeping a body at
+/// its best level) where the server's shutdown waits for it.
+pub trait Spawner: Send + Sync {
+    fn spawn_blocking(&self, work: Box<dyn FnOnce() + Send>);
+}
+
+/// The counters derived bodies keep; the server registers them with its metrics.
+#[derive(Clone, Default)]
+pub struct DerivedCounters {
+    /// Lookups by result: `hit`, `quick_hit` (the quick level, the best one being made),
+    /// `miss`.
+    pub lookups: Family<LookupResult, Counter>,
+    /// Writes the store refused (full disk, writes suspended).
+    pub store_write_errors: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LookupResult {
+    pub result: &'static str,
+}
+
+impl DerivedCounters {
+    fn lookup(&self, result: &'static str) {
+        self.lookups.get_or_create(&LookupResult { result }).inc();
+    }
+}
 
 /// One derived body of a content: what was done to it, against what, at which level.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -84,17 +112,21 @@ const INLINE_WORK_MAX: usize = 16 * 1024;
 pub struct DerivedBodies {
     /// Absent when caching is disabled: every body is made when asked for.
     store: Option<Store>,
-    metrics: Arc<Metrics>,
-    background: Background,
+    counters: DerivedCounters,
+    background: Arc<dyn Spawner>,
     /// Background productions under way, so concurrent misses start one job.
     running: Arc<Mutex<HashSet<(Hash, Variant)>>>,
 }
 
 impl DerivedBodies {
-    pub fn new(store: Option<Store>, metrics: Arc<Metrics>, background: Background) -> Self {
+    pub fn new(
+        store: Option<Store>,
+        counters: DerivedCounters,
+        background: Arc<dyn Spawner>,
+    ) -> Self {
         DerivedBodies {
             store,
-            metrics,
+            counters,
             background,
             running: Arc::default(),
         }
@@ -127,7 +159,7 @@ impl DerivedBodies {
         let wanted = variant.at_level(best);
         let wanted_name = wanted.to_string();
         if let Some(hit) = store.get_encoding_in_memory(&hash, &wanted_name) {
-            self.metrics.encoding_cache_result("hit");
+            self.counters.lookup("hit");
             return hit;
         }
         let quick = quick
@@ -148,29 +180,29 @@ impl DerivedBodies {
         .await
         .unwrap_or_default();
         if let Some(hit) = wanted_hit {
-            self.metrics.encoding_cache_result("hit");
+            self.counters.lookup("hit");
             return hit;
         }
         let Some((quick_level, quick_variant)) = quick else {
-            self.metrics.encoding_cache_result("miss");
+            self.counters.lookup("miss");
             let made = produce_off_reactor(&produce, best, input_len).await;
             self.keep(store, hash, wanted, made.clone());
             return made;
         };
         self.start_background(store.clone(), hash, wanted, best, produce.clone());
         if let Some(hit) = quick_hit {
-            self.metrics.encoding_cache_result("quick_hit");
+            self.counters.lookup("quick_hit");
             return hit;
         }
-        self.metrics.encoding_cache_result("miss");
+        self.counters.lookup("miss");
         let made = produce_off_reactor(&produce, quick_level, input_len).await;
         self.keep(store, hash, quick_variant, made.clone());
         made
     }
 
     fn keep(&self, store: Store, hash: Hash, variant: Variant, made: Bytes) {
-        let errors = self.metrics.store_write_errors.clone();
-        self.background.spawn_blocking(move || {
+        let errors = self.counters.store_write_errors.clone();
+        self.background.spawn_blocking(Box::new(move || {
             if let Err(e) = store.put_encoding(&hash, &variant.to_string(), &made) {
                 errors.inc();
                 if !matches!(
@@ -180,7 +212,7 @@ impl DerivedBodies {
                     tracing::warn!(error = %e, %variant, "derived body not kept");
                 }
             }
-        });
+        }));
     }
 
     fn start_background(
@@ -199,9 +231,9 @@ impl DerivedBodies {
             return;
         }
         drop(running);
-        let errors = self.metrics.store_write_errors.clone();
+        let errors = self.counters.store_write_errors.clone();
         let running = Arc::clone(&self.running);
-        self.background.spawn_blocking(move || {
+        self.background.spawn_blocking(Box::new(move || {
             let made = produce(level);
             let (hash, variant) = &job;
             if let Err(e) = store.put_encoding(hash, &variant.to_string(), &made) {
@@ -216,7 +248,7 @@ impl DerivedBodies {
             if let Ok(mut running) = running.lock() {
                 running.remove(&job);
             }
-        });
+        }));
     }
 }
 

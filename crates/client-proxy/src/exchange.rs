@@ -19,17 +19,17 @@ use wirefold_http::caching::{reuse, Reuse};
 use wirefold_http::conditional::{evaluate, last_modified, EntityTag, Precondition};
 use wirefold_http::hop_by_hop::remove_hop_by_hop;
 
-use super::connection::LinkError;
-use super::instances::{may_keep, Received};
-use super::metrics::{ClientMetrics, Outcome as Answered};
-use super::reassemble::{
+use crate::connection::LinkError;
+use crate::instances::{may_keep, Received};
+use crate::metrics::{ClientMetrics, Outcome as Answered};
+use crate::Client;
+use link_protocol::frame::{self, Frame, FrameError, FrameReader};
+use link_protocol::reassemble::{
     referenced_instance, Current, Delivery, Outcome, ReassembleError, Reassembler,
 };
-use super::Client;
-use crate::body::error_response;
-use crate::body::{self, Body, IdleTimeout};
-use crate::link::frame::{self, Frame, FrameError, FrameReader};
-use crate::pipeline::respond::not_modified;
+use proxy::body::error_response;
+use proxy::body::{self, Body, IdleTimeout};
+use proxy::pipeline::respond::not_modified;
 
 /// What the client proxy adds to `Via`, towards the server proxy and the browser.
 pub const VIA_VALUE: &str = "1.1 wirefold-client";
@@ -141,7 +141,7 @@ async fn local_fresh(client: &Client, request: &Proxied) -> Option<Response<Body
         .await
         .ok()??;
     let fields = held.fields();
-    if crate::cache::secondary_key(&fields, &request.fields).as_ref() != Some(&held.secondary_key) {
+    if proxy::cache::secondary_key(&fields, &request.fields).as_ref() != Some(&held.secondary_key) {
         return None;
     }
     let freshness = held.freshness();
@@ -453,7 +453,7 @@ async fn deliver(
             &current.fields,
         )
     {
-        if let Some(secondary_key) = crate::cache::secondary_key(&current.fields, &request.fields) {
+        if let Some(secondary_key) = proxy::cache::secondary_key(&current.fields, &request.fields) {
             let instances = client.instances.clone();
             let url = request.url();
             let body = current.body.clone();

@@ -32,22 +32,23 @@ use wirefold_http::audience::audience;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::ContentCoding;
 
-use super::frame::{self, DeltaFormat, Frame, LinkCoding, OversizedFrame};
-use super::levels::{self, Levels};
-use super::stale::StaleStream;
-use super::waits::OriginWaits;
-use super::FrameSender;
-use super::Stopped;
-use crate::body::error_response;
-use crate::body::{self, Body};
-use crate::decode::Windows;
-use crate::delta::{dictionaries, history};
-use crate::delta::{now_unix, record_version};
-use crate::model::{
+use crate::levels::{self, Levels};
+use crate::stale::StaleStream;
+use crate::waits::OriginWaits;
+use crate::FrameSender;
+use crate::Stopped;
+use delta::{dictionaries, history};
+use delta::{now_unix, record_version};
+use link_protocol::frame::{self, DeltaFormat, Frame, LinkCoding, OversizedFrame};
+use proxy::body::error_response;
+use proxy::body::{self, Body};
+use proxy::decode::Windows;
+use proxy::model::{
     ConnInfo, Instance, InstanceBody, OriginEvent, OriginObserver, Provenance, RequestContext,
     StreamCoding,
 };
-use crate::pipeline::{fetch, remember, Pipeline};
+use proxy::pipeline::{fetch, remember, Pipeline};
+use proxy::server::LinkEndpoint;
 
 /// A text body's typical compressed share, for estimates before measuring.
 const TYPICAL_RATIO: f64 = 0.2;
@@ -67,6 +68,20 @@ impl LinkServer {
             waits: OriginWaits::default(),
             writes: PendingWrites::default(),
         }
+    }
+}
+
+impl LinkEndpoint for LinkServer {
+    fn accepted(&self, socket: std::os::fd::RawFd) {
+        crate::limit_unsent(socket);
+    }
+
+    fn serve(
+        self: Arc<Self>,
+        req: Request<Body>,
+        conn: ConnInfo,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response<Body>> + Send>> {
+        Box::pin(async move { handle(&self, req, conn).await })
     }
 }
 
@@ -140,22 +155,6 @@ impl Drop for PendingWrite<'_> {
     }
 }
 
-/// Whether a request came over a link (it carries `wirefold-link`).
-pub fn is_link_request(headers: &HeaderMap) -> bool {
-    headers.contains_key(frame::LINK_HEADER)
-}
-
-/// Answers a link request to a server that does not accept links.
-pub fn refuse_unlinked<B>(p: &Pipeline, req: &Request<B>) -> Response<Body> {
-    let status = StatusCode::NOT_FOUND;
-    p.metrics
-        .record_request(req.method(), status, std::time::Duration::ZERO);
-    error_response(
-        status,
-        "this server does not accept links (start it with --link)",
-    )
-}
-
 /// Answers a link request: a `200` whose body is the frame sequence, produced by a
 /// task so that frames flow while the origin is consulted. Requests refused as a
 /// whole get an ordinary error response.
@@ -174,7 +173,7 @@ pub async fn handle(
     let config = &p.config.link;
     if let Some(token) = &config.token {
         let presented = req.headers().get(frame::LINK_HEADER).map(|v| v.as_bytes());
-        if !presented.is_some_and(|p| crate::secret::same_secret(p, token.as_bytes())) {
+        if !presented.is_some_and(|p| proxy::secret::same_secret(p, token.as_bytes())) {
             return refuse(StatusCode::FORBIDDEN, "wrong or missing link token");
         }
     }

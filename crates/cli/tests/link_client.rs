@@ -1,7 +1,7 @@
 //! The client proxy against a fake server proxy: a TLS HTTP/2 server in this file
 //! answering link requests with scripted frame sequences. Browsers are curl.
 
-mod support;
+mod servers;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -13,21 +13,21 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use client_proxy::{self as client, ClientConfig, RunningClient};
 use codec::dictionary::DictionaryCoding;
 use codec::Encoder;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use link_protocol::frame::{DeltaFormat, Frame, LinkCoding};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use store::Hash;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use wirefold_http::ContentCoding;
-use wirefold_proxy::link::client::{self, ClientConfig, RunningClient};
-use wirefold_proxy::link::frame::{DeltaFormat, Frame, LinkCoding};
 
-use support::{curl, metric, response};
+use servers::{curl, metric, response};
 
 /// The name in the fake server's certificate; never resolved (`upstream_connect`).
 const LINK_HOST: &str = "link.test";
@@ -269,7 +269,7 @@ impl Started {
             .map(char::from)
             .collect()
     }
-    async fn get(&self, url: &str) -> support::Fetched {
+    async fn get(&self, url: &str) -> servers::Fetched {
         curl(url, &["-x", &self.proxy()]).await
     }
 
@@ -624,7 +624,7 @@ async fn private_and_authorized_responses_are_not_kept() {
 
 #[tokio::test]
 async fn connect_tunnels_bytes_untouched() {
-    let origin = support::origin(|_| response(200, &[("x-direct", "1")], "direct answer")).await;
+    let origin = servers::origin(|_| response(200, &[("x-direct", "1")], "direct answer")).await;
     let link = fake_link(|_, _| Reply::Status(500, "the link must not be used")).await;
     let client = start(config_for(&link)).await;
     let got = curl(&origin.url("/t"), &["-p", "-x", &client.proxy()]).await;
@@ -846,7 +846,7 @@ async fn an_unsafe_request_offers_nothing_and_is_not_retried_after_a_failed_veri
 
 #[tokio::test]
 async fn reverse_mode_is_no_open_proxy() {
-    let origin = support::origin(|_| response(200, &[], "direct answer")).await;
+    let origin = servers::origin(|_| response(200, &[], "direct answer")).await;
     let link = fake_link(|_, _| Reply::Frames(full(b"site page", &[]))).await;
     let client = start(ClientConfig {
         site: Some("https://site.test/base/".into()),

@@ -12,6 +12,8 @@
 //! A delta is sent only when it is smaller than the plain encoding; the cost model
 //! decides whether one is worth making now or only in the background.
 
+pub mod config;
+pub mod derived;
 pub mod dictionaries;
 pub mod history;
 pub mod training;
@@ -23,20 +25,39 @@ use codec::cost::{Link, Work};
 use codec::dictionary::DictionaryCoding;
 use http::header::{self, HeaderMap, HeaderValue};
 use store::{Hash, Store};
+use wirefold_http::accept_encoding::AcceptEncoding;
 use wirefold_http::audience::audience;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::conditional::{EntityTag, IfNoneMatch};
+use wirefold_http::delta::AcceptedManipulations;
 use wirefold_http::dictionary::{dictionary_allowed, use_as_dictionary};
 
-use crate::config::{Config, DeltaConfig};
-use crate::memo::Bounded;
-use crate::model::RequestContext;
-use crate::variants::{DerivedBodies, Produce, Variant};
+use crate::config::DeltaConfig;
+use crate::derived::{DerivedBodies, Produce, Variant};
+use store::memo::Bounded;
+
+/// What the delta engine reads of a request, parsed once by the server's `classify`.
+pub struct DeltaRequest<'a> {
+    /// Whose content this is: dictionaries are used only within one site.
+    pub site: &'a str,
+    /// Site, path and query: histories are kept per resource.
+    pub resource: &'a str,
+    pub uri: &'a http::Uri,
+    /// The request's fields, for the rules that weigh them against the response's
+    /// (audience, dictionary readability).
+    pub headers: &'a HeaderMap,
+    pub accept_encoding: &'a AcceptEncoding,
+    pub if_none_match: Option<&'a IfNoneMatch>,
+    pub accepted_manipulations: Option<&'a AcceptedManipulations>,
+    pub available_dictionary: Option<Hash>,
+    /// The path is configured public: a cookie does not make it personal.
+    pub public_path: bool,
+}
 
 /// The delta engine: chooses and makes deltas for a request, announces dictionaries,
 /// and records the versions deltas are made from.
 pub struct DeltaEngine {
-    config: Arc<Config>,
+    config: DeltaConfig,
     /// Absent when caching is disabled: no history, no dictionaries, no deltas.
     store: Option<Store>,
     bodies: Arc<DerivedBodies>,
@@ -64,7 +85,7 @@ impl DeltaChoice {
 }
 
 impl DeltaEngine {
-    pub fn new(config: Arc<Config>, store: Option<Store>, bodies: Arc<DerivedBodies>) -> Self {
+    pub fn new(config: DeltaConfig, store: Option<Store>, bodies: Arc<DerivedBodies>) -> Self {
         DeltaEngine {
             config,
             store,
@@ -74,7 +95,7 @@ impl DeltaEngine {
     }
 
     /// The configuration deltas are made under.
-    pub fn config(&self) -> &Arc<Config> {
+    pub fn config(&self) -> &DeltaConfig {
         &self.config
     }
 
@@ -82,24 +103,22 @@ impl DeltaEngine {
     /// `headers` are the instance's response fields.
     pub async fn choose(
         &self,
-        ctx: &RequestContext,
+        request: &DeltaRequest<'_>,
         headers: &HeaderMap,
         hash: Hash,
         content: &Bytes,
         plain_len: usize,
     ) -> Option<DeltaChoice> {
-        let config = &self.config.delta;
+        let config = &self.config;
         let store = self.store.clone()?;
-        let request = &ctx.profile.headers;
         let link = Link::from_bits_per_second(config.assumed_bandwidth_bps);
         let mut best: Option<DeltaChoice> = None;
 
-        let profile = &ctx.profile;
-        let held = match &profile.preconditions.if_none_match {
+        let held = match request.if_none_match {
             Some(IfNoneMatch::Tags(listed)) => with_codings_removed(listed.clone()),
             _ => Vec::new(),
         };
-        let accepted = profile.accepted_manipulations.as_ref();
+        let accepted = request.accepted_manipulations;
         let delta_aware = accepted.is_some();
         let current = EntityTag::from_headers(headers);
         if delta_aware && current.is_some_and(|c| held.iter().any(|h| h.weak_eq(&c))) {
@@ -107,23 +126,31 @@ impl DeltaEngine {
         }
         if config.vcdiff && !held.is_empty() && accepted.is_some_and(|a| a.accepts("vcdiff")) {
             best = self
-                .vcdiff(&store, &ctx.resource, hash, content, &held, plain_len, link)
+                .vcdiff(
+                    &store,
+                    request.resource,
+                    hash,
+                    content,
+                    &held,
+                    plain_len,
+                    link,
+                )
                 .await;
         }
 
         let offered = config
             .dictionary_preference()
             .into_iter()
-            .find(|c| ctx.profile.accept_encoding.accepts_token(c.token()));
+            .find(|c| request.accept_encoding.accepts_token(c.token()));
         if let (true, Some(coding), Some(dictionary_hash)) =
-            (config.dictionaries, offered, profile.available_dictionary)
+            (config.dictionaries, offered, request.available_dictionary)
         {
-            if dictionary_allowed(request, headers) {
+            if dictionary_allowed(request.headers, headers) {
                 let limit = best.as_ref().map_or(plain_len, DeltaChoice::body_len);
                 let found = self
                     .dictionary(
                         &store,
-                        &ctx.site,
+                        request.site,
                         hash,
                         content,
                         dictionary_hash,
@@ -228,8 +255,8 @@ impl DeltaEngine {
     /// page it will not keep (instantly stale), a `Link` to a derived dictionary. A
     /// response that is not the same for everyone (`audience`) is neither announced nor
     /// derived from; it still links the site's trained dictionaries, which are public.
-    pub async fn announce(&self, ctx: &RequestContext, headers: &mut HeaderMap, hash: Hash) {
-        let config = &self.config.delta;
+    pub async fn announce(&self, request: &DeltaRequest<'_>, headers: &mut HeaderMap, hash: Hash) {
+        let config = &self.config;
         let Some(store) = self.store.clone() else {
             return;
         };
@@ -239,9 +266,8 @@ impl DeltaEngine {
         {
             return;
         }
-        let uri = &ctx.profile.uri;
-        let public_path = self.config.cache.is_public_path(uri.path());
-        let for_everyone = audience(&ctx.profile.headers, headers, public_path).may_derive();
+        let uri = request.uri;
+        let for_everyone = audience(request.headers, headers, request.public_path).may_derive();
         let pattern = || dictionaries::pattern_for(config, uri.path(), uri.query());
         let cc = CacheControl::from_headers(headers);
         let keeps = browser_keeps(&cc, headers);
@@ -249,13 +275,13 @@ impl DeltaEngine {
         if keeps && for_everyone {
             // The value depends only on the resource (path and query) and the configuration:
             // memoized, so a hot resource costs no pattern inference per request.
-            let value = match self.announcements.use_as(&ctx.resource, html) {
+            let value = match self.announcements.use_as(request.resource, html) {
                 Some(value) => value,
                 None => {
                     let dest: &[&str] = if html { &["document"] } else { &[] };
                     let value = use_as_dictionary(&pattern(), dest, None);
                     self.announcements
-                        .put_use_as(&ctx.resource, html, value.clone());
+                        .put_use_as(request.resource, html, value.clone());
                     value
                 }
             };
@@ -270,11 +296,12 @@ impl DeltaEngine {
         // visits to any page it covers) and, for pages a browser will not keep, one
         // derived from the page itself (later visits to this page).
         let derive = !keeps && for_everyone && config.derived_dictionaries;
-        let page = (ctx.site.clone(), uri.path().to_string(), derive);
+        let page = (request.site.to_string(), uri.path().to_string(), derive);
         let links = match self.announcements.links(&page) {
             Some(links) => links,
             None => {
-                let (site, path, pattern) = (ctx.site.clone(), uri.path().to_string(), pattern());
+                let (site, path, pattern) =
+                    (request.site.to_string(), uri.path().to_string(), pattern());
                 let links = tokio::task::spawn_blocking(move || {
                     let mut links = Vec::new();
                     links.extend(training::trained_for(&store, &site, &path));
@@ -432,7 +459,7 @@ pub fn record_version(
     history::record(store, resource, version, delta.history, delta.history_bytes)?;
     match hash {
         Some(hash) if delta.dictionaries => {
-            dictionaries::register(store, &hash, crate::cache::site_of(resource))
+            dictionaries::register(store, &hash, history::site_of(resource))
         }
         _ => Ok(()),
     }

@@ -9,7 +9,7 @@
 //! Needs `chromium` (Debian package; scripts/test.sh installs it). Without it the
 //! tests fail, unless `WIREFOLD_SKIP_BROWSER=1` is set.
 
-mod support;
+mod servers;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
+use servers::*;
 use sha2::Digest;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

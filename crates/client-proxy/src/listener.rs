@@ -15,10 +15,10 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use super::metrics::{ClientMetrics, Outcome};
-use super::{exchange, Client};
-use crate::body::error_response;
-use crate::body::{self, Body};
+use crate::metrics::{ClientMetrics, Outcome};
+use crate::{exchange, Client};
+use proxy::body::error_response;
+use proxy::body::{self, Body};
 
 /// A browser (or a client of the admin listener) must send a whole request head
 /// within this time.

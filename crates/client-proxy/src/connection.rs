@@ -15,8 +15,8 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
-use super::config::ClientConfig;
-use super::metrics::ClientMetrics;
+use crate::config::ClientConfig;
+use crate::metrics::ClientMetrics;
 
 /// Request bodies are buffered (bounded), so a failed request can be sent again.
 pub type LinkSender = http2::SendRequest<Full<Bytes>>;
@@ -70,7 +70,7 @@ impl Link {
         let port = uri.port_u16().unwrap_or(443);
         let server_name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
             .map_err(|e| format!("upstream host `{host}`: {e}"))?;
-        let mut tls = crate::origin::tls_client_config(config.upstream_ca.as_deref())
+        let mut tls = connect::tls_client_config(config.upstream_ca.as_deref())
             .map_err(|e| format!("upstream_ca {e}"))?;
         tls.alpn_protocols = vec![b"h2".to_vec()];
         let mut http2 = http2::Builder::new(TokioExecutor::new());

@@ -92,6 +92,11 @@ impl History {
     }
 }
 
+/// The site part of a resource key (`<site><path and query>`): what precedes its path.
+pub fn site_of(resource: &str) -> &str {
+    resource.find('/').map_or(resource, |i| &resource[..i])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

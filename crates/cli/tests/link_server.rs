@@ -1,7 +1,7 @@
 //! The server proxy's end of the link, spoken to by a bare HTTP/2-over-TLS client
 //! that checks every frame sequence of Banga et al.'s states.
 
-mod support;
+mod servers;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,12 +12,12 @@ use codec::dictionary::DictionaryCoding;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use link_protocol::frame::{Frame, FrameReader, LinkCoding};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
+use servers::*;
 use store::Hash;
-use support::*;
 use wirefold_http::ContentCoding;
-use wirefold_proxy::link::frame::{Frame, FrameReader, LinkCoding};
 
 /// A page with one changing line in the middle, long enough to need several chunks.
 fn page(version: usize) -> String {
@@ -72,10 +72,10 @@ async fn link_server(tweak: impl FnOnce(&mut proxy::Config)) -> Proxy {
     let mut config = test_config(data.path());
     config.link.enabled = true;
     // The origins are on loopback.
-    config.link.destinations = wirefold_proxy::destinations::Destinations::Any;
+    config.link.destinations = proxy::destinations::Destinations::Any;
     config.tls.self_signed = true;
     tweak(&mut config);
-    let running = proxy::start(config).await.expect("link server starts");
+    let running = start_link_server(config).await;
     Proxy { running, data }
 }
 

@@ -15,7 +15,6 @@ mod exchange;
 pub mod instances;
 mod listener;
 pub mod metrics;
-pub mod reassemble;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,7 +35,7 @@ use instances::Instances;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] proxy::config::ConfigError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -143,7 +142,7 @@ pub async fn start(config: ClientConfig) -> Result<RunningClient, ClientError> {
     let (stop, stopped) = watch::channel(false);
     let main = tokio::spawn(listener::accept_loop(listener, client, stopped.clone()));
     let admin_metrics = metrics.clone();
-    let admin = tokio::spawn(crate::server::admin_loop(
+    let admin = tokio::spawn(proxy::server::admin_loop(
         admin_listener,
         listener::HEADER_TIMEOUT,
         stopped,

@@ -1,14 +1,39 @@
-//! The proxy pair's link: one HTTP/2 connection over TLS between a client proxy near
-//! the users and a server proxy near the origins, carrying many requests at once.
-//! Responses are frame sequences ([`frame`]) so a stale instance can flow while the
-//! origin is consulted. `docs/link-protocol.md` is the specification.
+//! The server proxy's end of the proxy pair's link: one HTTP/2 connection over TLS
+//! from a client proxy near the users, carrying many requests at once. Each link
+//! request is answered with a frame sequence (`link_protocol::frame`) so a stale
+//! instance can flow while the origin is consulted. `docs/link-protocol.md` is the
+//! specification.
+//!
+//! - [`serve`]: one exchange, from the request to the last frame;
+//! - [`stale`]: a held instance streamed while the origin is asked;
+//! - [`levels`]: how much compression the link affords;
+//! - [`waits`]: per-host origin waits, which decide when optimism can pay.
+//!
+//! [`start`] runs a server (`wirefold serve`) with this end of the link on its main
+//! listener.
 
-pub mod client;
-pub mod frame;
 pub mod levels;
 pub mod serve;
 pub mod stale;
 pub mod waits;
+
+use std::sync::Arc;
+
+use link_protocol::frame;
+use proxy::config::Config;
+use proxy::server::{LinkEndpoint, Running, StartError};
+
+/// Starts a server whose main listener answers link requests (when `link.enabled`)
+/// besides ordinary ones.
+pub async fn start(config: Config) -> Result<Running, StartError> {
+    proxy::server::start_with(
+        config,
+        Some(Box::new(|pipeline| {
+            Arc::new(serve::LinkServer::new(pipeline)) as Arc<dyn LinkEndpoint>
+        })),
+    )
+    .await
+}
 
 /// The client proxy went away, or stopped taking frames: nothing more can be sent.
 #[derive(Debug)]
@@ -35,7 +60,7 @@ impl From<frame::OversizedFrame> for Stopped {
     }
 }
 
-type BodyItem = Result<bytes::Bytes, crate::body::BoxError>;
+type BodyItem = Result<bytes::Bytes, proxy::body::BoxError>;
 
 /// Where a link response's frames go: the response body's channel. A client proxy
 /// that takes no frame for `idle` counts as gone: the exchange stops and frees what

@@ -14,7 +14,7 @@ use http::{HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use store::Hash;
 
-use crate::link::frame::{DeltaFormat, Frame, LinkCoding};
+use crate::frame::{DeltaFormat, Frame, LinkCoding};
 
 /// Instances the client holds and named in `wirefold-have`, by SHA-256.
 pub trait HeldInstances {
@@ -547,7 +547,7 @@ fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::link::frame;
+    use crate::frame;
     use codec::Encoder;
     use wirefold_http::ContentCoding;
 

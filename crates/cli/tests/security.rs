@@ -4,14 +4,14 @@
 //! samples, host poisoning, and a malformed request body blamed on the origin.
 //! docs/security.md names each test here next to the promise it holds.
 
-mod support;
+mod servers;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
+use servers::*;
 use sha2::Digest;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PAGE: &str = "html/w3c__manifest/index-html--recent/028.html";
