@@ -269,7 +269,7 @@ impl Started {
             .map(char::from)
             .collect()
     }
-    async fn get(&self, url: &str) -> servers::Fetched {
+    async fn get(&self, url: &str) -> servers::Curled {
         curl(url, &["-x", &self.proxy()]).await
     }
 

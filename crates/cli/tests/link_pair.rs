@@ -24,7 +24,7 @@ fn page(version: usize) -> String {
 }
 
 /// An origin (answering after `delay`) whose page is the version the test sets.
-async fn versioned(delay: Duration) -> (Origin, Arc<AtomicUsize>) {
+async fn versioned(delay: Duration) -> (TestOrigin, Arc<AtomicUsize>) {
     let version = Arc::new(AtomicUsize::new(1));
     let current = version.clone();
     let origin = slow_origin(delay, move |_| {
@@ -41,7 +41,7 @@ async fn versioned(delay: Duration) -> (Origin, Arc<AtomicUsize>) {
     (origin, version)
 }
 
-async fn get(pair: &Pair, url: &str) -> Fetched {
+async fn get(pair: &Pair, url: &str) -> Curled {
     curl(url, &["-x", &pair.proxy(), "--noproxy", ""]).await
 }
 

@@ -37,7 +37,7 @@ const NO_CACHE: &[(&str, &str)] = &[("cache-control", "no-cache")];
 
 /// An origin whose page is version `n` where `n` is set by the test.
 struct Versions {
-    origin: Origin,
+    origin: TestOrigin,
     version: Arc<AtomicUsize>,
 }
 

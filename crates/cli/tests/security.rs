@@ -46,7 +46,7 @@ fn session_user(req: &http::Request<hyper::body::Incoming>) -> String {
 /// Every dictionary `fetched` links (`Link: <url>; rel=…`) is free of `secret`.
 async fn assert_no_linked_dictionary_holds(
     proxy: &Proxy,
-    fetched: &Fetched,
+    fetched: &Curled,
     secret: &[u8],
     context: &str,
 ) {
@@ -194,7 +194,7 @@ async fn a_malformed_chunked_request_body_is_a_400_not_an_origin_failure() {
 /// Requests and answers for the leak tests: `/account` answers each user's own page
 /// (named by the `session` cookie, `anonymous` without), with `cache_control` and a
 /// validator of its content; it answers `If-None-Match` with 304 when it matches.
-async fn personal_origin(cache_control: &'static str) -> Origin {
+async fn personal_origin(cache_control: &'static str) -> TestOrigin {
     origin(move |req| {
         let user = session_user(&req);
         let body = personal_page(&user);

@@ -21,7 +21,7 @@ use wirefold_http::hop_by_hop::remove_hop_by_hop;
 
 use crate::connection::LinkError;
 use crate::instances::{may_keep, Received};
-use crate::metrics::{ClientMetrics, Outcome as Answered};
+use crate::metrics::{Answered, ClientMetrics};
 use crate::Client;
 use link_protocol::frame::{self, Frame, FrameError, FrameReader};
 use link_protocol::reassemble::{

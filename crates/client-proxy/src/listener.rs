@@ -15,7 +15,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::metrics::{ClientMetrics, Outcome};
+use crate::metrics::{Answered, ClientMetrics};
 use crate::{exchange, Client};
 use proxy::body::error_response;
 use proxy::body::{self, Body};
@@ -73,7 +73,7 @@ async fn dispatch(client: &Arc<Client>, req: Request<Incoming>) -> Response<Body
     if req.method() == Method::CONNECT {
         if let Some(site) = &client.site {
             // A reverse proxy for one site is no tunnel to anywhere.
-            client.metrics.answered(Outcome::Error);
+            client.metrics.answered(Answered::Error);
             return error_response(
                 StatusCode::BAD_REQUEST,
                 &format!("CONNECT is refused: this client proxy serves only the site {site}"),
@@ -84,7 +84,7 @@ async fn dispatch(client: &Arc<Client>, req: Request<Incoming>) -> Response<Body
     match target(client, &req) {
         Ok(target) => exchange::answer(client, req, target).await,
         Err(message) => {
-            client.metrics.answered(Outcome::Error);
+            client.metrics.answered(Answered::Error);
             error_response(StatusCode::BAD_REQUEST, &message)
         }
     }
@@ -139,11 +139,11 @@ fn target(client: &Client, req: &Request<Incoming>) -> Result<Uri, String> {
 /// `CONNECT host:port`: a direct TCP connection from here, bytes copied untouched.
 async fn tunnel(client: &Client, mut req: Request<Incoming>) -> Response<Body> {
     let Some(authority) = req.uri().authority().cloned() else {
-        client.metrics.answered(Outcome::Error);
+        client.metrics.answered(Answered::Error);
         return error_response(StatusCode::BAD_REQUEST, "CONNECT needs host:port");
     };
     let Some(port) = authority.port_u16() else {
-        client.metrics.answered(Outcome::Error);
+        client.metrics.answered(Answered::Error);
         return error_response(StatusCode::BAD_REQUEST, "CONNECT needs host:port");
     };
     let timeout = Duration::from_millis(client.config.connect_timeout_ms);
@@ -152,14 +152,14 @@ async fn tunnel(client: &Client, mut req: Request<Incoming>) -> Response<Body> {
     let mut upstream = match connected {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
-            client.metrics.answered(Outcome::Error);
+            client.metrics.answered(Answered::Error);
             return error_response(
                 StatusCode::BAD_GATEWAY,
                 &format!("cannot connect to {authority}: {e}"),
             );
         }
         Err(_) => {
-            client.metrics.answered(Outcome::Error);
+            client.metrics.answered(Answered::Error);
             return error_response(
                 StatusCode::GATEWAY_TIMEOUT,
                 &format!("no connection to {authority} within {timeout:?}"),
@@ -167,7 +167,7 @@ async fn tunnel(client: &Client, mut req: Request<Incoming>) -> Response<Body> {
         }
     };
     let _ = upstream.set_nodelay(true);
-    client.metrics.answered(Outcome::Tunnel);
+    client.metrics.answered(Answered::Tunnel);
     let upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         match upgrade.await {

@@ -7,7 +7,7 @@ use prometheus_client::registry::Registry;
 
 /// How a browser's request was answered.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Answered {
     /// From a held instance, fresh: no link round trip.
     LocalFresh,
     /// The server confirmed an instance (held, or the stale one it sent).
@@ -20,15 +20,15 @@ pub enum Outcome {
     Error,
 }
 
-impl Outcome {
+impl Answered {
     fn label(self) -> &'static str {
         match self {
-            Outcome::LocalFresh => "local_fresh",
-            Outcome::Confirm => "confirm",
-            Outcome::Delta => "delta",
-            Outcome::Full => "full",
-            Outcome::Tunnel => "tunnel",
-            Outcome::Error => "error",
+            Answered::LocalFresh => "local_fresh",
+            Answered::Confirm => "confirm",
+            Answered::Delta => "delta",
+            Answered::Full => "full",
+            Answered::Tunnel => "tunnel",
+            Answered::Error => "error",
         }
     }
 }
@@ -100,7 +100,7 @@ impl ClientMetrics {
         }
     }
 
-    pub fn answered(&self, outcome: Outcome) {
+    pub fn answered(&self, outcome: Answered) {
         self.requests
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.label(),

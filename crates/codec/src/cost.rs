@@ -68,15 +68,15 @@ pub fn cpu_seconds(work: Work, input_bytes: u64) -> f64 {
     input_bytes as f64 / (throughput_mib_s(work) * 1024.0 * 1024.0)
 }
 
-/// The client's link as the model sees it.
+/// The network path to the client as the cost model sees it: its bandwidth.
 #[derive(Clone, Copy, Debug)]
-pub struct Link {
+pub struct NetworkPath {
     pub bytes_per_second: f64,
 }
 
-impl Link {
-    pub fn from_bits_per_second(bps: u64) -> Link {
-        Link {
+impl NetworkPath {
+    pub fn from_bits_per_second(bps: u64) -> NetworkPath {
+        NetworkPath {
             bytes_per_second: (bps.max(1) as f64) / 8.0,
         }
     }
@@ -103,9 +103,9 @@ mod tests {
     use wirefold_http::ContentCoding;
 
     #[test]
-    fn slow_links_justify_more_work() {
-        let slow = Link::from_bits_per_second(1_000_000);
-        let fast = Link::from_bits_per_second(10_000_000_000);
+    fn slow_paths_justify_more_work() {
+        let slow = NetworkPath::from_bits_per_second(1_000_000);
+        let fast = NetworkPath::from_bits_per_second(10_000_000_000);
         let heavy = Work::Compress {
             coding: ContentCoding::Br,
             level: 11,

@@ -4,7 +4,7 @@
 //! allocation beyond the limit, or a wrong body returned as success.
 
 use proptest::prelude::*;
-use wirefold_codec::vcdiff::{self, Decoder, EncodeOptions, VcdiffError};
+use wirefold_codec::vcdiff::{self, EncodeOptions, VcdiffDecoder, VcdiffError};
 
 const HEADER: [u8; 5] = [0xD6, 0xC3, 0xC4, 0x00, 0x00];
 
@@ -14,7 +14,7 @@ fn stream_decode(
     limit: usize,
     chunk: usize,
 ) -> Result<Vec<u8>, VcdiffError> {
-    let mut decoder = Decoder::new(source, limit);
+    let mut decoder = VcdiffDecoder::new(source, limit);
     let mut out = Vec::new();
     for piece in delta.chunks(chunk.max(1)) {
         out.extend(decoder.write(piece)?);
@@ -253,7 +253,7 @@ fn header_errors_name_the_problem() {
     ];
     for (delta, expected) in cases {
         assert_eq!(vcdiff::decode(b"", delta, 100).unwrap_err(), expected);
-        let mut decoder = Decoder::new(b"", 100);
+        let mut decoder = VcdiffDecoder::new(b"", 100);
         assert_eq!(decoder.write(delta).unwrap_err(), expected);
         assert_eq!(decoder.write(b"").unwrap_err(), VcdiffError::Poisoned);
     }
@@ -262,7 +262,7 @@ fn header_errors_name_the_problem() {
         Err(VcdiffError::Truncated { .. })
     ));
     assert!(
-        Decoder::new(b"", 100).finish().is_err(),
+        VcdiffDecoder::new(b"", 100).finish().is_err(),
         "an empty delta has no header"
     );
 }
@@ -276,7 +276,7 @@ fn huge_declared_sizes_fail_before_allocating() {
     assert_eq!(err, VcdiffError::LimitExceeded { limit: 1 << 20 });
     // Delta encoding length 2^62 for a tiny window: refused without waiting for the bytes.
     let w = [&[0x00][..], &huge, &[4, 0, 0, 0, 0]].concat();
-    let mut decoder = Decoder::new(b"", 1 << 20);
+    let mut decoder = VcdiffDecoder::new(b"", 1 << 20);
     assert!(matches!(
         decoder.write(&[&HEADER[..], &w].concat()),
         Err(VcdiffError::OversizedField { .. })
@@ -346,7 +346,7 @@ fn streaming_emits_window_by_window() {
             ..EncodeOptions::default()
         },
     );
-    let mut decoder = Decoder::new(&source, target.len());
+    let mut decoder = VcdiffDecoder::new(&source, target.len());
     let mut largest_emission = 0;
     let mut out = Vec::new();
     for chunk in delta.chunks(64) {

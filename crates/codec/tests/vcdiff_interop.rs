@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use wirefold_codec::vcdiff::{self, Decoder, EncodeOptions, VcdiffError};
+use wirefold_codec::vcdiff::{self, EncodeOptions, VcdiffDecoder, VcdiffError};
 
 const LIMIT: usize = 64 << 20;
 
@@ -199,7 +199,7 @@ fn we_decode_xdelta3_deltas() {
                 .unwrap_or_else(|e| panic!("{name} {flags:?}: {e}"));
             assert!(decoded == target, "{name} {flags:?}: wrong body");
             // The streaming decoder, fed in awkward chunk sizes, agrees.
-            let mut decoder = Decoder::new(&source, LIMIT);
+            let mut decoder = VcdiffDecoder::new(&source, LIMIT);
             let mut streamed = Vec::new();
             for chunk in delta.chunks(977) {
                 streamed.extend(decoder.write(chunk).unwrap());

@@ -7,7 +7,7 @@
 //!   accepts `dcb`/`dcz`; wirefold compresses against it if that content is this
 //!   site's ([`dictionaries`]). Reusable text responses announce themselves as
 //!   dictionaries with `Use-As-Dictionary`; pages a browser will not keep get a
-//!   derived dictionary announced with `Link: rel="compression-dictionary"`.
+//!   derived dictionary announced with `NetworkPath: rel="compression-dictionary"`.
 //!
 //! A delta is sent only when it is smaller than the plain encoding; the cost model
 //! decides whether one is worth making now or only in the background.
@@ -21,7 +21,7 @@ pub mod training;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use codec::cost::{Link, Work};
+use codec::cost::{NetworkPath, Work};
 use codec::dictionary::DictionaryCoding;
 use http::header::{self, HeaderMap, HeaderValue};
 use store::{Hash, Store};
@@ -111,7 +111,7 @@ impl DeltaEngine {
     ) -> Option<DeltaChoice> {
         let config = &self.config;
         let store = self.store.clone()?;
-        let link = Link::from_bits_per_second(config.assumed_bandwidth_bps);
+        let path = NetworkPath::from_bits_per_second(config.assumed_bandwidth_bps);
         let mut best: Option<DeltaChoice> = None;
 
         let held = match request.if_none_match {
@@ -133,7 +133,7 @@ impl DeltaEngine {
                     content,
                     &held,
                     plain_len,
-                    link,
+                    path,
                 )
                 .await;
         }
@@ -156,7 +156,7 @@ impl DeltaEngine {
                         dictionary_hash,
                         coding,
                         limit,
-                        link,
+                        path,
                     )
                     .await;
                 if found.is_some() {
@@ -176,7 +176,7 @@ impl DeltaEngine {
         content: &Bytes,
         held: &[EntityTag],
         plain_len: usize,
-        link: Link,
+        path: NetworkPath,
     ) -> Option<DeltaChoice> {
         let (store_ref, resource) = (store.clone(), resource.to_string());
         let held_tags = held.to_vec();
@@ -192,7 +192,7 @@ impl DeltaEngine {
         let (base_hash, base_etag, base) = base;
         let input = (base.len() + content.len()) as u64;
         let variant = Variant::Vcdiff { base: base_hash };
-        if !link.worth_computing(Work::Vcdiff, input, plain_len as u64)
+        if !path.worth_computing(Work::Vcdiff, input, plain_len as u64)
             && !self.bodies.in_memory(&hash, &variant)
         {
             return None;
@@ -216,7 +216,7 @@ impl DeltaEngine {
         dictionary_hash: Hash,
         coding: DictionaryCoding,
         limit: usize,
-        link: Link,
+        path: NetworkPath,
     ) -> Option<DeltaChoice> {
         let (store_ref, site) = (store.clone(), site.to_string());
         let dictionary = tokio::task::spawn_blocking(move || {
@@ -238,7 +238,7 @@ impl DeltaEngine {
         };
         let already = self.bodies.in_memory(&hash, &variant)
             || self.bodies.in_memory(&hash, &variant.at_level(quick));
-        if !already && !link.worth_computing(quick_work, input, limit as u64) {
+        if !already && !path.worth_computing(quick_work, input, limit as u64) {
             return None;
         }
         let target = content.clone();
@@ -252,7 +252,7 @@ impl DeltaEngine {
     }
 
     /// Adds `Use-As-Dictionary` to a reusable text response a browser may keep, or, for a
-    /// page it will not keep (instantly stale), a `Link` to a derived dictionary. A
+    /// page it will not keep (instantly stale), a `NetworkPath` to a derived dictionary. A
     /// response that is not the same for everyone (`audience`) is neither announced nor
     /// derived from; it still links the site's trained dictionaries, which are public.
     pub async fn announce(&self, request: &DeltaRequest<'_>, headers: &mut HeaderMap, hash: Hash) {
@@ -297,7 +297,7 @@ impl DeltaEngine {
         // derived from the page itself (later visits to this page).
         let derive = !keeps && for_everyone && config.derived_dictionaries;
         let page = (request.site.to_string(), uri.path().to_string(), derive);
-        let links = match self.announcements.links(&page) {
+        let links = match self.announcements.page_links(&page) {
             Some(links) => links,
             None => {
                 let (site, path, pattern) =
@@ -323,7 +323,7 @@ impl DeltaEngine {
                             .ok()
                     })
                     .collect();
-                self.announcements.put_links(page, values.clone());
+                self.announcements.put_page_links(page, values.clone());
                 values
             }
         };
@@ -366,12 +366,12 @@ pub fn dictionary_levels(coding: DictionaryCoding) -> (u32, u32) {
 }
 
 /// The dictionary announcements of recently served responses, so a hot resource costs
-/// no pattern inference and a hot page no index reads: pages' `Link` fields to their
+/// no pattern inference and a hot page no index reads: pages' `NetworkPath` fields to their
 /// dictionaries change only when a dictionary is trained or its body evicted, and a
 /// few seconds late is harmless; a resource's `Use-As-Dictionary` value is a function
 /// of the resource and the configuration.
 pub struct DictionaryAnnouncements {
-    /// Pages' `Link: <url>; rel="compression-dictionary"` values.
+    /// Pages' `NetworkPath: <url>; rel="compression-dictionary"` values.
     links: Bounded<PageKey, Vec<HeaderValue>>,
     /// resource → (whether it was HTML, the `Use-As-Dictionary` value).
     use_as: Bounded<String, (bool, Option<HeaderValue>)>,
@@ -380,25 +380,25 @@ pub struct DictionaryAnnouncements {
 /// (site, path, whether a derived dictionary applies).
 type PageKey = (String, String, bool);
 
-const LINKS_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+const PAGE_LINKS_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 const ANNOUNCEMENTS_CAPACITY: usize = 16_384;
 
 impl Default for DictionaryAnnouncements {
     fn default() -> Self {
         DictionaryAnnouncements {
-            links: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY).expiring_after(LINKS_TTL),
+            links: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY).expiring_after(PAGE_LINKS_TTL),
             use_as: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY),
         }
     }
 }
 
 impl DictionaryAnnouncements {
-    /// The `Link` field values (`<url>; rel="compression-dictionary"`) for a page.
-    fn links(&self, page: &PageKey) -> Option<Vec<HeaderValue>> {
+    /// The `NetworkPath` field values (`<url>; rel="compression-dictionary"`) for a page.
+    fn page_links(&self, page: &PageKey) -> Option<Vec<HeaderValue>> {
         self.links.get(page)
     }
 
-    fn put_links(&self, page: PageKey, links: Vec<HeaderValue>) {
+    fn put_page_links(&self, page: PageKey, links: Vec<HeaderValue>) {
         self.links.insert(page, links);
     }
 

@@ -65,7 +65,7 @@ impl Target {
 }
 
 /// `Link: <url>; rel="compression-dictionary"` targets on the same origin.
-pub(crate) fn dictionary_links(headers: &HeaderMap, target: &Target) -> Vec<Target> {
+pub(crate) fn announced_dictionaries(headers: &HeaderMap, target: &Target) -> Vec<Target> {
     let mut links = Vec::new();
     for value in headers
         .get_all(header::LINK)
@@ -226,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn dictionary_links_stay_on_the_origin() {
+    fn announced_dictionaries_stay_on_the_origin() {
         let mut headers = HeaderMap::new();
         headers.append(
             header::LINK,
@@ -242,7 +242,7 @@ mod tests {
             header::LINK,
             HeaderValue::from_static("<https://a.example:443/d/3>; rel=\"compression-dictionary\""),
         );
-        let links = dictionary_links(&headers, &target("https://a.example/page"));
+        let links = announced_dictionaries(&headers, &target("https://a.example/page"));
         let links: Vec<&str> = links.iter().map(|t| t.url.as_str()).collect();
         assert_eq!(
             links,

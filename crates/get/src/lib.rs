@@ -30,7 +30,7 @@ pub use report::{DictionaryFetch, Report, Wire};
 
 use cache::Cache;
 use delta::{interpret, Offer};
-use exchange::{dictionary_links, exchange, HttpClient, Target};
+use exchange::{announced_dictionaries, exchange, HttpClient, Target};
 
 pub struct GetOptions {
     pub url: String,
@@ -118,7 +118,7 @@ pub async fn run(options: &GetOptions) -> Result<Report, GetError> {
     cache.remember(&target, &outcome)?;
     let mut dictionary_fetches = Vec::new();
     if options.fetch_dictionaries {
-        for link in dictionary_links(&outcome.headers, &target) {
+        for link in announced_dictionaries(&outcome.headers, &target) {
             if !cache
                 .index
                 .dictionaries

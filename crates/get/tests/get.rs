@@ -133,7 +133,7 @@ async fn a_page_links_a_dictionary_that_is_fetched_and_used() {
 }
 
 /// An origin serving the two versions of a script under versioned names.
-async fn script_origin() -> Origin {
+async fn script_origin() -> TestOrigin {
     let (v1, v2) = (corpus_file(SCRIPT_V1), corpus_file(SCRIPT_V2));
     origin(move |req| {
         let body = match req.uri().path() {

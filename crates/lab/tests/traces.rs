@@ -6,12 +6,12 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use wirefold_lab::trace::{self, Exchange, Limits, Location, Skipped};
+use wirefold_lab::trace::{self, Exchange, Location, Skipped, TraceLimits};
 
 mod common;
 use common::{revisit_warc, PAGE};
 
-const LIMITS: Limits = Limits {
+const LIMITS: TraceLimits = TraceLimits {
     max_body: 64 << 20,
     max_har: 1 << 30,
 };

@@ -1,7 +1,7 @@
 //! How much compression the link affords: the link connection's own delivery rate
 //! (the kernel's TCP_INFO estimate, passive) put through the cost model.
 
-use codec::cost::{cpu_seconds, Link, Work};
+use codec::cost::{cpu_seconds, NetworkPath, Work};
 use codec::dictionary::DictionaryCoding;
 use wirefold_http::ContentCoding;
 
@@ -32,7 +32,7 @@ pub struct Levels {
 
 /// The best levels whose CPU time stays within a quarter of the time the compressed
 /// body of `len` bytes takes on `link`.
-pub fn levels(link: Link, len: u64) -> Levels {
+pub fn levels(link: NetworkPath, len: u64) -> Levels {
     let budget = CPU_SHARE * link.transfer_seconds((len as f64 * TYPICAL_RATIO) as u64);
     let affordable = |work: Work, input: u64| cpu_seconds(work, input) <= budget;
     let stream = STREAM_CODINGS
@@ -56,12 +56,12 @@ pub fn levels(link: Link, len: u64) -> Levels {
 
 /// The link's rate: the socket's delivery rate when the kernel has measured one,
 /// else `assumed_bps`.
-pub fn link_for(socket: Option<std::os::fd::RawFd>, assumed_bps: u64) -> Link {
+pub fn link_for(socket: Option<std::os::fd::RawFd>, assumed_bps: u64) -> NetworkPath {
     match socket.and_then(delivery_rate) {
-        Some(bytes_per_second) if bytes_per_second > 0 => Link {
+        Some(bytes_per_second) if bytes_per_second > 0 => NetworkPath {
             bytes_per_second: bytes_per_second as f64,
         },
-        _ => Link::from_bits_per_second(assumed_bps),
+        _ => NetworkPath::from_bits_per_second(assumed_bps),
     }
 }
 
@@ -98,16 +98,16 @@ mod tests {
 
     #[test]
     fn slow_links_get_the_strongest_levels_and_fast_ones_cheaper() {
-        let modem = levels(Link::from_bits_per_second(28_800), 100_000);
+        let modem = levels(NetworkPath::from_bits_per_second(28_800), 100_000);
         let best = Levels {
             stream: (ContentCoding::Br, 11),
             delta: 19,
         };
         assert_eq!(modem, best);
-        let mobile = levels(Link::from_bits_per_second(1_600_000), 100_000);
+        let mobile = levels(NetworkPath::from_bits_per_second(1_600_000), 100_000);
         assert_eq!(mobile.stream.0, ContentCoding::Zstd, "{mobile:?}");
         assert!(mobile.delta < 19, "{mobile:?}");
-        let lan = levels(Link::from_bits_per_second(10_000_000_000), 100_000);
+        let lan = levels(NetworkPath::from_bits_per_second(10_000_000_000), 100_000);
         let cheapest = Levels {
             stream: (ContentCoding::Zstd, 3),
             delta: 3,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use codec::cost::Link;
+use codec::cost::NetworkPath;
 use codec::dictionary::DictionaryCoding;
 use codec::Encoder;
 use http::header::{self, HeaderMap, HeaderValue};
@@ -309,7 +309,7 @@ struct Exchange {
     ctx: RequestContext,
     have: Vec<Hash>,
     want_full: bool,
-    link: Link,
+    link: NetworkPath,
     tx: FrameSender,
     /// The status sent in HEADERS, for the request metrics.
     status: Arc<AtomicU16>,

@@ -47,7 +47,7 @@ fn with_tool(tool: &str, args: &[&str], files: &[(&str, &[u8])]) -> Vec<u8> {
 type Files = Arc<Mutex<Vec<(String, &'static str, String, Vec<u8>)>>>;
 
 /// An origin whose resources can be replaced while it runs.
-async fn mutable_origin(files: Files) -> Origin {
+async fn mutable_origin(files: Files) -> TestOrigin {
     origin(move |req| {
         let files = files.lock().unwrap();
         let Some((_, ct, cc, body)) = files.iter().find(|(p, ..)| p == req.uri().path()) else {

@@ -348,8 +348,7 @@ async fn head_matches_get_without_a_body() {
     assert_eq!(rest, "", "no body after the head");
     let after = curl(&server.url("/index.html"), &["-H", "Accept-Encoding: gzip"]).await;
     let lower = head.to_ascii_lowercase();
-    let length_of =
-        |r: &Fetched| format!("content-length: {}", r.header("content-length").unwrap());
+    let length_of = |r: &Curled| format!("content-length: {}", r.header("content-length").unwrap());
     assert!(
         lower.contains(&length_of(&before)) || lower.contains(&length_of(&after)),
         "{head}"

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wirefold_codec::vcdiff::{self, Decoder};
+use wirefold_codec::vcdiff::{self, VcdiffDecoder};
 
 const LIMIT: usize = 1 << 16;
 
@@ -21,7 +21,7 @@ fuzz_target!(|input: &[u8]| {
 
     // Chunk sizes vary with the input so window boundaries fall everywhere.
     let chunk = 1 + usize::from(n % 61);
-    let mut decoder = Decoder::new(source, LIMIT);
+    let mut decoder = VcdiffDecoder::new(source, LIMIT);
     let mut streamed = Vec::new();
     let mut failed = false;
     for piece in delta.chunks(chunk) {

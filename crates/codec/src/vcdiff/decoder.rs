@@ -1,4 +1,4 @@
-//! Decoding: a one-shot `decode` and a streaming `Decoder` that emits one window at a time.
+//! Decoding: a one-shot `decode` and a streaming `VcdiffDecoder` that emits one window at a time.
 
 use super::address_cache::AddressCache;
 use super::checksum::adler32;
@@ -44,12 +44,12 @@ pub fn decode(source: &[u8], delta: &[u8], limit: usize) -> Result<Vec<u8>, Vcdi
     Ok(out)
 }
 
-/// A streaming decoder: feed the delta in chunks of any size with [`Decoder::write`], which
-/// returns the target bytes of every window completed so far, then call [`Decoder::finish`].
+/// A streaming decoder: feed the delta in chunks of any size with [`VcdiffDecoder::write`], which
+/// returns the target bytes of every window completed so far, then call [`VcdiffDecoder::finish`].
 ///
 /// Memory is bounded by one window's delta and output plus a fixed `VCD_TARGET` history.
 /// After any error the decoder is poisoned; discard everything it emitted.
-pub struct Decoder<'s> {
+pub struct VcdiffDecoder<'s> {
     source: &'s [u8],
     limit: usize,
     /// Received input not yet decoded: the file header or a partial window.
@@ -63,7 +63,7 @@ pub struct Decoder<'s> {
     failed: bool,
 }
 
-impl<'s> Decoder<'s> {
+impl<'s> VcdiffDecoder<'s> {
     pub fn new(source: &'s [u8], limit: usize) -> Self {
         Self {
             source,

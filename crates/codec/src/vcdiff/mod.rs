@@ -24,6 +24,6 @@ mod instruction_writer;
 mod matcher;
 mod varint;
 
-pub use decoder::{decode, Decoder};
+pub use decoder::{decode, VcdiffDecoder};
 pub use encoder::{encode, encode_with, EncodeOptions};
 pub use error::VcdiffError;

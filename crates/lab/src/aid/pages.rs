@@ -10,11 +10,11 @@ use url::Url;
 use wirefold_corpus::ContentType;
 
 use crate::corpus;
-use crate::trace::{self, Exchange, Limits};
+use crate::trace::{self, Exchange, TraceLimits};
 use crate::LabError;
 
 /// Bounds for reading traces (the defaults of `lab savings`).
-const TRACE_LIMITS: Limits = Limits {
+const TRACE_LIMITS: TraceLimits = TraceLimits {
     max_body: 64 << 20,
     max_har: 1 << 30,
 };

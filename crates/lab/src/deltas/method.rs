@@ -16,7 +16,7 @@ pub const DCZ_LEVEL: u32 = 19;
 
 /// A way to send the new version of a pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Method {
+pub enum DeltaMethod {
     Identity,
     Gzip,
     Br,
@@ -39,18 +39,18 @@ pub enum Peer {
     Zstd,
 }
 
-impl Method {
-    pub const ALL: [Method; 10] = [
-        Method::Identity,
-        Method::Gzip,
-        Method::Br,
-        Method::Zstd,
-        Method::Dcb,
-        Method::Dcz,
-        Method::Vcdiff,
-        Method::Xdelta3,
-        Method::Xdelta3Default,
-        Method::ZstdPatch,
+impl DeltaMethod {
+    pub const ALL: [DeltaMethod; 10] = [
+        DeltaMethod::Identity,
+        DeltaMethod::Gzip,
+        DeltaMethod::Br,
+        DeltaMethod::Zstd,
+        DeltaMethod::Dcb,
+        DeltaMethod::Dcz,
+        DeltaMethod::Vcdiff,
+        DeltaMethod::Xdelta3,
+        DeltaMethod::Xdelta3Default,
+        DeltaMethod::ZstdPatch,
     ];
 
     pub fn index(self) -> usize {
@@ -60,42 +60,42 @@ impl Method {
     /// The column and JSON key.
     pub fn name(self) -> &'static str {
         match self {
-            Method::Identity => "identity",
-            Method::Gzip => "gzip_6",
-            Method::Br => "br_11",
-            Method::Zstd => "zstd_19",
-            Method::Dcb => "dcb_11",
-            Method::Dcz => "dcz_19",
-            Method::Vcdiff => "vcdiff",
-            Method::Xdelta3 => "xdelta3_9",
-            Method::Xdelta3Default => "xdelta3_9_default",
-            Method::ZstdPatch => "zstd_19_patch_from",
+            DeltaMethod::Identity => "identity",
+            DeltaMethod::Gzip => "gzip_6",
+            DeltaMethod::Br => "br_11",
+            DeltaMethod::Zstd => "zstd_19",
+            DeltaMethod::Dcb => "dcb_11",
+            DeltaMethod::Dcz => "dcz_19",
+            DeltaMethod::Vcdiff => "vcdiff",
+            DeltaMethod::Xdelta3 => "xdelta3_9",
+            DeltaMethod::Xdelta3Default => "xdelta3_9_default",
+            DeltaMethod::ZstdPatch => "zstd_19_patch_from",
         }
     }
 
     pub fn description(self) -> &'static str {
         match self {
-            Method::Identity => "the new version as is",
-            Method::Gzip => "codec::compress gzip level 6 (zlib-rs)",
-            Method::Br => "codec::compress br level 11 (what wirefold serves cached)",
-            Method::Zstd => "codec::compress zstd level 19 (what wirefold serves cached)",
-            Method::Dcb => {
+            DeltaMethod::Identity => "the new version as is",
+            DeltaMethod::Gzip => "codec::compress gzip level 6 (zlib-rs)",
+            DeltaMethod::Br => "codec::compress br level 11 (what wirefold serves cached)",
+            DeltaMethod::Zstd => "codec::compress zstd level 19 (what wirefold serves cached)",
+            DeltaMethod::Dcb => {
                 "codec::dictionary::encode dcb level 11, old version as dictionary (RFC 9842 body: 36-byte header + brotli stream)"
             }
-            Method::Dcz => {
+            DeltaMethod::Dcz => {
                 "codec::dictionary::encode dcz level 19, old version as dictionary (RFC 9842 body: 40-byte header + zstd frame)"
             }
-            Method::Vcdiff => "codec::vcdiff::encode, default options (RFC 3284, no secondary compression)",
-            Method::Xdelta3 => "xdelta3 -e -9 -S none -A -n -s OLD NEW (plain VCDIFF, as ours)",
-            Method::Xdelta3Default => "xdelta3 -e -9 -s OLD NEW (its defaults, for reference)",
-            Method::ZstdPatch => "zstd -19 --long=27 --patch-from=OLD NEW",
+            DeltaMethod::Vcdiff => "codec::vcdiff::encode, default options (RFC 3284, no secondary compression)",
+            DeltaMethod::Xdelta3 => "xdelta3 -e -9 -S none -A -n -s OLD NEW (plain VCDIFF, as ours)",
+            DeltaMethod::Xdelta3Default => "xdelta3 -e -9 -s OLD NEW (its defaults, for reference)",
+            DeltaMethod::ZstdPatch => "zstd -19 --long=27 --patch-from=OLD NEW",
         }
     }
 
     pub fn peer(self) -> Option<Peer> {
         match self {
-            Method::Xdelta3 | Method::Xdelta3Default => Some(Peer::Xdelta3),
-            Method::ZstdPatch => Some(Peer::Zstd),
+            DeltaMethod::Xdelta3 | DeltaMethod::Xdelta3Default => Some(Peer::Xdelta3),
+            DeltaMethod::ZstdPatch => Some(Peer::Zstd),
             _ => None,
         }
     }
@@ -103,9 +103,9 @@ impl Method {
     /// The compression coding and level of the plain-compression columns.
     pub fn compression(self) -> Option<(ContentCoding, u32)> {
         match self {
-            Method::Gzip => Some((ContentCoding::Gzip, GZIP_LEVEL)),
-            Method::Br => Some((ContentCoding::Br, BR_LEVEL)),
-            Method::Zstd => Some((ContentCoding::Zstd, ZSTD_LEVEL)),
+            DeltaMethod::Gzip => Some((ContentCoding::Gzip, GZIP_LEVEL)),
+            DeltaMethod::Br => Some((ContentCoding::Br, BR_LEVEL)),
+            DeltaMethod::Zstd => Some((ContentCoding::Zstd, ZSTD_LEVEL)),
             _ => None,
         }
     }
@@ -113,8 +113,8 @@ impl Method {
     /// The dictionary coding and level of the RFC 9842 columns.
     pub fn dictionary(self) -> Option<(DictionaryCoding, u32)> {
         match self {
-            Method::Dcb => Some((DictionaryCoding::Dcb, DCB_LEVEL)),
-            Method::Dcz => Some((DictionaryCoding::Dcz, DCZ_LEVEL)),
+            DeltaMethod::Dcb => Some((DictionaryCoding::Dcb, DCB_LEVEL)),
+            DeltaMethod::Dcz => Some((DictionaryCoding::Dcz, DCZ_LEVEL)),
             _ => None,
         }
     }

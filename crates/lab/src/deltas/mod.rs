@@ -26,7 +26,7 @@ use wirefold_corpus::ContentType;
 use crate::report::{self, TextLayout};
 use crate::{LabError, OutputFormat};
 use external::Tool;
-use method::Method;
+use method::DeltaMethod;
 use pair::{Bench, PairMeasurement};
 use summary::{summarize, Startups, Summary};
 
@@ -98,10 +98,11 @@ pub fn run(args: &DeltasArgs, out: &mut dyn Write) -> Result<(), LabError> {
     let mut xdelta3 = Tool::probe("xdelta3", &args.xdelta3, "-V");
     let mut zstd = Tool::probe("zstd", &args.zstd, "-V");
     if xdelta3.available() {
-        xdelta3.startup = pair::startup_time(&xdelta3, Method::Xdelta3, work.path(), args.runs);
+        xdelta3.startup =
+            pair::startup_time(&xdelta3, DeltaMethod::Xdelta3, work.path(), args.runs);
     }
     if zstd.available() {
-        zstd.startup = pair::startup_time(&zstd, Method::ZstdPatch, work.path(), args.runs);
+        zstd.startup = pair::startup_time(&zstd, DeltaMethod::ZstdPatch, work.path(), args.runs);
     }
     let bench = Bench {
         xdelta3: &xdelta3,
@@ -277,7 +278,7 @@ fn ms(d: Duration) -> f64 {
 
 impl PairJson {
     fn new(r: &PairRow) -> Self {
-        let bytes = Method::ALL
+        let bytes = DeltaMethod::ALL
             .iter()
             .filter_map(|&m| r.m.bytes[m.index()].map(|b| (m.name(), b)))
             .collect();
@@ -321,8 +322,8 @@ impl DeltasReport {
         tools: &[&Tool],
         wall: Duration,
     ) -> Self {
-        let measured = |m: Method| rows.iter().any(|r| r.m.bytes[m.index()].is_some());
-        let methods = Method::ALL
+        let measured = |m: DeltaMethod| rows.iter().any(|r| r.m.bytes[m.index()].is_some());
+        let methods = DeltaMethod::ALL
             .iter()
             .map(|&m| MethodInfo {
                 name: m.name(),
@@ -496,7 +497,7 @@ impl DeltasReport {
             }
         }
 
-        let methods: Vec<Method> = Method::ALL
+        let methods: Vec<DeltaMethod> = DeltaMethod::ALL
             .into_iter()
             .filter(|m| self.methods[m.index()].measured)
             .collect();
@@ -543,13 +544,13 @@ impl DeltasReport {
         )?;
         writeln!(out)?;
 
-        let saving_methods: Vec<Method> = [
-            Method::Dcz,
-            Method::Dcb,
-            Method::ZstdPatch,
-            Method::Vcdiff,
-            Method::Xdelta3,
-            Method::Zstd,
+        let saving_methods: Vec<DeltaMethod> = [
+            DeltaMethod::Dcz,
+            DeltaMethod::Dcb,
+            DeltaMethod::ZstdPatch,
+            DeltaMethod::Vcdiff,
+            DeltaMethod::Xdelta3,
+            DeltaMethod::Zstd,
         ]
         .into_iter()
         .filter(|&m| self.methods[m.index()].measured)

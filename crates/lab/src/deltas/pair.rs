@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::external::{self, ChildTime, Startup, Tool};
-use super::method::{Method, Peer};
+use super::method::{DeltaMethod, Peer};
 use crate::timing::{median_cpu_time, Repeats};
 use crate::LabError;
 
@@ -34,16 +34,16 @@ pub struct PeerTime {
 
 /// Everything measured on one pair.
 pub struct PairMeasurement {
-    /// Body size per method ([`Method::index`]); `None` when not measured.
-    pub bytes: [Option<u64>; Method::ALL.len()],
+    /// Body size per method ([`DeltaMethod::index`]); `None` when not measured.
+    pub bytes: [Option<u64>; DeltaMethod::ALL.len()],
     /// The bodies themselves, when asked to keep them.
-    pub bodies: Vec<(Method, Vec<u8>)>,
+    pub bodies: Vec<(DeltaMethod, Vec<u8>)>,
     pub vcdiff: OurTime,
     pub dcz: OurTime,
     pub xdelta3: Option<PeerTime>,
     pub zstd_patch: Option<PeerTime>,
     /// Peer failures on this pair: (method, message). Their columns stay `None`.
-    pub failures: Vec<(Method, String)>,
+    pub failures: Vec<(DeltaMethod, String)>,
 }
 
 impl Bench<'_> {
@@ -63,7 +63,7 @@ impl Bench<'_> {
         keep_bodies: bool,
     ) -> Result<PairMeasurement, LabError> {
         let mut m = PairMeasurement {
-            bytes: [None; Method::ALL.len()],
+            bytes: [None; DeltaMethod::ALL.len()],
             bodies: Vec::new(),
             vcdiff: OurTime::default(),
             dcz: OurTime::default(),
@@ -71,19 +71,19 @@ impl Bench<'_> {
             zstd_patch: None,
             failures: Vec::new(),
         };
-        let round_trip = |method: Method| LabError::RoundTrip {
+        let round_trip = |method: DeltaMethod| LabError::RoundTrip {
             setting: method.name().to_string(),
             path: new_path.to_path_buf(),
         };
-        let record = |m: &mut PairMeasurement, method: Method, body: Vec<u8>| {
+        let record = |m: &mut PairMeasurement, method: DeltaMethod, body: Vec<u8>| {
             m.bytes[method.index()] = Some(body.len() as u64);
             if keep_bodies {
                 m.bodies.push((method, body));
             }
         };
 
-        m.bytes[Method::Identity.index()] = Some(new.len() as u64);
-        for method in [Method::Gzip, Method::Br, Method::Zstd] {
+        m.bytes[DeltaMethod::Identity.index()] = Some(new.len() as u64);
+        for method in [DeltaMethod::Gzip, DeltaMethod::Br, DeltaMethod::Zstd] {
             let (coding, level) = method.compression().expect("compression method");
             let body = codec::compress(coding, level, new);
             if codec::decompress(coding, &body, new.len()).ok().as_deref() != Some(new) {
@@ -91,9 +91,9 @@ impl Bench<'_> {
             }
             record(&mut m, method, body);
         }
-        for method in [Method::Dcb, Method::Dcz] {
+        for method in [DeltaMethod::Dcb, DeltaMethod::Dcz] {
             let (coding, level) = method.dictionary().expect("dictionary method");
-            let repeats = if method == Method::Dcz {
+            let repeats = if method == DeltaMethod::Dcz {
                 self.repeats()
             } else {
                 // dcb is measured for size only: one run.
@@ -111,7 +111,7 @@ impl Bench<'_> {
             if decoded.ok().as_deref() != Some(new) {
                 return Err(round_trip(method));
             }
-            if method == Method::Dcz {
+            if method == DeltaMethod::Dcz {
                 m.dcz = OurTime { encode, decode };
             }
             record(&mut m, method, body);
@@ -121,12 +121,16 @@ impl Bench<'_> {
             codec::vcdiff::decode(old, &delta, new.len())
         });
         if decoded.ok().as_deref() != Some(new) {
-            return Err(round_trip(Method::Vcdiff));
+            return Err(round_trip(DeltaMethod::Vcdiff));
         }
         m.vcdiff = OurTime { encode, decode };
-        record(&mut m, Method::Vcdiff, delta);
+        record(&mut m, DeltaMethod::Vcdiff, delta);
 
-        for method in [Method::Xdelta3, Method::Xdelta3Default, Method::ZstdPatch] {
+        for method in [
+            DeltaMethod::Xdelta3,
+            DeltaMethod::Xdelta3Default,
+            DeltaMethod::ZstdPatch,
+        ] {
             let tool = match method.peer().expect("peer method") {
                 Peer::Xdelta3 => self.xdelta3,
                 Peer::Zstd => self.zstd,
@@ -136,7 +140,7 @@ impl Bench<'_> {
             }
             // Only the like-for-like xdelta3 run and zstd are timed; xdelta3's defaults
             // are there for size.
-            let runs = if method == Method::Xdelta3Default {
+            let runs = if method == DeltaMethod::Xdelta3Default {
                 1
             } else {
                 self.runs
@@ -144,8 +148,8 @@ impl Bench<'_> {
             match self.peer_pair(tool, method, old_path, new_path, new, runs) {
                 Ok((body, time)) => {
                     match method {
-                        Method::Xdelta3 => m.xdelta3 = Some(time),
-                        Method::ZstdPatch => m.zstd_patch = Some(time),
+                        DeltaMethod::Xdelta3 => m.xdelta3 = Some(time),
+                        DeltaMethod::ZstdPatch => m.zstd_patch = Some(time),
                         _ => {}
                     }
                     record(&mut m, method, body);
@@ -160,7 +164,7 @@ impl Bench<'_> {
     fn peer_pair(
         &self,
         tool: &Tool,
-        method: Method,
+        method: DeltaMethod,
         old: &Path,
         new_path: &Path,
         new: &[u8],
@@ -189,7 +193,7 @@ impl Bench<'_> {
 
 /// The encode and decode argument lists of a peer method.
 pub fn peer_commands(
-    method: Method,
+    method: DeltaMethod,
     old: &Path,
     new: &Path,
     delta: &Path,
@@ -203,7 +207,7 @@ pub fn peer_commands(
         PathBuf::from(arg)
     };
     match method {
-        Method::Xdelta3 => (
+        DeltaMethod::Xdelta3 => (
             vec![
                 s("-e"),
                 s("-9"),
@@ -219,11 +223,11 @@ pub fn peer_commands(
             ],
             vec![s("-d"), s("-f"), s("-s"), p(old), p(delta), p(decoded)],
         ),
-        Method::Xdelta3Default => (
+        DeltaMethod::Xdelta3Default => (
             vec![s("-e"), s("-9"), s("-f"), s("-s"), p(old), p(new), p(delta)],
             vec![s("-d"), s("-f"), s("-s"), p(old), p(delta), p(decoded)],
         ),
-        Method::ZstdPatch => (
+        DeltaMethod::ZstdPatch => (
             vec![
                 s("-19"),
                 s("--long=27"),
@@ -252,7 +256,7 @@ pub fn peer_commands(
 /// The peer's CPU time for encoding a one-byte file against another and decoding the
 /// result: process start, dynamic linking and fixed buffer setup, which every timed run
 /// includes.
-pub fn startup_time(tool: &Tool, method: Method, work: &Path, runs: u32) -> Option<Startup> {
+pub fn startup_time(tool: &Tool, method: DeltaMethod, work: &Path, runs: u32) -> Option<Startup> {
     let old = work.join("startup.old");
     let new = work.join("startup.new");
     std::fs::write(&old, b"a").ok()?;

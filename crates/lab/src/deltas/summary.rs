@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::external::{ChildTime, Startup};
-use super::method::Method;
+use super::method::DeltaMethod;
 use super::PairRow;
 
 /// Targets of the delta issue, as served by wirefold.
@@ -118,9 +118,10 @@ pub fn summarize(
         targets: BTreeMap::new(),
     };
     // A method's per-pair sizes, if every pair has one.
-    let sizes =
-        |m: Method| -> Option<Vec<u64>> { pairs.iter().map(|p| p.m.bytes[m.index()]).collect() };
-    for m in Method::ALL {
+    let sizes = |m: DeltaMethod| -> Option<Vec<u64>> {
+        pairs.iter().map(|p| p.m.bytes[m.index()]).collect()
+    };
+    for m in DeltaMethod::ALL {
         if let Some(v) = sizes(m).filter(|v| !v.is_empty()) {
             s.total_bytes.insert(m.name(), v.iter().sum());
             s.median_bytes.insert(
@@ -129,9 +130,12 @@ pub fn summarize(
             );
         }
     }
-    if let Some(br) = sizes(Method::Br).filter(|v| !v.is_empty()) {
+    if let Some(br) = sizes(DeltaMethod::Br).filter(|v| !v.is_empty()) {
         let br_total: u64 = br.iter().sum();
-        for m in Method::ALL.into_iter().filter(|&m| m != Method::Br) {
+        for m in DeltaMethod::ALL
+            .into_iter()
+            .filter(|&m| m != DeltaMethod::Br)
+        {
             let Some(v) = sizes(m) else { continue };
             let per_pair = v
                 .iter()
@@ -148,7 +152,7 @@ pub fn summarize(
             );
         }
     }
-    if let (Some(ours), Some(theirs)) = (sizes(Method::Vcdiff), sizes(Method::Xdelta3)) {
+    if let (Some(ours), Some(theirs)) = (sizes(DeltaMethod::Vcdiff), sizes(DeltaMethod::Xdelta3)) {
         if !ours.is_empty() {
             s.vcdiff_vs_xdelta3_size = Some(SizeRatio {
                 median_pair: median(
@@ -231,12 +235,12 @@ pub fn summarize(
 
     for (m, median_key, total_key) in [
         (
-            Method::Dcz,
+            DeltaMethod::Dcz,
             "dcz_19_median_pair_ge_95pct",
             "dcz_19_total_ge_90pct",
         ),
         (
-            Method::Dcb,
+            DeltaMethod::Dcb,
             "dcb_11_median_pair_ge_95pct",
             "dcb_11_total_ge_90pct",
         ),
@@ -267,7 +271,7 @@ impl Summary {
     /// The targets missed, in words; empty when all were met.
     pub fn misses(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for (m, short) in [(Method::Dcz, "dcz"), (Method::Dcb, "dcb")] {
+        for (m, short) in [(DeltaMethod::Dcz, "dcz"), (DeltaMethod::Dcb, "dcb")] {
             if let Some(sv) = self.smaller_than_br_11_pct.get(m.name()) {
                 if sv.median_pair < TARGET_MEDIAN_PCT {
                     out.push(format!("{short} median {:.1}<95", sv.median_pair));

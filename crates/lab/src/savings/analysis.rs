@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::method::{Instance, Method, Sizer, Sizes};
+use super::method::{SavingsMethod, Sizer, Sizes, TraceInstance};
 use crate::trace::Exchange;
 
 /// Bins of the fraction of bytes saved per response: one for "grew", then tenths.
@@ -57,7 +57,7 @@ pub struct Tally {
     pub delta_eligible: u64,
     /// The held instance was identical.
     pub unchanged: u64,
-    /// Over delta-eligible responses, per [`Method::ALL`].
+    /// Over delta-eligible responses, per [`SavingsMethod::ALL`].
     pub eligible: [MethodTally; 7],
     /// Over all analysed responses (a delta method without a base sends the body as is).
     pub all: [MethodTally; 7],
@@ -81,7 +81,7 @@ impl Tally {
             Class::Unchanged => self.unchanged += 1,
             Class::Eligible => self.delta_eligible += 1,
         }
-        for m in Method::ALL {
+        for m in SavingsMethod::ALL {
             let after = sizes.after(m);
             self.all[m.index()].add(sizes.identity, after);
             if class == Class::Eligible {
@@ -159,7 +159,7 @@ pub fn cluster_of(url: &str) -> &str {
 /// One way of keeping bases: the latest instance per key, and the tallies.
 pub struct Scenario {
     pub keeping: Keeping,
-    bases: HashMap<String, Instance>,
+    bases: HashMap<String, TraceInstance>,
     pub total: Tally,
     pub by_type: BTreeMap<String, Tally>,
 }
@@ -219,7 +219,7 @@ impl Analysis {
             return;
         }
         let instance = match (exchange.body, &exchange.revisit_of) {
-            (Some(body), _) => Instance::new(body),
+            (Some(body), _) => TraceInstance::new(body),
             // An identical-payload revisit repeats the latest capture of its target.
             (None, Some(target)) => match self.scenarios[0].bases.get(url_key(target)) {
                 Some(held) => held.clone(),

@@ -10,7 +10,7 @@ use wirefold_http::ContentCoding;
 
 /// A way to send a response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Method {
+pub enum SavingsMethod {
     Gzip,
     Br,
     Zstd,
@@ -21,27 +21,27 @@ pub enum Method {
     Best,
 }
 
-impl Method {
-    pub const ALL: [Method; 7] = [
-        Method::Gzip,
-        Method::Br,
-        Method::Zstd,
-        Method::Dcb,
-        Method::Dcz,
-        Method::Vcdiff,
-        Method::Best,
+impl SavingsMethod {
+    pub const ALL: [SavingsMethod; 7] = [
+        SavingsMethod::Gzip,
+        SavingsMethod::Br,
+        SavingsMethod::Zstd,
+        SavingsMethod::Dcb,
+        SavingsMethod::Dcz,
+        SavingsMethod::Vcdiff,
+        SavingsMethod::Best,
     ];
 
     /// The JSON key and column: the `Content-Encoding` token.
     pub fn name(self) -> &'static str {
         match self {
-            Method::Gzip => "gzip",
-            Method::Br => "br",
-            Method::Zstd => "zstd",
-            Method::Dcb => "dcb",
-            Method::Dcz => "dcz",
-            Method::Vcdiff => "vcdiff",
-            Method::Best => "best",
+            SavingsMethod::Gzip => "gzip",
+            SavingsMethod::Br => "br",
+            SavingsMethod::Zstd => "zstd",
+            SavingsMethod::Dcb => "dcb",
+            SavingsMethod::Dcz => "dcz",
+            SavingsMethod::Vcdiff => "vcdiff",
+            SavingsMethod::Best => "best",
         }
     }
 
@@ -49,10 +49,10 @@ impl Method {
     /// dcz at the levels it produces in the background (as `lab deltas`).
     pub fn level(self) -> Option<u32> {
         match self {
-            Method::Gzip => Some(6),
-            Method::Br | Method::Dcb => Some(11),
-            Method::Zstd | Method::Dcz => Some(19),
-            Method::Vcdiff | Method::Best => None,
+            SavingsMethod::Gzip => Some(6),
+            SavingsMethod::Br | SavingsMethod::Dcb => Some(11),
+            SavingsMethod::Zstd | SavingsMethod::Dcz => Some(19),
+            SavingsMethod::Vcdiff | SavingsMethod::Best => None,
         }
     }
 
@@ -61,22 +61,22 @@ impl Method {
     }
 }
 
-const COMPRESSIONS: [(Method, ContentCoding); 3] = [
-    (Method::Gzip, ContentCoding::Gzip),
-    (Method::Br, ContentCoding::Br),
-    (Method::Zstd, ContentCoding::Zstd),
+const COMPRESSIONS: [(SavingsMethod, ContentCoding); 3] = [
+    (SavingsMethod::Gzip, ContentCoding::Gzip),
+    (SavingsMethod::Br, ContentCoding::Br),
+    (SavingsMethod::Zstd, ContentCoding::Zstd),
 ];
 
 /// One instance of a resource: its body and the body's SHA-256.
 #[derive(Clone, Debug)]
-pub struct Instance {
+pub struct TraceInstance {
     pub hash: [u8; 32],
     pub body: Arc<Vec<u8>>,
 }
 
-impl Instance {
+impl TraceInstance {
     pub fn new(body: Vec<u8>) -> Self {
-        Instance {
+        TraceInstance {
             hash: dictionary::sha256(&body),
             body: Arc::new(body),
         }
@@ -95,15 +95,15 @@ pub struct Sizes {
 
 impl Sizes {
     /// Bytes sent with `method`; without a base a delta method sends the body as it is.
-    pub fn after(&self, method: Method) -> u64 {
+    pub fn after(&self, method: SavingsMethod) -> u64 {
         match method {
-            Method::Gzip => self.compressed[0],
-            Method::Br => self.compressed[1],
-            Method::Zstd => self.compressed[2],
-            Method::Dcb => self.delta.map_or(self.identity, |d| d[0]),
-            Method::Dcz => self.delta.map_or(self.identity, |d| d[1]),
-            Method::Vcdiff => self.delta.map_or(self.identity, |d| d[2]),
-            Method::Best => self
+            SavingsMethod::Gzip => self.compressed[0],
+            SavingsMethod::Br => self.compressed[1],
+            SavingsMethod::Zstd => self.compressed[2],
+            SavingsMethod::Dcb => self.delta.map_or(self.identity, |d| d[0]),
+            SavingsMethod::Dcz => self.delta.map_or(self.identity, |d| d[1]),
+            SavingsMethod::Vcdiff => self.delta.map_or(self.identity, |d| d[2]),
+            SavingsMethod::Best => self
                 .compressed
                 .iter()
                 .chain(self.delta.iter().flatten())
@@ -120,7 +120,7 @@ pub struct Sizer {
 }
 
 impl Sizer {
-    pub fn sizes(&mut self, body: &Instance, base: Option<&Instance>) -> Sizes {
+    pub fn sizes(&mut self, body: &TraceInstance, base: Option<&TraceInstance>) -> Sizes {
         let compressed = *self.compressed.entry(body.hash).or_insert_with(|| {
             COMPRESSIONS.map(|(m, coding)| {
                 let level = m.level().expect("compression levels are set");
@@ -142,13 +142,13 @@ impl Sizer {
 }
 
 fn delta_sizes(base: &[u8], body: &[u8]) -> [u64; 3] {
-    let dictionary_size = |m: Method, coding| {
+    let dictionary_size = |m: SavingsMethod, coding| {
         let level = m.level().expect("dictionary levels are set");
         dictionary::encode(coding, level, base, body).len() as u64
     };
     [
-        dictionary_size(Method::Dcb, DictionaryCoding::Dcb),
-        dictionary_size(Method::Dcz, DictionaryCoding::Dcz),
+        dictionary_size(SavingsMethod::Dcb, DictionaryCoding::Dcb),
+        dictionary_size(SavingsMethod::Dcz, DictionaryCoding::Dcz),
         codec::vcdiff::encode(base, body).len() as u64,
     ]
 }

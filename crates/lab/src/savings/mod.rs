@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::trace::{self, Limits};
+use crate::trace::{self, TraceLimits};
 use crate::{LabError, OutputFormat};
 use analysis::Analysis;
 use report::{PerClientJson, SavingsReport, ScenarioJson, SkippedJson};
@@ -48,7 +48,7 @@ const MIB: u64 = 1 << 20;
 
 pub fn run(args: &SavingsArgs, out: &mut dyn Write) -> Result<(), LabError> {
     let started = Instant::now();
-    let limits = Limits {
+    let limits = TraceLimits {
         max_body: (args.max_body_mib * MIB) as usize,
         max_har: args.max_har_mib.saturating_mul(MIB),
     };

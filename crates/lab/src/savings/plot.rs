@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 
 use super::analysis::{bin_label, Tally, BINS};
-use super::method::Method;
+use super::method::SavingsMethod;
 use crate::LabError;
 
 /// Writes `DIR/savings-histogram.svg` for the shared-proxy scenario.
@@ -56,7 +56,7 @@ fn draw(path: &Path, tally: &Tally) -> Result<(), Box<dyn std::error::Error>> {
         .x_desc("bytes saved (<0: grew)")
         .y_desc("% of delta-eligible responses")
         .draw()?;
-    for (m, color) in Method::ALL.into_iter().zip(COLORS) {
+    for (m, color) in SavingsMethod::ALL.into_iter().zip(COLORS) {
         let points: Vec<(usize, f64)> = tally.histogram[m.index()]
             .iter()
             .enumerate()

@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::analysis::{bin_label, MethodTally, Scenario, Tally, BINS};
-use super::method::Method;
+use super::method::SavingsMethod;
 use crate::report::{self, TextLayout};
 use crate::trace::{Location, Skipped};
 
@@ -96,7 +96,7 @@ impl From<&Skipped> for SkippedJson {
 }
 
 fn methods(tallies: &[MethodTally; 7]) -> BTreeMap<&'static str, MethodJson> {
-    Method::ALL
+    SavingsMethod::ALL
         .iter()
         .map(|&m| {
             let t = tallies[m.index()];
@@ -135,7 +135,7 @@ impl ScenarioJson {
                 .collect(),
             histogram: HistogramJson {
                 bins: (0..BINS).map(bin_label).collect(),
-                counts: Method::ALL
+                counts: SavingsMethod::ALL
                     .iter()
                     .map(|&m| (m.name(), s.total.histogram[m.index()].to_vec()))
                     .collect(),
@@ -145,7 +145,7 @@ impl ScenarioJson {
 }
 
 pub fn levels() -> BTreeMap<&'static str, u32> {
-    Method::ALL
+    SavingsMethod::ALL
         .iter()
         .filter_map(|&m| m.level().map(|l| (m.name(), l)))
         .collect()
@@ -173,7 +173,7 @@ const METHOD_COLUMNS: [&str; 8] = [
     "all_saved_%",
 ];
 
-fn method_cells(t: &Tally, m: Method) -> Vec<String> {
+fn method_cells(t: &Tally, m: SavingsMethod) -> Vec<String> {
     let e = &t.eligible[m.index()];
     let a = &t.all[m.index()];
     vec![
@@ -200,7 +200,7 @@ fn write_methods(
     let values: Vec<Vec<String>> = rows
         .iter()
         .flat_map(|(name, t)| {
-            Method::ALL.iter().map(move |&m| {
+            SavingsMethod::ALL.iter().map(move |&m| {
                 let mut row = vec![name.clone(), m.name().to_string()];
                 row.extend(method_cells(t, m));
                 row
@@ -292,12 +292,12 @@ pub fn write_tables(
     )?;
     writeln!(out)?;
     let mut columns = vec!["saved"];
-    columns.extend(Method::ALL.iter().map(|m| m.name()));
+    columns.extend(SavingsMethod::ALL.iter().map(|m| m.name()));
     let bins: Vec<Vec<String>> = (0..BINS)
         .map(|b| {
             let mut row = vec![bin_label(b)];
             row.extend(
-                Method::ALL
+                SavingsMethod::ALL
                     .iter()
                     .map(|m| proxy.total.histogram[m.index()][b].to_string()),
             );
@@ -345,7 +345,7 @@ pub fn write_csv(out: &mut dyn Write, scenarios: &[Scenario]) -> io::Result<()> 
                 ("delta_eligible", t.delta_eligible, &t.eligible),
                 ("all", t.analysed, &t.all),
             ] {
-                for m in Method::ALL {
+                for m in SavingsMethod::ALL {
                     let mt = tallies[m.index()];
                     values.push(vec![
                         s.keeping.name().to_string(),

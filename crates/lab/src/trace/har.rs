@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine;
 use serde::Deserialize;
 
-use super::{media_type, Exchange, Item, Limits, Location, Skipped};
+use super::{media_type, Exchange, Item, Location, Skipped, TraceLimits};
 use crate::LabError;
 
 #[derive(Deserialize)]
@@ -65,7 +65,7 @@ struct Content {
     encoding: Option<String>,
 }
 
-pub fn read(path: &Path, limits: Limits) -> Result<HarReader, LabError> {
+pub fn read(path: &Path, limits: TraceLimits) -> Result<HarReader, LabError> {
     let read_error = |source| LabError::Read {
         path: path.to_path_buf(),
         source,
@@ -95,7 +95,7 @@ pub fn read(path: &Path, limits: Limits) -> Result<HarReader, LabError> {
 
 pub struct HarReader {
     path: PathBuf,
-    limits: Limits,
+    limits: TraceLimits,
     entries: std::iter::Enumerate<std::vec::IntoIter<Entry>>,
 }
 

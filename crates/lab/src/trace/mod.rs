@@ -72,7 +72,7 @@ pub type Item = Result<Exchange, Skipped>;
 
 /// Bounds on what a reader holds in memory.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+pub struct TraceLimits {
     /// Largest record block or decoded body; larger ones are skipped.
     pub max_body: usize,
     /// Largest HAR file (parsed whole).
@@ -81,7 +81,7 @@ pub struct Limits {
 
 /// Opens a trace: a directory is a version corpus; a file is told by its first bytes
 /// (`WARC/`, a gzip member, or a JSON object for HAR).
-pub fn open(path: &Path, limits: Limits) -> Result<Box<dyn Iterator<Item = Item>>, LabError> {
+pub fn open(path: &Path, limits: TraceLimits) -> Result<Box<dyn Iterator<Item = Item>>, LabError> {
     let read_error = |source| LabError::Read {
         path: path.to_path_buf(),
         source,

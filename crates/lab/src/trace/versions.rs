@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use wirefold_corpus::series::version_number;
 use wirefold_corpus::ContentType;
 
-use super::{Exchange, Item, Limits, Location, Skipped};
+use super::{Exchange, Item, Location, Skipped, TraceLimits};
 use crate::LabError;
 
-pub fn read(root: &Path, limits: Limits) -> Result<impl Iterator<Item = Item>, LabError> {
+pub fn read(root: &Path, limits: TraceLimits) -> Result<impl Iterator<Item = Item>, LabError> {
     let prefix = root
         .file_name()
         .map_or_else(|| ".".to_string(), |n| n.to_string_lossy().into_owned());

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use flate2::bufread::GzDecoder;
 
 use super::http::{self, header};
-use super::{media_type, Exchange, Item, Limits, Location, Skipped};
+use super::{media_type, Exchange, Item, Location, Skipped, TraceLimits};
 use crate::LabError;
 
 pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -30,7 +30,7 @@ const MAX_HEADER_BYTES: u64 = 64 << 10;
 const RECENT_REQUESTS: usize = 256;
 const IO_BUFFER: usize = 256 << 10;
 
-pub fn read(path: &Path, limits: Limits) -> Result<WarcReader, LabError> {
+pub fn read(path: &Path, limits: TraceLimits) -> Result<WarcReader, LabError> {
     let read_error = |source| LabError::Read {
         path: path.to_path_buf(),
         source,
@@ -280,7 +280,7 @@ struct Pending {
 
 pub struct WarcReader {
     path: PathBuf,
-    limits: Limits,
+    limits: TraceLimits,
     input: Input,
     gzip: bool,
     requests: VecDeque<Request>,

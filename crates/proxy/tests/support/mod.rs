@@ -64,12 +64,12 @@ pub async fn start_root(root: &Path, tweak: impl FnOnce(&mut Config)) -> Proxy {
 type Handler = dyn Fn(Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync;
 
 /// An HTTP/1.1 origin answering with `handler`, counting requests.
-pub struct Origin {
+pub struct TestOrigin {
     pub addr: SocketAddr,
     pub hits: Arc<AtomicUsize>,
 }
 
-impl Origin {
+impl TestOrigin {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
@@ -80,7 +80,7 @@ impl Origin {
 
 pub async fn origin(
     handler: impl Fn(Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync + 'static,
-) -> Origin {
+) -> TestOrigin {
     slow_origin(std::time::Duration::ZERO, handler).await
 }
 
@@ -88,7 +88,7 @@ pub async fn origin(
 pub async fn slow_origin(
     delay: std::time::Duration,
     handler: impl Fn(Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync + 'static,
-) -> Origin {
+) -> TestOrigin {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
@@ -113,7 +113,7 @@ pub async fn slow_origin(
             });
         }
     });
-    Origin { addr, hits }
+    TestOrigin { addr, hits }
 }
 
 /// An origin that speaks raw TCP: `script` gets each accepted connection.
@@ -166,14 +166,14 @@ pub fn response(
 
 /// What curl saw: the final response's status and fields, and the body as written.
 #[derive(Debug)]
-pub struct Fetched {
+pub struct Curled {
     pub status: u16,
     pub version: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
-impl Fetched {
+impl Curled {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -184,7 +184,7 @@ impl Fetched {
 
 /// Runs curl with `args` plus the URL; the body is written raw (no decoding) unless
 /// `args` asks for `--compressed`.
-pub async fn curl(url: &str, args: &[&str]) -> Fetched {
+pub async fn curl(url: &str, args: &[&str]) -> Curled {
     let dir = tempfile::tempdir().unwrap();
     let head = dir.path().join("head");
     let body = dir.path().join("body");
@@ -216,7 +216,7 @@ pub async fn curl(url: &str, args: &[&str]) -> Fetched {
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect();
-    Fetched {
+    Curled {
         status,
         version,
         headers,
