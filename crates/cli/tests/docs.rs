@@ -162,19 +162,42 @@ fn families_exposed(metrics: &str) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// `(name, type)` of every metric in docs/operations.md's metrics table: each
-/// backquoted name in a row's first cell, with the row's second cell.
-fn families_documented(operations: &str) -> BTreeSet<(String, String)> {
-    let table = operations
+/// The rows of the first markdown table in `markdown`'s section whose heading starts
+/// with `heading`, as trimmed cells (the header and separator rows skipped).
+fn table_rows(markdown: &str, heading: &str) -> Vec<Vec<String>> {
+    let section = markdown
         .split("\n## ")
-        .find(|section| section.starts_with("Metrics"))
-        .expect("operations.md has a Metrics section");
+        .find(|section| section.starts_with(heading))
+        .unwrap_or_else(|| panic!("no section `## {heading}`"));
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|row| {
+            let cells: Vec<String> = row.split('|').map(|c| c.trim().to_string()).collect();
+            cells[1..cells.len() - 1].to_vec()
+        })
+        .collect()
+}
+
+/// The backquoted words of a markdown cell.
+fn quoted(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+/// `(name, type)` of every metric in a docs/operations.md metrics table (the section
+/// whose heading starts with `heading`): each backquoted name in a row's first cell,
+/// with the row's second cell.
+fn families_documented(operations: &str, heading: &str) -> BTreeSet<(String, String)> {
     let mut families = BTreeSet::new();
-    for row in table.lines().filter(|l| l.starts_with('|')).skip(2) {
-        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        let (names, kind) = (cells[1], cells[2]);
-        for name in names.split('`').skip(1).step_by(2) {
-            families.insert((name.to_string(), kind.to_string()));
+    for row in table_rows(operations, heading) {
+        for name in quoted(&row[0]) {
+            families.insert((name, row[1].clone()));
         }
     }
     families
@@ -247,7 +270,7 @@ async fn every_metric_is_documented_and_every_documented_metric_exists() {
 
     let metrics = String::from_utf8(curl(&proxy.admin_url("/metrics"), &[]).await.body).unwrap();
     let exposed = families_exposed(&metrics);
-    let documented = families_documented(&read_doc("operations.md"));
+    let documented = families_documented(&read_doc("operations.md"), "Metrics");
     let undocumented: Vec<_> = exposed.difference(&documented).collect();
     let absent: Vec<_> = documented.difference(&exposed).collect();
     assert!(
@@ -256,4 +279,67 @@ async fn every_metric_is_documented_and_every_documented_metric_exists() {
          in docs/operations.md but not exposed (gone from the code, or untouched by this \
          test's traffic): {absent:?}\n{metrics}"
     );
+}
+
+/// The client proxy's families are those docs/operations.md's client proxy table
+/// lists, with the same types, and its `outcome` label takes exactly the documented
+/// values.
+#[test]
+fn every_client_proxy_metric_is_documented_and_every_documented_one_exists() {
+    use client_proxy::metrics::{Answered, ClientMetrics};
+    let metrics = ClientMetrics::new();
+    for outcome in Answered::ALL {
+        metrics.answered(outcome);
+    }
+    let operations = read_doc("operations.md");
+    let heading = "Client proxy metrics";
+    assert_eq!(
+        families_exposed(&metrics.encode()),
+        families_documented(&operations, heading)
+    );
+    let outcomes: BTreeSet<String> = table_rows(&operations, heading)
+        .iter()
+        .find(|row| row[0] == "`wirefold_client_requests_total`")
+        .map(|row| quoted(&row[2]).into_iter().skip(1).collect())
+        .expect("the requests row");
+    let in_code: BTreeSet<String> = Answered::ALL
+        .iter()
+        .map(|a| a.label().to_string())
+        .collect();
+    assert_eq!(in_code, outcomes);
+}
+
+/// docs/link-protocol.md's `[link]` table names every key of the section with its
+/// default, as the configuration serializes it (`none` for an unset value).
+#[test]
+fn the_link_protocols_key_table_matches_the_link_section() {
+    let defaults = serde_json::to_value(Config::default().link).unwrap();
+    let in_code: BTreeSet<(String, String)> = defaults
+        .as_object()
+        .expect("a table")
+        .iter()
+        .map(|(key, value)| {
+            let shown = match value {
+                Value::Null => "none".to_string(),
+                other => other.to_string(),
+            };
+            (key.clone(), shown)
+        })
+        .collect();
+    let doc = read_doc("link-protocol.md");
+    let table = doc
+        .split("Configuration (`[link]`")
+        .nth(1)
+        .expect("link-protocol.md has the `[link]` table");
+    let documented: BTreeSet<(String, String)> = table
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|row| {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            (cells[1].trim_matches('`').to_string(), cells[2].to_string())
+        })
+        .collect();
+    assert_eq!(in_code, documented);
 }

@@ -21,7 +21,17 @@ pub enum Answered {
 }
 
 impl Answered {
-    fn label(self) -> &'static str {
+    pub const ALL: [Answered; 6] = [
+        Answered::LocalFresh,
+        Answered::Confirm,
+        Answered::Delta,
+        Answered::Full,
+        Answered::Tunnel,
+        Answered::Error,
+    ];
+
+    /// The `outcome` label value.
+    pub fn label(self) -> &'static str {
         match self {
             Answered::LocalFresh => "local_fresh",
             Answered::Confirm => "confirm",
