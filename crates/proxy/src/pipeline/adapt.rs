@@ -5,6 +5,9 @@
 
 use crate::model::{Instance, RequestContext};
 
+/// Runs on every instance, after `remember` (what is stored is always the full
+/// instance): may replace the instance with a smaller variant of it, never with other
+/// content. Returns the instance to encode.
 pub fn adapt(_ctx: &RequestContext, instance: Instance) -> Instance {
     instance
 }

@@ -5,6 +5,8 @@
 
 use crate::model::{Instance, RequestContext};
 
+/// Runs on every instance, after `adapt`: may add hint fields (`Link: rel=preload`)
+/// to the instance's head, never change its body. Returns the instance to encode.
 pub fn hint(_ctx: &RequestContext, instance: Instance) -> Instance {
     instance
 }
