@@ -294,7 +294,7 @@ fn every_client_proxy_metric_is_documented_and_every_documented_one_exists() {
     let operations = read_doc("operations.md");
     let heading = "Client proxy metrics";
     assert_eq!(
-        families_exposed(&metrics.encode()),
+        families_exposed(&metrics.encode().expect("the metrics encode")),
         families_documented(&operations, heading)
     );
     let outcomes: BTreeSet<String> = table_rows(&operations, heading)
