@@ -1,7 +1,7 @@
 //! `wirefold demo`: the sample site (`wirefold-testbed`) served through the accelerator,
 //! with a running summary of bytes saved.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use proxy::config::Config;
@@ -16,7 +16,7 @@ pub async fn run(listen: SocketAddr) -> Result<(), String> {
     let data_dir = std::env::temp_dir().join(format!("wirefold-demo-{}", std::process::id()));
     let config = Config {
         listen,
-        admin: "127.0.0.1:0".parse().expect("literal address"),
+        admin: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
         data_dir: data_dir.clone(),
         origin: Some(format!("http://{site}")),
         ..Config::default()

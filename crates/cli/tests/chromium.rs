@@ -8,6 +8,7 @@
 //!
 //! Needs `chromium` (Debian package; scripts/test.sh installs it). Without it the
 //! tests fail, unless `WIREFOLD_SKIP_BROWSER=1` is set.
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
 mod servers;
 

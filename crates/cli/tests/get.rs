@@ -1,5 +1,6 @@
 //! `wirefold get` end to end: the binary against `wirefold serve --root` on real
 //! corpus versions — br, then a 226 VCDIFF delta, then a 304 — and its error contract.
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! The client proxy against a fake server proxy: a TLS HTTP/2 server in this file
 //! answering link requests with scripted frame sequences. Browsers are curl.
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
 mod servers;
 

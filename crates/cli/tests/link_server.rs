@@ -1,5 +1,6 @@
 //! The server proxy's end of the link, spoken to by a bare HTTP/2-over-TLS client
 //! that checks every frame sequence of Banga et al.'s states.
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
 mod servers;
 

@@ -1,7 +1,7 @@
 //! The client proxy's configuration: one TOML document mirroring every flag of
 //! `wirefold client`. Every key has a default except `upstream`.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -56,8 +56,8 @@ impl Default for ClientConfig {
             upstream_connect: None,
             upstream_ca: None,
             link_token: None,
-            listen: "127.0.0.1:3128".parse().expect("literal address"),
-            admin: "127.0.0.1:9181".parse().expect("literal address"),
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 3128)),
+            admin: SocketAddr::from((Ipv4Addr::LOCALHOST, 9181)),
             data_dir: PathBuf::from("./wirefold-client-data"),
             site: None,
             keep_instances: 8,
@@ -90,18 +90,11 @@ impl ClientConfig {
         if let Err(message) = self.upstream_uri() {
             return invalid("upstream", message);
         }
-        if let Some(site) = &self.site {
-            if let Err(message) = absolute_url(site, &["http", "https"]) {
-                return invalid("site", message);
-            }
+        if let Err(message) = self.site_uri() {
+            return invalid("site", message);
         }
-        if let Some(token) = &self.link_token {
-            if token.is_empty() || http::HeaderValue::from_str(token).is_err() {
-                return invalid(
-                    "link_token",
-                    "must be non-empty visible ASCII (a header value)".into(),
-                );
-            }
+        if let Err(message) = self.link_value() {
+            return invalid("link_token", message);
         }
         if let Some(ca) = &self.upstream_ca {
             if !ca.is_file() {
@@ -132,6 +125,25 @@ impl ClientConfig {
     }
 
     /// The upstream URL, which must be `https://HOST[:PORT]` with nothing after it.
+    /// Reverse mode's site, when set.
+    pub fn site_uri(&self) -> Result<Option<http::Uri>, String> {
+        self.site
+            .as_deref()
+            .map(|site| absolute_url(site, &["http", "https"]))
+            .transpose()
+    }
+
+    /// The `wirefold-link` value: the token, or `1`.
+    pub fn link_value(&self) -> Result<http::HeaderValue, String> {
+        match self.link_token.as_deref() {
+            None => Ok(http::HeaderValue::from_static("1")),
+            Some(token) => http::HeaderValue::from_str(token)
+                .ok()
+                .filter(|_| !token.is_empty())
+                .ok_or_else(|| "must be non-empty visible ASCII (a header value)".into()),
+        }
+    }
+
     pub fn upstream_uri(&self) -> Result<http::Uri, String> {
         let uri = absolute_url(&self.upstream, &["https"])?;
         if !matches!(uri.path(), "" | "/") || uri.query().is_some() {

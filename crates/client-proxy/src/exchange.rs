@@ -278,9 +278,7 @@ async fn attempt(client: &Client, request: &Proxied, offer: &[Hash], want_full: 
     };
     match read_outcome(client, request, offer, &mut frames).await {
         Read::Done(attempt) => attempt,
-        Read::Stream(reassembler) => {
-            Attempt::Answer(stream_full_body(client, request, reassembler, frames))
-        }
+        Read::Stream(reassembler) => stream_full_body(client, request, reassembler, frames),
         Read::LinkFailed(reason) => {
             client.link.discard(connection.generation).await;
             Attempt::LinkFailed(reason)
@@ -307,6 +305,10 @@ fn link_request(
     }
     if !offer.is_empty() {
         let have: Vec<String> = offer.iter().map(Hash::to_hex).collect();
+        #[allow(
+            clippy::expect_used,
+            reason = "hex joined by commas and spaces is a valid field value"
+        )]
         fields.insert(
             frame::HAVE_HEADER,
             HeaderValue::from_str(&have.join(", ")).expect("hex is a valid header value"),
@@ -356,11 +358,9 @@ async fn read_outcome(
     loop {
         let frame = match frames.next().await {
             Ok(Some(frame)) => frame,
+            // Reaching the outcome ends the reading: the response ended before it.
             Ok(None) => {
-                let e = reassembler
-                    .finish()
-                    .expect_err("the outcome ends the reading");
-                return Read::Done(malformed(client, &e.to_string()));
+                return Read::Done(malformed(client, &ReassembleError::Incomplete.to_string()));
             }
             Err(FramesError::Frame(e)) => return Read::Done(malformed(client, &e.to_string())),
             Err(FramesError::Link(reason)) => return Read::LinkFailed(reason),
@@ -382,12 +382,11 @@ async fn read_outcome(
         // work runs off the reactor.
         let result = if matches!(frame, Frame::End { .. } | Frame::Confirm { .. }) {
             let held = held.clone();
-            let (result, back) = tokio::task::spawn_blocking(move || {
+            let (result, back) = proxy::blocking::run(move || {
                 let result = reassembler.push(frame, &held);
                 (result, reassembler)
             })
-            .await
-            .expect("reassembly does not panic");
+            .await;
             reassembler = back;
             result
         } else {
@@ -520,14 +519,18 @@ fn stream_full_body(
     request: &Proxied,
     mut reassembler: Box<Reassembler>,
     mut frames: Frames,
-) -> Response<Body> {
-    let (status, fields) = reassembler
+) -> Attempt {
+    // The reassembler admits a full body only after HEADERS.
+    let Some((status, fields)) = reassembler
         .head()
         .map(|(status, fields)| (status, fields.clone()))
-        .expect("a full body follows HEADERS");
+    else {
+        return malformed(client, "a full body before HEADERS");
+    };
     if let Some(response) = preconditions(request, status, &fields) {
         client.metrics.answered(Answered::Full);
-        return response; // the rest of the body is not needed: the stream is dropped
+        // The rest of the body is not needed: the stream is dropped.
+        return Attempt::Answer(response);
     }
     let (tx, streamed) = body::channel(STREAM_CHUNKS);
     let metrics = client.metrics.clone();
@@ -582,7 +585,7 @@ fn stream_full_body(
     *response.status_mut() = status;
     *response.headers_mut() = fields;
     clean_head(response.headers_mut());
-    response
+    Attempt::Answer(response)
 }
 
 /// The browser's answer: HEADERS' status and fields, the instance's length.

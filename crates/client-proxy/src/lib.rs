@@ -95,12 +95,11 @@ pub async fn start(config: ClientConfig) -> Result<RunningClient, ClientError> {
         max_object_bytes: config.max_body_bytes as u64,
     };
     let keep = config.keep_instances;
-    let opened = tokio::task::spawn_blocking({
+    let opened = proxy::blocking::run({
         let dir = store_dir.clone();
         move || Instances::open(&dir, store_config, keep)
     })
-    .await
-    .expect("store open does not panic");
+    .await;
     let instances = opened.map_err(|source| ClientError::Store {
         path: store_dir,
         source,
@@ -118,12 +117,10 @@ pub async fn start(config: ClientConfig) -> Result<RunningClient, ClientError> {
     let (listener, addr) = bind(config.listen).await?;
     let (admin_listener, admin_addr) = bind(config.admin).await?;
 
-    let site = config
-        .site
-        .as_deref()
-        .map(|s| s.parse().expect("checked: the site is a URL"));
-    let link_value = HeaderValue::from_str(config.link_token.as_deref().unwrap_or("1"))
-        .expect("checked: the token is a header value");
+    let invalid =
+        |key, message| ClientError::Config(proxy::config::ConfigError::Invalid { key, message });
+    let site = config.site_uri().map_err(|m| invalid("site", m))?;
+    let link_value = config.link_value().map_err(|m| invalid("link_token", m))?;
     let client = Arc::new(Client {
         config,
         site,

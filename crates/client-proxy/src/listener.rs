@@ -117,23 +117,13 @@ fn target(client: &Client, req: &Request<Incoming>) -> Result<Uri, String> {
         ));
     };
     let path_and_query = uri.path_and_query().map_or("/", |pq| pq.as_str());
-    Uri::builder()
-        .scheme(
-            site.scheme()
-                .cloned()
-                .expect("checked: the site has a scheme"),
-        )
-        .authority(
-            site.authority()
-                .cloned()
-                .expect("checked: the site has a host"),
-        )
-        .path_and_query(format!(
-            "{}{path_and_query}",
-            site.path().trim_end_matches('/')
-        ))
-        .build()
-        .map_err(|e| format!("`{path_and_query}` does not make a URL on the site: {e}"))
+    let unusable = |e: &dyn std::fmt::Display| {
+        format!("`{path_and_query}` does not make a URL on the site: {e}")
+    };
+    let mut parts = site.clone().into_parts();
+    let target = format!("{}{path_and_query}", site.path().trim_end_matches('/'));
+    parts.path_and_query = Some(target.parse().map_err(|e| unusable(&e))?);
+    Uri::from_parts(parts).map_err(|e| unusable(&e))
 }
 
 /// `CONNECT host:port`: a direct TCP connection from here, bytes copied untouched.
@@ -186,11 +176,21 @@ async fn tunnel(client: &Client, mut req: Request<Incoming>) -> Response<Body> {
 pub(super) fn admin(metrics: &ClientMetrics, req: &Request<Incoming>) -> Response<Body> {
     let (status, content_type, text) = match req.uri().path() {
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
-        "/metrics" => (
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics.encode(),
-        ),
+        "/metrics" => match metrics.encode() {
+            Ok(metrics) => (
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                metrics,
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics could not be encoded");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    "metrics could not be encoded\n".to_string(),
+                )
+            }
+        },
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",

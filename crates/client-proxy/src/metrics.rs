@@ -119,10 +119,9 @@ impl ClientMetrics {
     }
 
     /// The OpenMetrics text exposition.
-    pub fn encode(&self) -> String {
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("writing to a String");
-        out
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
     }
 }

@@ -9,6 +9,10 @@
 //! `cargo run --release --example dictionary_bench -- train SIBLINGS_DIR...`
 //!   first-visit savings of a trained dictionary: trained on the even-numbered
 //!   pages of a directory, measured on the odd-numbered ones.
+#![allow(
+    clippy::expect_used,
+    reason = "a benchmark run by hand: a failure ends it with its message"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -2,6 +2,10 @@
 //! `cargo run --release --example vcdiff_bench -- [--effort N] [--runs N] [--out DIR] OLD NEW [OLD NEW ...]`
 //! prints one line per pair: delta bytes, median encode and decode milliseconds. With `--out`,
 //! each delta is written to DIR/<index>.vcdiff (for decoding with xdelta3).
+#![allow(
+    clippy::expect_used,
+    reason = "a benchmark run by hand: a failure ends it with its message"
+)]
 
 use std::time::Instant;
 

@@ -74,6 +74,11 @@ impl Encoder {
     }
 
     /// `input_len`, when given, is the exact total of what will be written.
+    #[allow(
+        clippy::expect_used,
+        reason = "zstd fails here only to allocate its context (Rust's own allocations \
+                  abort on that), and the window log is a constant within zstd's bounds"
+    )]
     fn build(coding: ContentCoding, level: u32, input_len: Option<usize>) -> Self {
         let level = coding.clamp_level(level);
         let inner = match coding {
@@ -118,6 +123,10 @@ impl Encoder {
     }
 
     /// Feeds input. Writing into a `Vec` cannot fail, so neither can this.
+    #[allow(
+        clippy::expect_used,
+        reason = "the encoders write into a `Vec`, which cannot fail"
+    )]
     pub fn write(&mut self, data: &[u8]) {
         let r = match &mut self.inner {
             EncoderInner::Gzip(e) => e.write_all(data),
@@ -130,6 +139,10 @@ impl Encoder {
 
     /// Ends the current block so that all input written so far decodes from the
     /// output taken so far (a sync point: costs a few bytes of ratio).
+    #[allow(
+        clippy::expect_used,
+        reason = "the encoders write into a `Vec`, which cannot fail"
+    )]
     pub fn flush(&mut self) {
         let r = match &mut self.inner {
             EncoderInner::Gzip(e) => e.flush(),
@@ -152,6 +165,11 @@ impl Encoder {
     }
 
     /// Ends the stream and returns the remaining output.
+    #[allow(
+        clippy::expect_used,
+        reason = "the encoders write into a `Vec`, which cannot fail; `compress`, the only \
+                  one to pledge a size to zstd, writes exactly that much"
+    )]
     pub fn finish(self) -> Vec<u8> {
         match self.inner {
             EncoderInner::Gzip(e) => e.finish().expect("in-memory encoder finish"),
@@ -724,6 +742,11 @@ struct ZstdStream {
 }
 
 impl ZstdStream {
+    #[allow(
+        clippy::expect_used,
+        reason = "zstd fails here only to allocate its context (Rust's own allocations \
+                  abort on that), and the window log is a constant within zstd's bounds"
+    )]
     fn new() -> Self {
         let mut context = zstd::stream::raw::Decoder::new().expect("zstd context allocation");
         context

@@ -3,6 +3,7 @@
 //! zstd: the `zstd` CLI (Debian's 1.5.4). brotli: a CLI with `-D` (brotli ≥ 1.1,
 //! from `$WIREFOLD_BROTLI_CLI` or PATH) when there is one, else Google's C
 //! decoder through brotlic-sys; Debian's brotli 1.0.9 cannot take a dictionary.
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
 mod dictionary_support;
 

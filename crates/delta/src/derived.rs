@@ -258,9 +258,7 @@ pub async fn produce_off_reactor(produce: &Produce, level: u32, input_len: usize
         return Bytes::from(produce(level));
     }
     let produce = produce.clone();
-    tokio::task::spawn_blocking(move || Bytes::from(produce(level)))
-        .await
-        .expect("codecs do not panic")
+    crate::blocking::run(move || Bytes::from(produce(level))).await
 }
 
 #[cfg(test)]

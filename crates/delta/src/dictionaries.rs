@@ -29,6 +29,11 @@ fn load(store: &Store, hash: &Hash) -> Result<Registration, StoreError> {
         .unwrap_or_default())
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "a struct of strings serializes: serde_json fails only on maps with \
+              non-string keys and on failing `Serialize` impls"
+)]
 fn save(store: &Store, hash: &Hash, registration: &Registration) -> Result<(), StoreError> {
     let value = serde_json::to_vec(registration).expect("registrations serialize");
     store.put_record(&record_key(hash), &value, &[*hash])

@@ -68,6 +68,11 @@ pub fn record(
         .count()
         .clamp(1, keep.max(1));
     history.versions.truncate(kept);
+    #[allow(
+        clippy::expect_used,
+        reason = "a struct of strings and numbers serializes: serde_json fails only on \
+                  maps with non-string keys and on failing `Serialize` impls"
+    )]
     let value = serde_json::to_vec(&history).expect("histories serialize");
     // No blob references: an evicted old version must not take the history with it;
     // readers skip versions whose body is gone.

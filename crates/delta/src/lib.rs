@@ -12,6 +12,7 @@
 //! A delta is sent only when it is smaller than the plain encoding; the cost model
 //! decides whether one is worth making now or only in the background.
 
+pub mod blocking;
 pub mod config;
 pub mod derived;
 pub mod dictionaries;

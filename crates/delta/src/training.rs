@@ -83,7 +83,7 @@ pub fn train(store: &Store, site: &str, pattern: &str, max_size: usize) -> Resul
         .unwrap_or_default();
     list.dictionaries.retain(|(p, _)| p != pattern);
     list.dictionaries.push((pattern.to_string(), hash.to_hex()));
-    let value = serde_json::to_vec(&list).expect("lists serialize");
+    let value = serde_json::to_vec(&list).map_err(|e| e.to_string())?;
     store
         .put_record(&list_key(site), &value, &[])
         .map_err(|e| e.to_string())?;

@@ -177,7 +177,10 @@ impl Cache {
 
     /// Writes the index, then removes blobs it no longer names.
     pub(crate) fn save(&self) -> Result<(), GetError> {
-        let index = serde_json::to_vec_pretty(&self.index).expect("the index serializes");
+        let index = serde_json::to_vec_pretty(&self.index).map_err(|e| GetError::Cache {
+            path: self.dir.join("index.json"),
+            detail: e.to_string(),
+        })?;
         write_atomically(&self.dir.join("index.json"), &index)?;
         let named: std::collections::HashSet<&str> = self
             .index

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap};
-use http::{Request, StatusCode, Uri};
+use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -127,9 +127,9 @@ pub(crate) async fn exchange(
         url: uri.to_string(),
         detail,
     };
-    let mut request = Request::get(uri.clone())
-        .body(Empty::new())
-        .expect("a GET of a parsed URI is valid");
+    let mut request = Request::new(Empty::new());
+    *request.method_mut() = Method::GET;
+    *request.uri_mut() = uri.clone();
     *request.headers_mut() = headers;
     let transfer = async {
         let response = client

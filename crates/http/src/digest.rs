@@ -10,6 +10,10 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 pub const WIREFOLD_DIGEST: HeaderName = HeaderName::from_static("wirefold-digest");
 
 /// The field value naming `sha256`.
+#[allow(
+    clippy::expect_used,
+    reason = "base64 between literal text is visible ASCII, which a field value may hold"
+)]
 pub fn digest_value(sha256: &[u8; 32]) -> HeaderValue {
     let text = format!(
         "sha-256=:{}:",

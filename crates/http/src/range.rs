@@ -8,7 +8,7 @@
 
 use std::time::SystemTime;
 
-use http::header::{HeaderMap, IF_RANGE, RANGE};
+use http::header::{HeaderMap, HeaderValue, IF_RANGE, RANGE};
 
 use crate::conditional::EntityTag;
 use crate::fields;
@@ -169,13 +169,22 @@ fn parse_position(digits: &str) -> Option<u64> {
 }
 
 /// The `Content-Range` value of a `206`: `bytes start-end/len`.
-pub fn content_range(start: u64, end_inclusive: u64, len: u64) -> String {
-    format!("bytes {start}-{end_inclusive}/{len}")
+pub fn content_range(start: u64, end_inclusive: u64, len: u64) -> HeaderValue {
+    range_value(format!("bytes {start}-{end_inclusive}/{len}"))
 }
 
 /// The `Content-Range` value of a `416`: `bytes */len`.
-pub fn unsatisfied_range(len: u64) -> String {
-    format!("bytes */{len}")
+pub fn unsatisfied_range(len: u64) -> HeaderValue {
+    range_value(format!("bytes */{len}"))
+}
+
+#[allow(
+    clippy::expect_used,
+    reason = "`bytes`, digits and the punctuation above are visible ASCII, which a field \
+              value may hold"
+)]
+fn range_value(text: String) -> HeaderValue {
+    HeaderValue::try_from(text).expect("a Content-Range of visible ASCII")
 }
 
 #[cfg(test)]

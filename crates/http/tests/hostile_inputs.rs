@@ -3,6 +3,7 @@
 //! edge cases (quotes, commas, signs, huge numbers, non-UTF-8), or for
 //! Client Hints also from arbitrary bytes, by a fixed seed so failures
 //! reproduce.
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -10,6 +10,7 @@ mod corpus;
 mod deltas;
 mod estimate;
 mod plot;
+mod progress;
 mod report;
 mod savings;
 mod timing;

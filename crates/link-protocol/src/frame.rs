@@ -358,10 +358,10 @@ fn take_u64(p: &mut Bytes, name: &'static str) -> Result<u64, FrameError> {
     p.try_get_u64().map_err(|_| FrameError::Malformed(name))
 }
 fn take_hash(p: &mut Bytes, name: &'static str) -> Result<Hash, FrameError> {
-    if p.remaining() < 32 {
+    let Some(&bytes) = p.first_chunk::<32>() else {
         return Err(FrameError::Malformed(name));
-    }
-    let bytes: [u8; 32] = p.split_to(32)[..].try_into().expect("32 bytes");
+    };
+    p.advance(32);
     Ok(Hash(bytes))
 }
 fn take_string(p: &mut Bytes, name: &'static str) -> Result<Bytes, FrameError> {
@@ -385,12 +385,10 @@ impl FrameReader {
 
     /// The next whole frame, `Ok(None)` if more bytes are needed.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
-        if self.pending.len() < FRAME_HEAD {
+        let Some(&[kind, len @ ..]) = self.pending.first_chunk::<FRAME_HEAD>() else {
             return Ok(None);
-        }
-        let kind = self.pending[0];
-        let len =
-            u32::from_be_bytes(self.pending[1..FRAME_HEAD].try_into().expect("4 bytes")) as usize;
+        };
+        let len = u32::from_be_bytes(len) as usize;
         if len > MAX_PAYLOAD {
             return Err(FrameError::TooLarge(len));
         }

@@ -153,7 +153,8 @@ impl Stale {
 
 enum Phase {
     Start,
-    Stale,
+    /// The stale instance arriving; HEADERS moves it to `Reassembler::stale`.
+    Stale(Box<Stale>),
     /// HEADERS arrived; the outcome is next.
     Headers,
     DeltaBody {
@@ -338,22 +339,22 @@ impl Reassembler {
                     LinkCoding::Identity => None,
                     LinkCoding::Coded(coding) => Some(Decoder::new(coding, length as usize)),
                 };
-                self.stale = Some(Stale {
+                let stale = Stale {
                     hash,
                     length,
                     decoder,
                     bytes: BytesMut::new(),
-                });
-                Ok((Phase::Stale, None))
+                };
+                Ok((Phase::Stale(Box::new(stale)), None))
             }
-            (Phase::Stale, Frame::StaleData(data)) => {
-                self.stale
-                    .as_mut()
-                    .expect("the Stale phase has a stale instance")
-                    .append(&data)?;
-                Ok((Phase::Stale, None))
+            (Phase::Stale(mut stale), Frame::StaleData(data)) => {
+                stale.append(&data)?;
+                Ok((Phase::Stale(stale), None))
             }
-            (Phase::Start | Phase::Stale, Frame::Headers { status, fields }) => {
+            (phase @ (Phase::Start | Phase::Stale(_)), Frame::Headers { status, fields }) => {
+                if let Phase::Stale(stale) = phase {
+                    self.stale = Some(*stale);
+                }
                 self.head = Some((status, fields));
                 Ok((Phase::Headers, None))
             }
@@ -466,6 +467,11 @@ impl Reassembler {
         self.output.extend_from_slice(decoded);
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "called only in the Headers phase and the body phases after it, which \
+                  HEADERS enters after setting `head`; taken only here, on the way to Done"
+    )]
     fn current(&mut self, hash: Hash, length: u64, body: Bytes, delivery: Delivery) -> Outcome {
         let (status, fields) = self.head.take().expect("the outcome follows HEADERS");
         Outcome::Current(Current {

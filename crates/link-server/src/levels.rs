@@ -86,10 +86,8 @@ fn delivery_rate(fd: std::os::fd::RawFd) -> Option<u64> {
     if rc != 0 || (len as usize) < DELIVERY_RATE_OFFSET + 8 {
         return None;
     }
-    let field = info[DELIVERY_RATE_OFFSET..DELIVERY_RATE_OFFSET + 8]
-        .try_into()
-        .expect("8 bytes");
-    Some(u64::from_ne_bytes(field))
+    let field = info[DELIVERY_RATE_OFFSET..].first_chunk::<8>()?;
+    Some(u64::from_ne_bytes(*field))
 }
 
 #[cfg(test)]

@@ -13,9 +13,9 @@
 //! bases, the stale stream stops as soon as finishing it plus the delta would cost
 //! more than the alternatives, and per-host origin waits skip optimism that cannot pay.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -37,7 +37,7 @@ use crate::stale::StaleStream;
 use crate::waits::OriginWaits;
 use crate::FrameSender;
 use crate::Stopped;
-use delta::{dictionaries, history};
+use delta::{blocking, dictionaries, history};
 use delta::{now_unix, record_version};
 use link_protocol::frame::{self, DeltaFormat, Frame, LinkCoding, OversizedFrame};
 use proxy::body::error_response;
@@ -52,6 +52,13 @@ use proxy::server::LinkEndpoint;
 
 /// A text body's typical compressed share, for estimates before measuring.
 const TYPICAL_RATIO: f64 = 0.2;
+
+/// nginx's "client closed request": the browser's status when the answer did not get
+/// through. (Checked when compiling: a const cannot fail at run time.)
+const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
+    Ok(status) => status,
+    Err(_) => panic!("499 is a status code"),
+};
 
 /// The server proxy's end of the link: the pipeline it runs exchanges through, and
 /// the state the link keeps beside it.
@@ -100,20 +107,25 @@ impl OriginObserver for OriginWatchSender {
 /// request for the resource waits for them, so it builds on what the last one kept.
 #[derive(Default)]
 struct PendingWrites {
-    running: std::sync::Mutex<std::collections::HashMap<String, watch::Receiver<()>>>,
+    running: Mutex<HashMap<String, watch::Receiver<()>>>,
 }
 
 /// The longest a request waits for an earlier request's store writes.
 const WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl PendingWrites {
+    /// The writes running. Each use is one `get`, `insert` or `remove` (after a
+    /// `get`), so a panic elsewhere cannot leave the map half-updated: a poisoned lock
+    /// is taken over as it is (a guard is also dropped while unwinding, where a panic
+    /// would abort).
+    fn running(&self) -> MutexGuard<'_, HashMap<String, watch::Receiver<()>>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Marks writes for `resource` as running until the returned guard drops.
     fn begin(&self, resource: &str) -> PendingWrite<'_> {
         let (done, running) = watch::channel(());
-        self.running
-            .lock()
-            .expect("pending writes lock")
-            .insert(resource.to_string(), running.clone());
+        self.running().insert(resource.to_string(), running.clone());
         PendingWrite {
             writes: self,
             resource: resource.to_string(),
@@ -123,12 +135,7 @@ impl PendingWrites {
     }
 
     async fn wait_for(&self, resource: &str) {
-        let running = self
-            .running
-            .lock()
-            .expect("pending writes lock")
-            .get(resource)
-            .cloned();
+        let running = self.running().get(resource).cloned();
         if let Some(mut running) = running {
             // Ends when the writer's sender drops (an error) or the wait is over.
             let _ = tokio::time::timeout(WRITE_WAIT, running.changed()).await;
@@ -145,7 +152,7 @@ struct PendingWrite<'a> {
 
 impl Drop for PendingWrite<'_> {
     fn drop(&mut self) {
-        let mut map = self.writes.running.lock().expect("pending writes lock");
+        let mut map = self.writes.running();
         if map
             .get(&self.resource)
             .is_some_and(|r| r.same_channel(&self.running))
@@ -232,20 +239,17 @@ pub async fn handle(
     tokio::spawn(async move {
         let (p, status) = (exchange.p.clone(), exchange.status.clone());
         let tx = exchange.tx.clone();
-        let client_closed = StatusCode::from_u16(499).expect("a valid status");
-        // The browser's status; 499 (nginx's "client closed") if the answer did not
-        // get through.
         let status = match exchange.run(req).await {
-            Ok(()) => StatusCode::from_u16(status.load(Ordering::Relaxed)).unwrap_or(client_closed),
+            Ok(()) => StatusCode::from_u16(status.load(Ordering::Relaxed)).unwrap_or(CLIENT_CLOSED),
             Err(Stopped::Gone) => {
                 tracing::debug!("client proxy went away mid-response");
-                client_closed
+                CLIENT_CLOSED
             }
             Err(Stopped::Oversized(oversized)) => {
                 tracing::warn!(error = %oversized, "a link answer does not fit its frames");
                 fail_oversized(&p, &tx, &oversized)
                     .await
-                    .unwrap_or(client_closed)
+                    .unwrap_or(CLIENT_CLOSED)
             }
         };
         p.metrics.record_request(&method, status, started.elapsed());
@@ -356,9 +360,13 @@ impl Exchange {
             .then(|| Arc::new(OriginWatchSender(tap)) as Arc<dyn OriginObserver>);
         let mut watch = OriginWatch::default();
         let started = Instant::now();
-        let fetched = {
+        let fetched = 'fetched: {
             let fetch = fetch::fetch(&p.fetcher, &self.ctx, req, observer.as_ref());
             tokio::pin!(fetch);
+            // Without a stale stream nothing taps the origin's answer: it is awaited.
+            let Some(stale) = stale.as_mut() else {
+                break 'fetched fetch.await;
+            };
             loop {
                 let cut_due = watch.cut_due();
                 let far = Instant::now() + std::time::Duration::from_secs(3600);
@@ -366,22 +374,20 @@ impl Exchange {
                     biased;
                     fetched = &mut fetch => break fetched,
                     _ = tokio::time::sleep_until(cut_due.unwrap_or(far).into()), if cut_due.is_some() => {
-                        let stale = stale.as_ref().expect("only a stale stream taps");
                         self.start_cut_through(&mut watch, stale).await;
                     }
                     // Cut-through frames go out as the link takes them, while the
                     // origin's answer keeps being read.
                     permit = self.tx.reserve(), if watch.cut.as_ref().is_some_and(|c| !c.outbox.is_empty()) => {
                         let permit = permit?;
-                        let cut = watch.cut.as_mut().expect("guarded");
-                        permit.send(Ok(together(cut.outbox.drain(..))));
+                        if let Some(cut) = watch.cut.as_mut() {
+                            permit.send(Ok(together(cut.outbox.drain(..))));
+                        }
                     }
                     Some(event) = tapped.recv() => {
-                        let stale = stale.as_ref().expect("only a stale stream taps");
                         self.watch_origin(&mut watch, event, stale).await;
                     }
-                    sent = async { stale.as_mut().expect("guarded").send_next(&self.tx).await },
-                        if watch.cut.is_none() && stale.as_ref().is_some_and(|s| !s.complete()) => sent?,
+                    sent = stale.send_next(&self.tx), if watch.cut.is_none() && !stale.complete() => sent?,
                 }
             }
         };
@@ -532,9 +538,7 @@ impl Exchange {
         };
         let received = Bytes::from(std::mem::take(&mut watch.received));
         let (arrived, old) = (received.clone(), stale.bytes.clone());
-        let unlike = tokio::task::spawn_blocking(move || shares_little(&arrived, &old))
-            .await
-            .expect("compression does not panic");
+        let unlike = blocking::run(move || shares_little(&arrived, &old)).await;
         if !unlike {
             // A small edit early on (a nonce, a date): the delta chosen once the
             // answer is in will be small.
@@ -743,17 +747,20 @@ impl Exchange {
         });
         let levels = levels::levels(self.link, bytes.len() as u64);
         let target = bytes.clone();
-        let best = tokio::task::spawn_blocking(move || {
-            best_ending(&target, origin_coded, held, stale_view, levels)
-        })
-        .await
-        .expect("encoding does not panic");
+        let best =
+            blocking::run(move || best_ending(&target, origin_coded, held, stale_view, levels))
+                .await;
         let stale_sent = stale.as_ref().map_or(0, |s| s.sent_coded as u64);
         let dcz = |base, base_len| Frame::Delta {
             format: DeltaFormat::Dcz,
             base,
             base_len,
         };
+        #[allow(
+            clippy::expect_used,
+            reason = "`best_ending` offers the stale endings only given `stale_view`, which \
+                      is made of `stale`"
+        )]
         let (outcome, sent, opening, body) = match best.ending {
             Ending::ContinueStale { delta } => {
                 let s = stale.as_mut().expect("only offered with a stale stream");
@@ -1072,30 +1079,32 @@ fn best_ending(
             );
         }
     }
-    if good_enough(&best) {
-        return best.expect("good enough implies a candidate");
+    if let Some(good) = best.take_if(|b| b.cost <= small) {
+        return good;
     }
     let full = |coding: ContentCoding, coded: Bytes| Candidate {
         cost: coded.len() as u64,
         ending: Ending::Full { coding, coded },
     };
-    match origin_coded {
+    let full = match origin_coded {
         // The origin's own br or zstd costs no work and is as good as ours.
         Some((coding, coded)) if matches!(coding, ContentCoding::Br | ContentCoding::Zstd) => {
-            consider(full(coding, coded), &mut best);
+            full(coding, coded)
         }
         origin => {
             let (coding, level) = levels.stream;
-            consider(
-                full(coding, codec::compress(coding, level, target).into()),
-                &mut best,
-            );
-            if let Some((coding, coded)) = origin {
-                consider(full(coding, coded), &mut best);
+            let ours = full(coding, codec::compress(coding, level, target).into());
+            match origin {
+                Some((coding, coded)) if (coded.len() as u64) < ours.cost => full(coding, coded),
+                _ => ours,
             }
         }
+    };
+    // As `consider` would: the full instance only if it is cheaper.
+    match best {
+        Some(b) if b.cost <= full.cost => b,
+        _ => full,
     }
-    best.expect("a full candidate is always considered")
 }
 
 /// Below this share of the target's size a delta is taken without computing the
@@ -1189,18 +1198,22 @@ impl FullStream {
     }
 
     /// Encodes and flushes `data`, queueing its DATA frames.
+    #[allow(
+        clippy::expect_used,
+        reason = "only `finish`, which consumes the stream, keeps the encoder; `feed` puts \
+                  it back before returning (if cancelled, its caller drops the stream)"
+    )]
     async fn feed(&mut self, data: Bytes) {
         self.sha.update(&data);
         self.fed += data.len() as u64;
         let mut encoder = self.encoder.take().expect("an encoder until finish");
-        let (encoder, out) = tokio::task::spawn_blocking(move || {
+        let (encoder, out) = blocking::run(move || {
             encoder.write(&data);
             encoder.flush();
             let out = encoder.take_output();
             (encoder, out)
         })
-        .await
-        .expect("compression does not panic");
+        .await;
         self.encoder = Some(encoder);
         self.outbox.extend(frame::data_frames(&out));
     }
@@ -1212,12 +1225,15 @@ impl FullStream {
 
     /// Every frame still to send, the end of the coded stream included; the SHA-256
     /// and length of everything fed.
+    #[allow(
+        clippy::expect_used,
+        reason = "`feed` puts the encoder back before returning (if cancelled, its caller \
+                  drops the stream)"
+    )]
     async fn finish(mut self) -> (VecDeque<Bytes>, Hash, u64) {
         let hash = self.hash();
         let encoder = self.encoder.take().expect("an encoder until finish");
-        let tail = tokio::task::spawn_blocking(move || encoder.finish())
-            .await
-            .expect("compression does not panic");
+        let tail = blocking::run(move || encoder.finish()).await;
         self.outbox.extend(frame::data_frames(&tail));
         (self.outbox, hash, self.fed)
     }
@@ -1237,10 +1253,10 @@ const TOGETHER: usize = 16 * 1024;
 
 /// Encoded frames as one body chunk (a lone frame as it is).
 fn together(frames: impl IntoIterator<Item = Bytes>) -> Bytes {
-    let mut frames: Vec<Bytes> = frames.into_iter().collect();
-    if frames.len() == 1 {
-        return frames.pop().expect("one frame");
-    }
+    let frames = match <[Bytes; 1]>::try_from(frames.into_iter().collect::<Vec<_>>()) {
+        Ok([frame]) => return frame,
+        Err(frames) => frames,
+    };
     let mut chunk = BytesMut::with_capacity(frames.iter().map(Bytes::len).sum());
     for frame in frames {
         chunk.extend_from_slice(&frame);

@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 use codec::Encoder;
+use delta::blocking;
 use store::Hash;
 use tokio::task::JoinHandle;
 use wirefold_http::ContentCoding;
@@ -57,9 +58,10 @@ impl StaleStream {
         self.begun && self.sent == self.bytes.len() && self.pending.is_none()
     }
 
-    /// Sends the next frame (STALE_BEGIN, then one chunk per call). Cancel safe: a
-    /// chunk compressed but not sent when the future is dropped is kept for the next
-    /// call, so the encoder and the client never disagree on what was sent.
+    /// Sends the next frame (STALE_BEGIN, then one chunk per call; nothing once every
+    /// frame is sent). Cancel safe: a chunk compressed but not sent when the future is
+    /// dropped is kept for the next call, so the encoder and the client never disagree
+    /// on what was sent.
     pub async fn send_next(&mut self, tx: &FrameSender) -> Result<(), Stopped> {
         if !self.begun {
             let begin = Frame::StaleBegin {
@@ -71,31 +73,41 @@ impl StaleStream {
             self.begun = true;
             return Ok(());
         }
-        if self.pending.is_none() {
-            let job = self.job.get_or_insert_with(|| {
-                let end = (self.encoded_to + self.chunk).min(self.bytes.len());
-                let piece = self.bytes.slice(self.encoded_to..end);
-                let last = end == self.bytes.len();
-                let mut encoder = self.encoder.take().expect("one encode job at a time");
-                self.encoded_to = end;
-                tokio::task::spawn_blocking(move || {
-                    encoder.write(&piece);
-                    if last {
-                        (None, encoder.finish())
-                    } else {
-                        encoder.flush();
-                        let out = encoder.take_output();
-                        (Some(encoder), out)
+        let (frame, end) = match &self.pending {
+            Some(pending) => pending.clone(),
+            None => {
+                let job = match &mut self.job {
+                    Some(job) => job,
+                    None => {
+                        // The encoder is gone once the last chunk is: all of it was sent.
+                        let Some(mut encoder) = self.encoder.take() else {
+                            return Ok(());
+                        };
+                        let end = (self.encoded_to + self.chunk).min(self.bytes.len());
+                        let piece = self.bytes.slice(self.encoded_to..end);
+                        let last = end == self.bytes.len();
+                        self.encoded_to = end;
+                        self.job.insert(tokio::task::spawn_blocking(move || {
+                            encoder.write(&piece);
+                            if last {
+                                (None, encoder.finish())
+                            } else {
+                                encoder.flush();
+                                let out = encoder.take_output();
+                                (Some(encoder), out)
+                            }
+                        }))
                     }
-                })
-            });
-            let (encoder, out) = job.await.expect("compression does not panic");
-            self.job = None;
-            self.encoder = encoder;
-            self.pending = Some((Frame::StaleData(out.into()).encode()?, self.encoded_to));
-        }
+                };
+                let (encoder, out) = blocking::join(job).await;
+                self.job = None;
+                self.encoder = encoder;
+                let chunk = (Frame::StaleData(out.into()).encode()?, self.encoded_to);
+                self.pending.insert(chunk).clone()
+            }
+        };
         let permit = tx.reserve().await?;
-        let (frame, end) = self.pending.take().expect("a chunk is pending");
+        self.pending = None;
         self.sent_coded += frame.len();
         self.sent = end;
         permit.send(Ok(frame));

@@ -7,7 +7,7 @@
 //! as references, so evicting a body removes the entry that needs it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine;
@@ -39,22 +39,22 @@ impl Cache {
         }
     }
 
-    /// The stored response matching this request, with its fields and body; `None` on
-    /// a miss or when the body is gone (evicted or found corrupt). A hot entry with a
-    /// hot body is answered here; otherwise the index is read on the blocking pool.
+    /// The stored response matching this request, with its fields, body and the
+    /// body's hash; `None` on a miss or when the body is gone (evicted or found
+    /// corrupt). A hot entry with a hot body is answered here; otherwise the index is
+    /// read on the blocking pool.
     pub async fn lookup(
         &self,
         key: &str,
         request: &HeaderMap,
-    ) -> Option<(StoredResponse, HeaderMap, Bytes)> {
+    ) -> Option<(StoredResponse, HeaderMap, Bytes, Hash)> {
         let store = self.store.clone()?;
         if let Some(hot) = self.hot.get(key) {
             let (stored, headers) = hot.find(request)?;
-            if let Some(bytes) = stored
-                .body_hash()
-                .and_then(|h| store.get_blob_in_memory(&h))
-            {
-                return Some((stored.clone(), headers.clone(), bytes));
+            if let Some(hash) = stored.body_hash() {
+                if let Some(bytes) = store.get_blob_in_memory(&hash) {
+                    return Some((stored.clone(), headers.clone(), bytes, hash));
+                }
             }
         }
         let (owned_key, request) = (key.to_string(), request.clone());
@@ -62,8 +62,9 @@ impl Cache {
             let entry = CacheEntry::decode(&store.get_record(&owned_key).ok()??)?;
             let hot = HotEntries::decoded(&entry);
             let (stored, headers) = hot.find(&request)?.clone();
-            let bytes = store.get_blob(&stored.body_hash()?).ok()??;
-            Some((entry, (stored, headers, bytes)))
+            let hash = stored.body_hash()?;
+            let bytes = store.get_blob(&hash).ok()??;
+            Some((entry, (stored, headers, bytes, hash)))
         })
         .await
         .ok()??;
@@ -161,6 +162,11 @@ impl CacheEntry {
         serde_json::from_slice(bytes).ok()
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "a struct of strings and numbers serializes: serde_json fails only on \
+                  maps with non-string keys and on failing `Serialize` impls"
+    )]
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("cache entries serialize")
     }
@@ -335,17 +341,20 @@ pub struct LeaderGuard<'a> {
 
 impl Drop for LeaderGuard<'_> {
     fn drop(&mut self) {
-        self.inflight
-            .leaders
-            .lock()
-            .expect("inflight map poisoned")
-            .remove(&self.key);
+        self.inflight.leaders().remove(&self.key);
     }
 }
 
 impl Inflight {
+    /// The leaders. Each use is one `get`, `insert` or `remove`, so a panic elsewhere
+    /// cannot leave the map half-updated: a poisoned lock is taken over as it is (a
+    /// leader's guard is also dropped while unwinding, where a panic would abort).
+    fn leaders(&self) -> MutexGuard<'_, HashMap<String, watch::Receiver<()>>> {
+        self.leaders.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub fn join(&self, key: &str) -> Role<'_> {
-        let mut leaders = self.leaders.lock().expect("inflight map poisoned");
+        let mut leaders = self.leaders();
         if let Some(rx) = leaders.get(key) {
             return Role::Follower(rx.clone());
         }

@@ -4,7 +4,7 @@
 //! the whole document and names the offending key in every error.
 
 use crate::destinations::Destinations;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -44,8 +44,8 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            listen: "127.0.0.1:8080".parse().expect("literal address"),
-            admin: "127.0.0.1:9180".parse().expect("literal address"),
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 8080)),
+            admin: SocketAddr::from((Ipv4Addr::LOCALHOST, 9180)),
             admin_token: None,
             data_dir: PathBuf::from("./wirefold-data"),
             origin: None,
@@ -327,8 +327,16 @@ impl Default for CompressionConfig {
             min_size: 1024,
             profile: vec![CompressionProfile {
                 types: COMPRESSIBLE_TYPES.iter().map(|t| t.to_string()).collect(),
-                cached: "br:11, zstd:19, gzip:9".parse().expect("valid default"),
-                on_the_fly: "br:5, zstd:9, gzip:6".parse().expect("valid default"),
+                cached: CodingList(vec![
+                    (ContentCoding::Br, 11),
+                    (ContentCoding::Zstd, 19),
+                    (ContentCoding::Gzip, 9),
+                ]),
+                on_the_fly: CodingList(vec![
+                    (ContentCoding::Br, 5),
+                    (ContentCoding::Zstd, 9),
+                    (ContentCoding::Gzip, 6),
+                ]),
             }],
         }
     }
@@ -656,6 +664,15 @@ mod tests {
             "/static/./x",
         ] {
             assert!(!cache.is_public_path(deceptive), "{deceptive}");
+        }
+    }
+
+    #[test]
+    fn default_coding_lists_are_valid() {
+        for profile in CompressionConfig::default().profile {
+            for list in [profile.cached, profile.on_the_fly] {
+                assert_eq!(list.to_string().parse::<CodingList>(), Ok(list));
+            }
         }
     }
 

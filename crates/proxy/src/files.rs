@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -143,26 +143,26 @@ impl FileSource {
         !self.serve_dotfiles && is_dotfile_path(relative)
     }
 
+    /// The known hashes. Each use is one `get` or `insert`, so a panic elsewhere
+    /// cannot leave the map half-updated: a poisoned lock is taken over as it is.
+    fn known_hashes(&self) -> MutexGuard<'_, HashMap<PathBuf, (u64, SystemTime, Hash)>> {
+        self.known.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Records the content hash of a file version read elsewhere (the scanner).
     pub fn remember_hash(&self, path: &Path, len: u64, modified: SystemTime, hash: Hash) {
-        self.known
-            .lock()
-            .expect("file hash map poisoned")
+        self.known_hashes()
             .insert(path.to_path_buf(), (len, modified, hash));
     }
 
     /// The last known content hash of a file, whatever its version.
     pub fn hash_of(&self, path: &Path) -> Option<Hash> {
-        self.known
-            .lock()
-            .expect("file hash map poisoned")
-            .get(path)
-            .map(|(_, _, h)| *h)
+        self.known_hashes().get(path).map(|(_, _, h)| *h)
     }
 
     /// The content hash if this exact file version was read before.
     pub fn known_hash(&self, file: &FoundFile) -> Option<Hash> {
-        let known = self.known.lock().expect("file hash map poisoned");
+        let known = self.known_hashes();
         match known.get(&file.path) {
             Some((len, modified, hash)) if *len == file.len && *modified == file.modified => {
                 Some(*hash)
@@ -201,15 +201,12 @@ impl FileSource {
             }
         }
         let bytes = Bytes::from(tokio::fs::read(&file.path).await?);
-        let (bytes, hash) = tokio::task::spawn_blocking(move || {
+        let (bytes, hash) = delta::blocking::run(move || {
             let hash = Hash::of(&bytes);
             (bytes, hash)
         })
-        .await
-        .expect("hashing does not panic");
-        self.known
-            .lock()
-            .expect("file hash map poisoned")
+        .await;
+        self.known_hashes()
             .insert(file.path.clone(), (bytes.len() as u64, file.modified, hash));
         Ok(FileContent::Whole {
             bytes,

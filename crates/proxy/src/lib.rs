@@ -23,4 +23,6 @@ pub mod tls;
 mod upgrade;
 
 pub use config::Config;
+/// Awaiting blocking work, for the crates above too (the link server, the client proxy).
+pub use delta::blocking;
 pub use server::{start, start_with, LinkEndpoint, Running, StartError};

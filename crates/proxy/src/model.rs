@@ -7,12 +7,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::uri::Authority;
-use http::{HeaderMap, Method, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use store::Hash;
 use wirefold_http::accept_encoding::AcceptEncoding;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::client_hints::ClientHints;
-use wirefold_http::conditional::Preconditions;
+use wirefold_http::conditional::{EntityTag, Preconditions};
 use wirefold_http::delta::AcceptedManipulations;
 use wirefold_http::range::RangeFields;
 use wirefold_http::ContentCoding;
@@ -170,4 +170,15 @@ pub enum Provenance {
 /// A strong validator naming exact content: the first 128 bits of its SHA-256.
 pub fn content_etag(hash: &Hash) -> String {
     hash.to_hex()[..32].to_string()
+}
+
+/// The `ETag` value of a tag the proxy made or parsed. Its own tags are hex (content
+/// hashes, file sizes and times), perhaps with a coding token appended, and
+/// [`EntityTag::parse`] admits nothing but visible ASCII.
+#[allow(
+    clippy::expect_used,
+    reason = "such a tag is visible ASCII, which a field value may hold"
+)]
+pub fn etag_value(tag: &EntityTag) -> HeaderValue {
+    HeaderValue::try_from(tag.to_string()).expect("an entity tag of visible ASCII")
 }

@@ -163,6 +163,10 @@ impl Origin {
 
     /// The `Host` the origin sees for a request to `client_host` (also the site part
     /// of the cache key, so what is forwarded is what is keyed).
+    #[allow(
+        clippy::expect_used,
+        reason = "an authority holds only URI characters, all visible ASCII"
+    )]
     pub fn upstream_host(&self, client_host: Option<&Authority>) -> HeaderValue {
         let authority = match &self.host {
             HostRule::Origin => &self.authority,
@@ -173,6 +177,11 @@ impl Origin {
     }
 
     /// The origin URI for a client request URI.
+    #[allow(
+        clippy::expect_used,
+        reason = "scheme and authority are parsed; the base path (a parsed path without \
+                  its trailing `/`) followed by a parsed path and query is a path and query"
+    )]
     pub fn target(&self, client_uri: &Uri) -> Uri {
         let pq = client_uri
             .path_and_query()

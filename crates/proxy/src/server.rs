@@ -88,11 +88,20 @@ impl Running {
 /// Resolves on SIGINT or SIGTERM: when a server (or a client proxy) is to
 /// [shut down](Running::shutdown).
 pub async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM: only SIGINT shuts down");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        () = term => {}
     }
 }
 
@@ -134,12 +143,11 @@ pub async fn start_with(
             max_object_bytes: config.limits.max_buffered_body as u64,
         };
         let dir = config.data_dir.join("store");
-        let opened = tokio::task::spawn_blocking({
+        let opened = delta::blocking::run({
             let dir = dir.clone();
             move || store::Store::open(&dir, store_config)
         })
-        .await
-        .expect("store open does not panic");
+        .await;
         Some(opened.map_err(|source| StartError::Store { path: dir, source })?)
     } else {
         None
@@ -434,11 +442,18 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
                     pipeline.metrics.store_blobs.set(stats.blobs as i64);
                 }
             }
-            text(
-                StatusCode::OK,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                pipeline.metrics.encode(),
-            )
+            match pipeline.metrics.encode() {
+                Ok(metrics) => text(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    metrics,
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics could not be encoded");
+                    let why = "metrics could not be encoded\n".to_string();
+                    text(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", why)
+                }
+            }
         }
         "/dictionaries/train" if req.method() == http::Method::POST => {
             let authorization = req.headers().get(http::header::AUTHORIZATION);
@@ -552,7 +567,7 @@ async fn train_dictionary(pipeline: &Pipeline, query: &str) -> Result<String, St
     })
     .await
     .map_err(|e| e.to_string())??;
-    Ok(serde_json::to_string_pretty(&trained).expect("reports serialize") + "\n")
+    Ok(serde_json::to_string_pretty(&trained).map_err(|e| e.to_string())? + "\n")
 }
 
 /// A request to a running server's admin listener (for CLI commands that act on a

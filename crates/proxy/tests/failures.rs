@@ -2,6 +2,7 @@
 //! oversized request heads, slow clients, origins that refuse, reset, lie or stall,
 //! a corrupt store, a full disk, undecodable and explosive bodies, shutdown while a
 //! request is in flight, and `Upgrade` passed through. Real sockets on loopback.
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
 mod support;
 

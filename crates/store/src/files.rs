@@ -56,8 +56,12 @@ impl BlobFiles {
     }
 
     pub(crate) fn path(&self, hash: &Hash) -> PathBuf {
-        let hex = hash.to_hex();
-        self.blobs_dir.join(&hex[..2]).join(hex)
+        self.shard(hash).join(hash.to_hex())
+    }
+
+    /// The directory of the blob `hash`: one per first byte.
+    fn shard(&self, hash: &Hash) -> PathBuf {
+        self.blobs_dir.join(&hash.to_hex()[..2])
     }
 
     /// A new, empty temp file. The process id keeps names apart from leftovers of an earlier run.
@@ -87,9 +91,9 @@ impl BlobFiles {
 
     /// Moves a complete, fsynced temp file into place as the blob `hash`.
     pub(crate) fn install(&self, mut temp: TempFile, hash: &Hash) -> Result<(), StoreError> {
+        let shard = self.shard(hash);
         let path = self.path(hash);
-        let shard = path.parent().expect("blob paths have a shard directory");
-        fs::create_dir_all(shard).map_err(|err| StoreError::io(shard, err))?;
+        fs::create_dir_all(&shard).map_err(|err| StoreError::io(&shard, err))?;
         fs::rename(&temp.path, &path).map_err(|err| StoreError::io(&path, err))?;
         temp.installed = true;
         Ok(())

@@ -8,7 +8,7 @@
 //! therefore finds, and removes, everything that would dangle.
 
 use std::path::{Path, PathBuf};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{PoisonError, RwLock};
 
 use redb::{
     Builder, Database, DatabaseError, MultimapTable, MultimapTableDefinition, ReadTransaction,
@@ -256,9 +256,7 @@ impl Index {
         &self,
         op: impl FnOnce(&Database) -> Result<T, redb::Error>,
     ) -> Result<T, StoreError> {
-        let db = self.database()?;
-        let result = op(db.as_ref().expect("database() returns an open database"));
-        drop(db);
+        let result = self.on_database(op)?;
         result.map_err(|err| {
             if matches!(err, redb::Error::Io(_) | redb::Error::PreviousIo) {
                 self.close();
@@ -270,11 +268,13 @@ impl Index {
         })
     }
 
-    fn database(&self) -> Result<RwLockReadGuard<'_, Option<Database>>, StoreError> {
+    /// Runs `op` on the database, reopening it first if an I/O error closed it; the
+    /// lock is released before returning.
+    fn on_database<T>(&self, op: impl FnOnce(&Database) -> T) -> Result<T, StoreError> {
         loop {
             let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
-            if db.is_some() {
-                return Ok(db);
+            if let Some(open) = db.as_ref() {
+                return Ok(op(open));
             }
             drop(db);
             let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
@@ -348,8 +348,8 @@ impl<'txn> Tables<'txn> {
         else {
             return Ok(false);
         };
-        for hash in packed.chunks_exact(32) {
-            let hash: [u8; 32] = hash.try_into().expect("chunks of 32 bytes");
+        let (hashes, _) = packed.as_chunks::<32>();
+        for hash in hashes {
             self.record_refs.remove(hash, key)?;
         }
         Ok(true)

@@ -75,6 +75,10 @@ impl<V> Lru<V> {
         Some(entry.value)
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "every change to `order` changes `entries` in the same call"
+    )]
     pub(crate) fn pop_oldest(&mut self) -> Option<(Hash, V)> {
         let (_, hash) = self.order.pop_first()?;
         let entry = self.entries.remove(&hash).expect("order and entries agree");

@@ -119,7 +119,8 @@ impl Served {
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |i| {
                     Some((i + 1).min(last))
                 })
-                .expect("the update always succeeds")
+                // Never `Err`: the update always gives a value. Both hold the previous.
+                .unwrap_or_else(|previous| previous)
         } else {
             self.next.load(Ordering::SeqCst)
         };
@@ -257,7 +258,11 @@ fn load(dir: &Path, count: usize) -> Result<Served, SeriesOriginError> {
             })
             .collect();
         jobs.into_iter()
-            .map(|job| job.join().expect("compression does not panic"))
+            // A panic in a job stays a panic.
+            .map(|job| {
+                job.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
             .collect::<Result<Vec<_>, _>>()
     })?;
     // The corpus pages are UTF-8 text.
@@ -266,9 +271,15 @@ fn load(dir: &Path, count: usize) -> Result<Served, SeriesOriginError> {
         Some(other) => other.to_string(),
         None => "application/octet-stream".to_string(),
     };
+    #[allow(
+        clippy::expect_used,
+        reason = "a media type of `media_type`'s literals, perhaps with a charset, is a \
+                  valid field value"
+    )]
+    let content_type = HeaderValue::from_str(&content_type).expect("a literal media type");
     Ok(Served {
         path: format!("/{parent}/{name}/"),
-        content_type: HeaderValue::from_str(&content_type).expect("a literal media type"),
+        content_type,
         versions,
         next: AtomicUsize::new(0),
     })
@@ -314,6 +325,10 @@ impl State {
             .is_some_and(|condition| condition.matches(Some(&etag)));
         let mut response = Response::new(Full::new(Bytes::new()));
         let headers = response.headers_mut();
+        #[allow(
+            clippy::expect_used,
+            reason = "a tag of hex and a coding token is a valid field value"
+        )]
         headers.insert(
             header::ETAG,
             HeaderValue::from_str(&etag.to_string()).expect("hex is a valid field value"),

@@ -5,6 +5,7 @@
 //!
 //! They need root, iproute2 (`ip netns`), ping and curl. Where they cannot run they say
 //! why and fail, unless WIREFOLD_SKIP_NETNS=1 is set (then they pass, saying so).
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener};

@@ -1,6 +1,7 @@
 //! `wirefold lab series-origin` on loopback, fetched with curl: the version sequence,
 //! HEAD, the delay (a lower bound only), compression negotiation and 304.
 //! Skipped, saying so, when curl is missing.
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

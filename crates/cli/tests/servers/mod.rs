@@ -1,6 +1,10 @@
 //! Support for the tests of the composed wirefold: the server's helpers (the proxy
 //! crate's test support, included by path) and the proxy pair.
 #![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(
+    clippy::expect_used,
+    reason = "test support: a failed expectation fails the test"
+)]
 
 #[path = "../../../proxy/tests/support/mod.rs"]
 mod server;

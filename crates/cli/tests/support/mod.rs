@@ -1,5 +1,9 @@
 //! Running the `wirefold` binary in tests.
 #![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(
+    clippy::expect_used,
+    reason = "test support: a failed expectation fails the test"
+)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};

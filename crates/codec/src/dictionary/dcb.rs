@@ -23,6 +23,11 @@ fn lgwin_for(len: usize) -> u32 {
 /// Appends a stream made by Google's C brotli, which reaches the whole dictionary
 /// whatever the window, so the window is sized to the data alone. (The pure-Rust
 /// port was measured too and is not used: `docs/dictionary-codecs.md`.)
+#[allow(
+    clippy::expect_used,
+    reason = "the C encoder fails only when malloc does (Rust's own allocations abort on \
+              that); the quality is clamped and the window is within brotli's bounds"
+)]
 pub(super) fn encode(quality: u32, dictionary: &[u8], data: &[u8], out: &mut Vec<u8>) {
     c_brotli::compress(quality, lgwin_for(data.len()), dictionary, data, out)
         .expect("C brotli encoder allocation");

@@ -48,6 +48,12 @@ fn ceil_log2(n: usize) -> u32 {
 /// Appends one frame with the content size (decoders can size their output and
 /// refuse early) and a checksum (4 bytes that turn a corrupted stream into an
 /// error instead of a wrong body).
+#[allow(
+    clippy::expect_used,
+    reason = "zstd fails here only to allocate (Rust's own allocations abort on that): the \
+              parameters are within its bounds, the output is a `Vec` and exactly the \
+              pledged size is written"
+)]
 pub(super) fn encode(level: u32, dictionary: &[u8], data: &[u8], out: &mut Vec<u8>) {
     let mut encoder = zstd::stream::write::Encoder::with_ref_prefix(out, level as i32, dictionary)
         .expect("zstd context allocation");

@@ -93,14 +93,16 @@ pub fn encode_with(source: &[u8], target: &[u8], options: &EncodeOptions) -> Vec
         let segment_range = choose_segment(source.len(), window_pos, window_size, alignment);
         if indexed_segment
             .as_ref()
-            .is_none_or(|(range, _)| *range != segment_range)
+            .is_some_and(|(range, _)| *range != segment_range)
         {
-            indexed_segment = Some((
+            indexed_segment = None;
+        }
+        let (_, segment_index) = indexed_segment.get_or_insert_with(|| {
+            (
                 segment_range.clone(),
                 SourceIndex::build(&source[segment_range.clone()]),
-            ));
-        }
-        let segment_index = &indexed_segment.as_ref().expect("just indexed").1;
+            )
+        });
         let mut encoder = WindowEncoder {
             segment: &source[segment_range.clone()],
             segment_index,

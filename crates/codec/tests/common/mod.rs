@@ -1,5 +1,9 @@
 //! Helpers shared by the codec integration tests.
 #![allow(dead_code)] // each test binary uses its own subset
+#![allow(
+    clippy::expect_used,
+    reason = "test support: a failed expectation fails the test"
+)]
 
 use std::io::Write;
 use std::path::PathBuf;

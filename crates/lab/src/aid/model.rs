@@ -84,6 +84,10 @@ impl Tcp {
         let mut open = vec![first];
         for fetch in resources {
             let known_at = self.arrival(&page, fetch.known_at_byte);
+            #[allow(
+                clippy::expect_used,
+                reason = "`open` starts with the page's connection and only grows"
+            )]
             let (best, start) = open
                 .iter()
                 .enumerate()
@@ -91,12 +95,13 @@ impl Tcp {
                 .min_by_key(|&(i, start)| (start, std::cmp::Reverse(open[i].cwnd)))
                 .expect("the page's connection is open");
             let new_start = known_at + 1;
-            let connection = if open.len() < self.connections && new_start < start {
+            let index = if open.len() < self.connections && new_start < start {
                 open.push(Connection::open(known_at, self));
-                open.last_mut().expect("just pushed")
+                open.len() - 1
             } else {
-                &mut open[best]
+                best
             };
+            let connection = &mut open[index];
             connection.respond(connection.free_at.max(known_at), self.segments(fetch.bytes));
             done = done.max(connection.free_at);
         }

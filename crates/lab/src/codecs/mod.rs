@@ -7,15 +7,15 @@
 mod setting;
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use wirefold_corpus::ContentType;
 
 use crate::corpus::{self, CorpusFile};
+use crate::progress;
 use crate::report::{self, Row, TextLayout};
 use crate::timing::{median_cpu_time, Repeats};
 use crate::{LabError, OutputFormat};
@@ -152,15 +152,6 @@ fn measure_pieces(
     })
 }
 
-fn progress_bar(total: u64) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let style = ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {wide_msg}")
-        .expect("valid progress template");
-    ProgressBar::new(total).with_style(style)
-}
-
 fn measure(args: &CodecsArgs, files: &[CorpusFile]) -> Result<CodecsReport, LabError> {
     let repeats = Repeats {
         max_runs: args.runs,
@@ -173,7 +164,7 @@ fn measure(args: &CodecsArgs, files: &[CorpusFile]) -> Result<CodecsReport, LabE
             0
         }
         + usize::from(args.prefix_sweep);
-    let bar = progress_bar((files.len() * steps_per_file) as u64);
+    let bar = progress::bar(Some((files.len() * steps_per_file) as u64), progress::STEPS);
 
     let mut table: BTreeMap<(ContentType, usize), Tally> = BTreeMap::new();
     let mut chunked: BTreeMap<(ContentType, usize, usize), Tally> = BTreeMap::new();

@@ -59,6 +59,11 @@ impl Setting {
         }
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "lz4 and xz write into a `Vec`, and the xz level is a preset (6): they \
+                  fail only to allocate (Rust's own allocations abort on that)"
+    )]
     pub fn compress(self, data: &[u8]) -> Vec<u8> {
         match self {
             Http(coding, level) => codec::compress(coding, level, data),

@@ -14,15 +14,15 @@ mod pair;
 mod summary;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use wirefold_corpus::series::{self, Series};
 use wirefold_corpus::ContentType;
 
+use crate::progress;
 use crate::report::{self, TextLayout};
 use crate::{LabError, OutputFormat};
 use external::Tool;
@@ -111,7 +111,7 @@ pub fn run(args: &DeltasArgs, out: &mut dyn Write) -> Result<(), LabError> {
         work: work.path(),
     };
 
-    let bar = progress_bar(pair_count as u64);
+    let bar = progress::bar(Some(pair_count as u64), progress::PAIRS);
     let mut rows = Vec::with_capacity(pair_count);
     for (corpus, all_series) in &corpora {
         for s in all_series {
@@ -195,16 +195,6 @@ fn keep_bodies(keep: &Path, row: &PairRow) -> Result<(), LabError> {
         std::fs::write(dir.join(name), body)?;
     }
     Ok(())
-}
-
-fn progress_bar(total: u64) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let style =
-        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} pairs {wide_msg}")
-            .expect("valid progress template");
-    ProgressBar::new(total).with_style(style)
 }
 
 /// The JSON document `--format json` prints (schema: docs/lab.md).

@@ -83,16 +83,20 @@ impl Bench<'_> {
         };
 
         m.bytes[DeltaMethod::Identity.index()] = Some(new.len() as u64);
-        for method in [DeltaMethod::Gzip, DeltaMethod::Br, DeltaMethod::Zstd] {
-            let (coding, level) = method.compression().expect("compression method");
+        let compressions = DeltaMethod::ALL
+            .into_iter()
+            .filter_map(|method| Some((method, method.compression()?)));
+        for (method, (coding, level)) in compressions {
             let body = codec::compress(coding, level, new);
             if codec::decompress(coding, &body, new.len()).ok().as_deref() != Some(new) {
                 return Err(round_trip(method));
             }
             record(&mut m, method, body);
         }
-        for method in [DeltaMethod::Dcb, DeltaMethod::Dcz] {
-            let (coding, level) = method.dictionary().expect("dictionary method");
+        let dictionaries = DeltaMethod::ALL
+            .into_iter()
+            .filter_map(|method| Some((method, method.dictionary()?)));
+        for (method, (coding, level)) in dictionaries {
             let repeats = if method == DeltaMethod::Dcz {
                 self.repeats()
             } else {
@@ -126,12 +130,11 @@ impl Bench<'_> {
         m.vcdiff = OurTime { encode, decode };
         record(&mut m, DeltaMethod::Vcdiff, delta);
 
-        for method in [
-            DeltaMethod::Xdelta3,
-            DeltaMethod::Xdelta3Default,
-            DeltaMethod::ZstdPatch,
-        ] {
-            let tool = match method.peer().expect("peer method") {
+        let peers = DeltaMethod::ALL
+            .into_iter()
+            .filter_map(|method| Some((method, method.peer()?)));
+        for (method, peer) in peers {
+            let tool = match peer {
                 Peer::Xdelta3 => self.xdelta3,
                 Peer::Zstd => self.zstd,
             };

@@ -189,6 +189,10 @@ impl Analysis {
     }
 
     /// The scenario named by [`Keeping::name`].
+    #[allow(
+        clippy::expect_used,
+        reason = "`new` measures a scenario for every `Keeping`, and callers name one"
+    )]
     pub fn scenario(&self, name: &str) -> &Scenario {
         self.scenarios
             .iter()
@@ -237,9 +241,10 @@ impl Analysis {
             };
             let sizes = self.sizer.sizes(&instance, base);
             s.total.add(class, &sizes);
+            // Counted above, so present.
             s.by_type
-                .get_mut(&content_type)
-                .expect("counted above")
+                .entry(content_type.clone())
+                .or_default()
                 .add(class, &sizes);
             s.bases.insert(key, instance.clone());
         }

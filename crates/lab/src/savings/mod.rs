@@ -11,12 +11,11 @@ mod method;
 mod plot;
 mod report;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressStyle};
-
+use crate::progress;
 use crate::trace::{self, TraceLimits};
 use crate::{LabError, OutputFormat};
 use analysis::Analysis;
@@ -52,7 +51,7 @@ pub fn run(args: &SavingsArgs, out: &mut dyn Write) -> Result<(), LabError> {
         max_body: (args.max_body_mib * MIB) as usize,
         max_har: args.max_har_mib.saturating_mul(MIB),
     };
-    let bar = progress_bar();
+    let bar = progress::bar(None, progress::RESPONSES);
     let mut analysis = Analysis::new();
     let mut skipped = Vec::new();
     let mut read = 0u64;
@@ -111,14 +110,4 @@ pub fn run(args: &SavingsArgs, out: &mut dyn Write) -> Result<(), LabError> {
         OutputFormat::Table => report::write_tables(out, &analysis.scenarios, &report)?,
     }
     Ok(())
-}
-
-fn progress_bar() -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let style =
-        ProgressStyle::with_template("{elapsed_precise} {spinner} {pos} responses {wide_msg}")
-            .expect("valid progress template");
-    ProgressBar::new_spinner().with_style(style)
 }

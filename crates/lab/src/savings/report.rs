@@ -217,6 +217,10 @@ pub fn write_tables(
     report: &SavingsReport,
 ) -> io::Result<()> {
     writeln!(out, "traces: {}", report.traces.join(", "))?;
+    #[allow(
+        clippy::expect_used,
+        reason = "`Analysis::new` measures a scenario for every `Keeping`, named below"
+    )]
     let by_name = |name: &str| {
         scenarios
             .iter()

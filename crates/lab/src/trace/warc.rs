@@ -423,13 +423,13 @@ impl WarcReader {
             uri: record.target(),
             method,
         };
-        if let Some(p) = &mut self.pending {
-            if pairs(&request, p.id.as_deref(), &p.concurrent) {
-                p.exchange.method = request.method;
-                let p = self.pending.take().expect("checked");
-                self.ready.push_back(Ok(p.exchange));
-                return;
-            }
+        let paired = self
+            .pending
+            .take_if(|p| pairs(&request, p.id.as_deref(), &p.concurrent));
+        if let Some(mut p) = paired {
+            p.exchange.method = request.method;
+            self.ready.push_back(Ok(p.exchange));
+            return;
         }
         if self.requests.len() == RECENT_REQUESTS {
             self.requests.pop_front();

@@ -1,5 +1,9 @@
 //! Shared by the lab's tests: running `wirefold lab …` in process, and hand-built WARCs.
 #![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(
+    clippy::expect_used,
+    reason = "test support: a failed expectation fails the test"
+)]
 
 use clap::Parser;
 

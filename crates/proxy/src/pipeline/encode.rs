@@ -372,12 +372,14 @@ impl Transform {
     /// may be empty while codecs buffer.
     fn step(&mut self, input: &mut Bytes) -> Result<Vec<u8>, codec::DecodeError> {
         let Some(windows) = &mut self.decoder else {
-            let encoder = self
-                .encoder
-                .as_mut()
-                .expect("a transform decodes or encodes");
-            encoder.write(&std::mem::take(input));
-            return Ok(encoder.take_output());
+            let input = std::mem::take(input);
+            return Ok(match &mut self.encoder {
+                Some(e) => {
+                    e.write(&input);
+                    e.take_output()
+                }
+                None => input.to_vec(),
+            });
         };
         let mut rest = &input[..];
         let window = windows.next(&mut rest)?.unwrap_or_default();
@@ -427,12 +429,11 @@ impl Transform {
                         }
                     }
                 }
-                let (back, rest, result) = tokio::task::spawn_blocking(move || {
+                let (back, rest, result) = delta::blocking::run(move || {
                     let result = transform.step(&mut input);
                     (transform, input, result)
                 })
-                .await
-                .expect("codecs do not panic");
+                .await;
                 (transform, input) = (back, rest);
                 match result {
                     Ok(out) if out.is_empty() => {}
@@ -447,9 +448,7 @@ impl Transform {
                     }
                 }
             }
-            let tail = tokio::task::spawn_blocking(move || transform.finish())
-                .await
-                .expect("codecs do not panic");
+            let tail = delta::blocking::run(move || transform.finish()).await;
             let _ = match tail {
                 Ok(out) if out.is_empty() => Ok(()),
                 Ok(out) => tx.send(Ok(Bytes::from(out))).await,

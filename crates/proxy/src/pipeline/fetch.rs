@@ -29,8 +29,8 @@ use crate::files::{FileContent, FileSource};
 use crate::forward::ForwardOrigins;
 use crate::metrics::Metrics;
 use crate::model::{
-    content_etag, ClientProfile, ConnInfo, Instance, InstanceBody, OriginEvent, OriginObserver,
-    Provenance, RequestContext, StreamCoding,
+    content_etag, etag_value, ClientProfile, ConnInfo, Instance, InstanceBody, OriginEvent,
+    OriginObserver, Provenance, RequestContext, StreamCoding,
 };
 use crate::origin::{clean_response_head, Origin, OriginError};
 use delta::dictionaries::{self, DERIVED_PREFIX};
@@ -189,8 +189,7 @@ async fn derived_dictionary(
     );
     headers.insert(
         header::ETAG,
-        HeaderValue::from_str(&EntityTag::strong(content_etag(&hash)).to_string())
-            .expect("etag is a valid header"),
+        etag_value(&EntityTag::strong(content_etag(&hash))),
     );
     if let Some(value) = use_as_dictionary(&pattern, &["document"], None) {
         headers.insert(USE_AS_DICTIONARY, value);
@@ -236,10 +235,18 @@ async fn fetch_file(
             error_response(StatusCode::NOT_FOUND, "not found")
         })?;
     let mut headers = HeaderMap::new();
+    #[allow(
+        clippy::expect_used,
+        reason = "`content_type_for` makes a media type of mime_guess's table, visible ASCII"
+    )]
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_str(&found.content_type).expect("mime is a valid header"),
     );
+    #[allow(
+        clippy::expect_used,
+        reason = "an HTTP date is visible ASCII and spaces"
+    )]
     headers.insert(
         header::LAST_MODIFIED,
         HeaderValue::from_str(&httpdate::fmt_http_date(found.modified))
@@ -294,10 +301,7 @@ async fn fetch_file(
             )
         }
     };
-    headers.insert(
-        header::ETAG,
-        HeaderValue::from_str(&etag.to_string()).expect("etag is a valid header"),
-    );
+    headers.insert(header::ETAG, etag_value(&etag));
     Ok((
         Instance {
             status: StatusCode::OK,
@@ -342,12 +346,11 @@ async fn fetch_origin<'a>(
         return Ok(fetched);
     }
 
-    if let Some((stored, headers, bytes)) = f.cache.lookup(&key, &profile.headers).await {
+    if let Some((stored, headers, bytes, hash)) = f.cache.lookup(&key, &profile.headers).await {
         let now = SystemTime::now();
         let response_cc = CacheControl::from_headers(&headers);
         let freshness = stored.freshness();
         let age = freshness.current_age(now);
-        let hash = stored.body_hash().expect("lookup checked the body hash");
         let cached =
             |provenance| cached_instance(&stored, headers.clone(), bytes.clone(), hash, provenance);
         match reuse(&freshness, &response_cc, &profile.cache_control, now) {
@@ -434,9 +437,10 @@ async fn fetch_origin<'a>(
                 Duration::from_millis(f.config.upstream.header_timeout_ms),
             )
             .await;
-            if let Some((stored, headers, bytes)) = f.cache.lookup(&key, &profile.headers).await {
+            if let Some((stored, headers, bytes, hash)) =
+                f.cache.lookup(&key, &profile.headers).await
+            {
                 f.metrics.cache_result("coalesced");
-                let hash = stored.body_hash().expect("lookup checked the body hash");
                 let age = stored.age(SystemTime::now());
                 let instance =
                     cached_instance(&stored, headers, bytes, hash, Provenance::Hit { age });
@@ -510,11 +514,9 @@ fn cache_fill_request(
     uri: &http::Uri,
     validators_from: Option<&HeaderMap>,
 ) -> Request<Body> {
-    let mut req = Request::builder()
-        .method(Method::GET)
-        .uri(uri.clone())
-        .body(body::empty())
-        .expect("valid parts");
+    let mut req = Request::new(body::empty());
+    *req.method_mut() = Method::GET;
+    *req.uri_mut() = uri.clone();
     let headers = req.headers_mut();
     *headers = client.clone();
     for name in CLIENT_CONDITIONALS.iter().chain(&BODY_FRAMING) {
@@ -637,18 +639,17 @@ async fn revalidate<'a>(
     let mut refreshed = stored.clone();
     refreshed.set_headers(&headers);
     refreshed.set_freshness(&freshness);
-    let bytes = f
+    let held = f
         .cache
         .store
         .clone()
         .zip(refreshed.body_hash())
-        .and_then(|(store, hash)| store.get_blob(&hash).ok().flatten());
-    let Some(bytes) = bytes else {
+        .and_then(|(store, hash)| Some((store.get_blob(&hash).ok().flatten()?, hash)));
+    let Some((bytes, hash)) = held else {
         return Err(OriginError::Protocol(
             "stored body vanished during revalidation".into(),
         ));
     };
-    let hash = refreshed.body_hash().expect("checked above");
     let age = freshness.current_age(SystemTime::now());
     // The 304's fields answer this request: merged into the shared entry only when
     // the result may be shared at all (a 304 to one user's cookie may carry theirs).
@@ -824,19 +825,17 @@ async fn admit<'a>(
     };
     let origin_coded = decoded_coding.map(|c| (c, bytes.clone()));
     let (budget, coded) = (f.decode_budget.clone(), bytes.clone());
-    let decoded = tokio::task::spawn_blocking(move || {
-        decode_and_hash(&budget, decoded_coding, coded, limits)
-    })
-    .await
-    .expect("decoding does not panic")
-    .map_err(|e| {
-        f.metrics.origin_error("body");
-        tracing::warn!(error = %e, "origin body failed to decode");
-        error_response(
-            StatusCode::BAD_GATEWAY,
-            &format!("origin sent an undecodable body: {}", explain(&e)),
-        )
-    })?;
+    let decoded =
+        delta::blocking::run(move || decode_and_hash(&budget, decoded_coding, coded, limits))
+            .await
+            .map_err(|e| {
+                f.metrics.origin_error("body");
+                tracing::warn!(error = %e, "origin body failed to decode");
+                error_response(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("origin sent an undecodable body: {}", explain(&e)),
+                )
+            })?;
     let (bytes, hash) = match decoded {
         Decoded::Whole(bytes, hash) => (bytes, hash),
         // A correct body without room in memory goes on as a stream of what was read.
@@ -979,9 +978,6 @@ fn weaken_etag(headers: &mut HeaderMap) {
             weak: true,
             opaque: tag.opaque,
         };
-        headers.insert(
-            header::ETAG,
-            HeaderValue::from_str(&weak.to_string()).expect("etag is a valid header"),
-        );
+        headers.insert(header::ETAG, etag_value(&weak));
     }
 }

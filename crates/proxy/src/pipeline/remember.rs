@@ -78,7 +78,7 @@ pub async fn remember(
     if let (Some(plan), Some(store)) = (store_plan, cache.store.clone()) {
         let delta = deltas.config().clone();
         // A cache entry written comes back, to be kept hot.
-        let written = tokio::task::spawn_blocking(
+        let written = delta::blocking::run(
             move || -> Result<Option<(String, CacheEntry)>, store::StoreError> {
                 match plan {
                     StorePlan::Body {
@@ -135,8 +135,7 @@ pub async fn remember(
                 }
             },
         )
-        .await
-        .expect("store writes do not panic");
+        .await;
         match written {
             Ok(Some((key, entry))) => cache.hot.put(&key, &entry),
             Ok(None) => {}

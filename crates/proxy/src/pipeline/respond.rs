@@ -18,7 +18,7 @@ use wirefold_http::ContentCoding;
 use super::encode::{Representation, RepresentationBody, SentCoding};
 use crate::body::{self, error_response, Body};
 use crate::metrics::Metrics;
-use crate::model::{Provenance, RequestContext};
+use crate::model::{etag_value, Provenance, RequestContext};
 
 /// Fields a 304 carries over from the full response (RFC 9110 §15.4.5), and the
 /// instance digest, which names the instance the client is to keep using.
@@ -241,10 +241,7 @@ fn representation_etag(headers: &mut HeaderMap, coding: &SentCoding) -> Option<E
         weak: true,
         opaque: format!("{}-{}", tag.opaque, token),
     };
-    headers.insert(
-        header::ETAG,
-        HeaderValue::from_str(&tag.to_string()).expect("etag is a valid header"),
-    );
+    headers.insert(header::ETAG, etag_value(&tag));
     Some(tag)
 }
 
@@ -288,10 +285,7 @@ fn range(
             end_inclusive,
         } => {
             let value = content_range(start, end_inclusive, len);
-            headers.insert(
-                header::CONTENT_RANGE,
-                HeaderValue::from_str(&value).expect("content-range is valid"),
-            );
+            headers.insert(header::CONTENT_RANGE, value);
             Some(single)
         }
         RangeRequest::Unsatisfiable => Some(RangeRequest::Unsatisfiable),
@@ -300,10 +294,8 @@ fn range(
 
 fn range_not_satisfiable(len: u64) -> Response<Body> {
     let mut r = error_response(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable");
-    r.headers_mut().insert(
-        header::CONTENT_RANGE,
-        HeaderValue::from_str(&unsatisfied_range(len)).expect("content-range is valid"),
-    );
+    r.headers_mut()
+        .insert(header::CONTENT_RANGE, unsatisfied_range(len));
     r
 }
 

@@ -1,6 +1,10 @@
 //! Test support: the accelerator started in-process on free loopback ports, origins
 //! that behave (or misbehave) on demand, and curl as the client.
 #![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(
+    clippy::expect_used,
+    reason = "test support: a failed expectation fails the test"
+)]
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

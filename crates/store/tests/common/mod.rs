@@ -1,5 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)] // each test binary uses a subset of these helpers
+#![allow(
+    clippy::expect_used,
+    reason = "test support: a failed expectation fails the test"
+)]
 
 use std::path::{Path, PathBuf};
 

@@ -128,11 +128,11 @@ impl Direction {
 
     /// Delivers every packet due by `now`.
     fn deliver(&mut self, now: Instant) {
-        while let Some((release, _)) = self.delay_line.front() {
-            if *release > now {
+        while let Some((release, packet)) = self.delay_line.pop_front() {
+            if release > now {
+                self.delay_line.push_front((release, packet));
                 break;
             }
-            let (release, packet) = self.delay_line.pop_front().expect("front exists");
             // SAFETY: writing an owned buffer to a descriptor we hold.
             let n = unsafe { libc::write(self.dst, packet.as_ptr().cast(), packet.len()) };
             if n >= 0 {
