@@ -163,14 +163,13 @@ fn families_exposed(metrics: &str) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// The rows of the first markdown table in `markdown`'s section whose heading starts
-/// with `heading`, as trimmed cells (the header and separator rows skipped).
-fn table_rows(markdown: &str, heading: &str) -> Vec<Vec<String>> {
-    let section = markdown
-        .split("\n## ")
-        .find(|section| section.starts_with(heading))
-        .unwrap_or_else(|| panic!("no section `## {heading}`"));
-    section
+/// The rows of the first markdown table after `marker` in `markdown`, as trimmed
+/// cells (the header and separator rows skipped).
+fn table_rows(markdown: &str, marker: &str) -> Vec<Vec<String>> {
+    let (_, after) = markdown
+        .split_once(marker)
+        .unwrap_or_else(|| panic!("no `{marker}` in the document"));
+    after
         .lines()
         .skip_while(|l| !l.starts_with('|'))
         .take_while(|l| l.starts_with('|'))
@@ -191,9 +190,9 @@ fn quoted(cell: &str) -> Vec<String> {
         .collect()
 }
 
-/// `(name, type)` of every metric in a docs/operations.md metrics table (the section
-/// whose heading starts with `heading`): each backquoted name in a row's first cell,
-/// with the row's second cell.
+/// `(name, type)` of every metric in a docs/operations.md metrics table (the first
+/// after `heading`): each backquoted name in a row's first cell, with the row's second
+/// cell.
 fn families_documented(operations: &str, heading: &str) -> BTreeSet<(String, String)> {
     let mut families = BTreeSet::new();
     for row in table_rows(operations, heading) {
@@ -271,7 +270,7 @@ async fn every_metric_is_documented_and_every_documented_metric_exists() {
 
     let metrics = String::from_utf8(curl(&proxy.admin_url("/metrics"), &[]).await.body).unwrap();
     let exposed = families_exposed(&metrics);
-    let documented = families_documented(&read_doc("operations.md"), "Metrics");
+    let documented = families_documented(&read_doc("operations.md"), "## Metrics");
     let undocumented: Vec<_> = exposed.difference(&documented).collect();
     let absent: Vec<_> = documented.difference(&exposed).collect();
     assert!(
@@ -293,7 +292,7 @@ fn every_client_proxy_metric_is_documented_and_every_documented_one_exists() {
         metrics.answered(outcome);
     }
     let operations = read_doc("operations.md");
-    let heading = "Client proxy metrics";
+    let heading = "## Client proxy metrics";
     assert_eq!(
         families_exposed(&metrics.encode().expect("the metrics encode")),
         families_documented(&operations, heading)
@@ -327,20 +326,10 @@ fn the_link_protocols_key_table_matches_the_link_section() {
             (key.clone(), shown)
         })
         .collect();
-    let doc = read_doc("link-protocol.md");
-    let table = doc
-        .split("Configuration (`[link]`")
-        .nth(1)
-        .expect("link-protocol.md has the `[link]` table");
-    let documented: BTreeSet<(String, String)> = table
-        .lines()
-        .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .skip(2)
-        .map(|row| {
-            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-            (cells[1].trim_matches('`').to_string(), cells[2].to_string())
-        })
-        .collect();
+    let documented: BTreeSet<(String, String)> =
+        table_rows(&read_doc("link-protocol.md"), "Configuration (`[link]`")
+            .into_iter()
+            .map(|row| (row[0].trim_matches('`').to_string(), row[1].clone()))
+            .collect();
     assert_eq!(in_code, documented);
 }
