@@ -9,6 +9,7 @@
 #   SERIES="a/b c/d"  series folders below CORPUS_DIR; `all` = every series there
 #   WIREFOLD=PATH     a wirefold binary to use (default: cargo build --release --locked)
 #   PROFILES="modem mobile"   which link profiles to run
+#   DELAYS="0 5"      origin delays in seconds (a quick A/B: DELAYS=0 PROFILES=mobile)
 #   KEEP_TMP=1        keep the temp dir (logs, bodies, data dirs) for inspection
 #
 # As in Banga, Douglis & Rabinovich 1997 (Figure 8), `wirefold lab series-origin` returns the next
@@ -103,7 +104,7 @@ CORPUS=$(cd "$CORPUS" && pwd)
 SERIES=${SERIES:-google__styleguide/htmlcssguide-html w3c__aria/accname_index-html httpwg__httpwg.github.io/specs_rfc6265-html}
 PROFILES=${PROFILES:-modem mobile}
 VERSIONS=10
-DELAYS=(0 5)
+read -r -a DELAYS <<<"${DELAYS:-0 5}"
 
 [[ $(id -u) == 0 ]] || die "needs root: wirefold lab link creates network namespaces"
 command -v curl >/dev/null || die "needs curl"
@@ -342,6 +343,7 @@ for profile in $PROFILES; do
   done
   if [[ $PAIR == 1 ]]; then
     for config in simple_0s simple_5s optimistic_0s optimistic_5s; do
+      [[ " ${DELAYS[*]/%/s} " == *" ${config#*_} "* ]] || continue # a delay not run
       read -r mean median max pages < <(summary "$profile" "$config" 9)
       read -r floor _ < <(summary "$profile" "$config" 10)
       printf '%-8s %-15s %10.3f %10.3f %10.3f %6d %10.3f\n' "$profile" "$config" "$mean" "$median" "$max" "$pages" "$floor"
