@@ -8,7 +8,7 @@
 //! `max_body`, and reading ends.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use flate2::write::GzEncoder;
@@ -21,15 +21,12 @@ const LIMITS: TraceLimits = TraceLimits {
 };
 
 /// One scratch file per process (libFuzzer runs one input at a time per process; the
-/// replay test runs its seeds in one thread).
-fn scratch() -> Option<&'static PathBuf> {
-    static DIR: OnceLock<Option<tempfile::TempDir>> = OnceLock::new();
-    static FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
+/// replay test runs its seeds in one thread), removed after each input.
+fn scratch() -> &'static PathBuf {
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
     FILE.get_or_init(|| {
-        let dir = DIR.get_or_init(|| tempfile::tempdir().ok()).as_ref()?;
-        Some(dir.path().join("trace"))
+        std::env::temp_dir().join(format!("wirefold-fuzz-trace-{}", std::process::id()))
     })
-    .as_ref()
 }
 
 pub fn trace(input: &[u8]) {
@@ -56,18 +53,22 @@ pub fn run(input: &[u8]) -> usize {
             Err(_) => return 0,
         }
     }
-    let Some(path) = scratch() else {
-        return 0;
-    };
+    let path = scratch();
     if std::fs::write(path, &file).is_err() {
         return 0;
     }
+    let exchanges = read(path, file.len());
+    let _ = std::fs::remove_file(path);
+    exchanges
+}
+
+fn read(path: &Path, file_len: usize) -> usize {
     let Ok(items) = trace::open(path, LIMITS) else {
         return 0;
     };
     // Every item takes at least one byte of the file, or is one HAR entry (which takes
     // more than one): a reader that yields more is looping.
-    let bound = file.len() + 16;
+    let bound = file_len + 16;
     let mut count = 0;
     let mut exchanges = 0;
     for item in items {
