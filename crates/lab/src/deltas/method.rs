@@ -7,7 +7,7 @@ use wirefold_http::ContentCoding;
 /// Levels the server uses. Compression: the `cached` levels of the proxy's encode stage
 /// (gzip 9, br 11, zstd 19); the lab's gzip column is the common `gzip -6` instead.
 /// Dictionary codings: the levels the proxy produces in the background and keeps
-/// (`dictionary_levels` in `crates/proxy/src/delta/mod.rs`: dcz 19, dcb 11).
+/// (`dictionary_levels` in `crates/delta/src/lib.rs`: dcz 19, dcb 11).
 pub const GZIP_LEVEL: u32 = 6;
 pub const BR_LEVEL: u32 = 11;
 pub const ZSTD_LEVEL: u32 = 19;

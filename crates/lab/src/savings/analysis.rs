@@ -150,7 +150,7 @@ fn url_key(url: &str) -> &str {
 }
 
 /// Same path, any query: the server's cluster (`pattern_for` in
-/// crates/proxy/src/delta/dictionaries.rs without `cluster_params`).
+/// crates/delta/src/dictionaries.rs without `cluster_params`).
 pub fn cluster_of(url: &str) -> &str {
     let url = url_key(url);
     url.split('?').next().unwrap_or(url)
