@@ -388,14 +388,9 @@ fn exchange(connection: &mut std::net::TcpStream, path: &str) -> (String, Vec<u8
         head.push(byte[0]);
     }
     let head = String::from_utf8(head).unwrap();
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length:")
-                .map(|v| v.trim().parse().unwrap())
-        })
-        .expect("a content-length");
+    let length: usize = header_in(&head, "content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no content-length in {head}"));
     let mut body = vec![0; length];
     connection.read_exact(&mut body).unwrap();
     (head, body)
