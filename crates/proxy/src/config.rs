@@ -591,11 +591,24 @@ impl Config {
         if self.limits.header_timeout_ms == 0 {
             invalid("limits.header_timeout_ms", "must be greater than 0".into());
         }
-        if self.upstream.connect_timeout_ms == 0 || self.upstream.header_timeout_ms == 0 {
-            invalid(
+        for (key, timeout) in [
+            (
+                "upstream.connect_timeout_ms",
+                self.upstream.connect_timeout_ms,
+            ),
+            (
                 "upstream.header_timeout_ms",
-                "upstream timeouts must be greater than 0".into(),
-            );
+                self.upstream.header_timeout_ms,
+            ),
+            // 0 would fail every origin body at its first pause.
+            (
+                "upstream.body_idle_timeout_ms",
+                self.upstream.body_idle_timeout_ms,
+            ),
+        ] {
+            if timeout == 0 {
+                invalid(key, "must be greater than 0".into());
+            }
         }
         let host = self.upstream.host.as_str();
         if host != "origin" && host != "client" && http::HeaderValue::from_str(host).is_err() {
@@ -745,6 +758,20 @@ mod tests {
         assert_eq!(c.listen.port(), 8080);
         let err = c.check().unwrap_err().to_string();
         assert!(err.contains("`origin`"), "{err}");
+    }
+
+    #[test]
+    fn a_zero_upstream_timeout_is_an_error_naming_its_key() {
+        for key in [
+            "connect_timeout_ms",
+            "header_timeout_ms",
+            "body_idle_timeout_ms",
+        ] {
+            let text = format!("origin = \"http://a\"\n[upstream]\n{key} = 0");
+            let c: Config = toml::from_str(&text).unwrap();
+            let err = c.check().unwrap_err().to_string();
+            assert!(err.contains(&format!("upstream.{key}")), "{err}");
+        }
     }
 
     #[test]

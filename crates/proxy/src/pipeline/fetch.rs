@@ -21,7 +21,7 @@ use wirefold_http::ContentCoding;
 
 use super::remember::{self, Fetched, StorePlan};
 use crate::background::Background;
-use crate::body::{self, error_response, Body};
+use crate::body::{self, error_response, Body, IdleTimedOut, Tap};
 use crate::cache::{self, resource_of, site_of, Cache, Role, StoredResponse};
 use crate::config::Config;
 use crate::decode::{self, DecodeBudget, Unheld, WholeDecode, WholeLimits};
@@ -554,7 +554,23 @@ async fn send(
     if let Some(kind) = result.as_ref().err().and_then(OriginError::origin_kind) {
         f.metrics.origin_error(kind);
     }
-    result
+    // A body that fails is counted here, once, whether it was being buffered or had
+    // already been streamed on to the client (whose transfer is then aborted).
+    let metrics = f.metrics.clone();
+    result.map(|(response, latency)| {
+        let response = response.map(|b| {
+            body::tapped(b, move |tap| {
+                if let Tap::Failed(e) = tap {
+                    metrics.origin_error(if e.is::<IdleTimedOut>() {
+                        "body_timeout"
+                    } else {
+                        "body"
+                    });
+                }
+            })
+        });
+        (response, latency)
+    })
 }
 
 /// The response for a failed origin exchange (already counted by `send`).
@@ -799,8 +815,11 @@ async fn admit<'a>(
                 length: declared_length,
             });
             let observer = observer.clone();
-            body::tapped(body, move |data| {
-                observer.observe(data.map_or(OriginEvent::End, |d| OriginEvent::Data(d.clone())));
+            body::tapped(body, move |tap| match tap {
+                Tap::Data(data) => observer.observe(OriginEvent::Data(data.clone())),
+                Tap::End => observer.observe(OriginEvent::End),
+                // Counted where the body was tapped first (`send`), and answered below.
+                Tap::Failed(_) => {}
             })
         }
         None => body,
@@ -817,8 +836,16 @@ async fn admit<'a>(
                 last_modified,
             )));
         }
+        // Nothing has gone to the client yet: a stall is a timeout, anything else a
+        // broken answer (the failure is counted by `send`).
+        Err(e) if e.is::<IdleTimedOut>() => {
+            tracing::warn!(error = %e, "origin stopped sending its response body");
+            return Err(error_response(
+                StatusCode::GATEWAY_TIMEOUT,
+                &format!("origin stopped sending its body: {e}"),
+            ));
+        }
         Err(e) => {
-            f.metrics.origin_error("body");
             tracing::warn!(error = %e, "origin response body failed");
             return Err(error_response(
                 StatusCode::BAD_GATEWAY,
