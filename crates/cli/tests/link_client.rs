@@ -74,6 +74,8 @@ enum Cut {
     Stream,
     /// The stream ends normally, short of the frame's end.
     End,
+    /// Nothing more, on an open stream and connection (a link that died silently).
+    Silence,
 }
 
 type Script = dyn Fn(&Seen, usize) -> Reply + Send + Sync;
@@ -213,6 +215,7 @@ fn answer(reply: Reply, kill: Arc<Notify>) -> Response<Scripted> {
                 Cut::Connection => Ending::Kill(kill),
                 Cut::Stream => Ending::Reset,
                 Cut::End => Ending::Normal,
+                Cut::Silence => Ending::Silence,
             };
             link(chunks, ending)
         }
@@ -231,6 +234,8 @@ enum Ending {
     Kill(Arc<Notify>),
     /// Fails, so the server resets the stream.
     Reset,
+    /// Never ends.
+    Silence,
 }
 
 /// A body of fixed chunks, then its ending.
@@ -249,12 +254,15 @@ impl http_body::Body for Scripted {
         if let Some(chunk) = self.chunks.pop_front() {
             return Poll::Ready(Some(Ok(http_body::Frame::data(chunk))));
         }
-        match std::mem::replace(&mut self.ending, Ending::Normal) {
+        // Once dropping the connection, nothing more either: polled again before the
+        // connection is gone, the body must not end normally.
+        match std::mem::replace(&mut self.ending, Ending::Silence) {
             Ending::Kill(kill) => {
                 kill.notify_one();
                 Poll::Pending
             }
             Ending::Reset => Poll::Ready(Some(Err(std::io::Error::other("scripted reset")))),
+            Ending::Silence => Poll::Pending,
             Ending::Normal => Poll::Ready(None),
         }
     }
@@ -663,7 +671,12 @@ async fn a_cut_get_is_retried(frames: Vec<Frame>, inside: usize, cut: Cut, curre
         ]),
     })
     .await;
-    let client = start(config_for(&link)).await;
+    let client = start(ClientConfig {
+        // What a silent link runs into; small, so the test is quick.
+        response_idle_timeout_ms: 300,
+        ..config_for(&link)
+    })
+    .await;
     let got = client.get("http://site.test/cut").await;
     let context = format!("{cut:?} inside frame {inside}");
     assert_eq!(
@@ -700,7 +713,7 @@ async fn a_cut_get_is_retried(frames: Vec<Frame>, inside: usize, cut: Cut, curre
         0.0,
         "{context}"
     );
-    if matches!(cut, Cut::Connection) {
+    if matches!(cut, Cut::Connection | Cut::Silence) {
         assert!(link.connections() >= 2, "{context}: a new connection");
     }
     client.running.shutdown().await;
@@ -711,7 +724,7 @@ async fn a_link_cut_inside_a_full_body_frame_retries_a_get() {
     let body = b"<p>the current instance, sent whole</p>".repeat(50);
     let frames = full(&body, &[("cache-control", "no-cache")]);
     assert!(matches!(frames[2], Frame::Data(_)));
-    for cut in [Cut::Connection, Cut::Stream] {
+    for cut in [Cut::Connection, Cut::Stream, Cut::Silence] {
         a_cut_get_is_retried(frames.clone(), 2, cut, &body).await;
     }
 }
@@ -726,7 +739,7 @@ async fn a_link_cut_inside_stale_data_or_a_delta_retries_a_get_and_never_shows_t
     assert!(matches!(frames[in_stale], Frame::StaleData(_)));
     assert!(matches!(frames[in_delta], Frame::Data(_)));
     for inside in [in_stale, in_delta] {
-        for cut in [Cut::Connection, Cut::Stream] {
+        for cut in [Cut::Connection, Cut::Stream, Cut::Silence] {
             a_cut_get_is_retried(frames.clone(), inside, cut, &current).await;
         }
     }
