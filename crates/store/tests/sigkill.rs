@@ -44,7 +44,7 @@ impl Item {
     fn new(round: u32, n: u32) -> Item {
         // Small, medium and large bodies, so a kill lands in a short write as often
         // as in a long one.
-        let len = [700, 20_000, 120_000][n as usize % 3] + (n as usize % 97);
+        let len = [700, 12_000, 64_000][n as usize % 3] + (n as usize % 97);
         Item {
             key: format!("round-{round}/item-{n}"),
             data: content(round * 1_000_000 + n, len),
