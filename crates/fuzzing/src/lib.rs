@@ -11,6 +11,7 @@ pub mod dictionary;
 pub mod http_fields;
 pub mod link;
 pub mod trace;
+pub mod vcdiff;
 
 /// A target's body: arbitrary bytes in, a panic when a promise breaks.
 pub type Target = fn(&[u8]);
@@ -21,4 +22,6 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("http_fields", http_fields::http_fields),
     ("dictionary_decode", dictionary::dictionary_decode),
     ("trace", trace::trace),
+    ("vcdiff_decode", vcdiff::vcdiff_decode),
+    ("vcdiff_roundtrip", vcdiff::vcdiff_roundtrip),
 ];
