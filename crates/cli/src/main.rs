@@ -1,13 +1,14 @@
 //! The `wirefold` binary: parses the command line and hands over to the crates.
 
 mod demo;
+mod generate;
 mod lab;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use client_proxy::ClientConfig;
 use proxy::config::{Config, LogFormat};
 
@@ -223,7 +224,11 @@ fn init_logging(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = generate::attach(Cli::command()).get_matches();
+    if let Some(generated) = generate::run(&matches, Cli::command()) {
+        return exit_code(generated);
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -245,6 +250,10 @@ fn main() -> ExitCode {
         Command::Client(args) => runtime.block_on(client(args)),
         Command::Get(args) => runtime.block_on(get(args)),
     };
+    exit_code(result)
+}
+
+fn exit_code(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
