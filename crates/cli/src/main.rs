@@ -7,10 +7,12 @@ mod lab;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use client_proxy::ClientConfig;
-use proxy::config::{Config, LogFormat};
+use proxy::config::{Config, ConfigError, LogFormat};
+use proxy::live::{ConfigLoader, LiveConfig};
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +47,16 @@ enum Command {
     /// Fetch a URL speaking every encoding and delta wirefold serves, keeping a
     /// local cache; the body goes to stdout, a report of bytes saved to stderr.
     Get(GetArgs),
+    /// Make a running server read its configuration again (as SIGHUP does) and
+    /// report what changed, what needs a restart, or each error by key.
+    Reload {
+        /// The running server's admin listener.
+        #[arg(long, default_value = "127.0.0.1:9180")]
+        admin: SocketAddr,
+        /// The server's admin token (`serve --admin-token`), sent as a bearer token.
+        #[arg(long)]
+        admin_token: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -159,9 +171,23 @@ struct ServeArgs {
 }
 
 impl ServeArgs {
-    fn config(&self) -> Result<Config, String> {
+    /// The configuration file with the command line's overrides, every problem
+    /// named by key (and by line when the file sets it).
+    fn checked_config(&self) -> Result<Config, Vec<ConfigError>> {
+        let config = self.config().map_err(|e| vec![e])?;
+        let problems = config.problems();
+        if problems.is_empty() {
+            return Ok(config);
+        }
+        Err(match &self.config {
+            Some(path) => proxy::config::locate(problems, path),
+            None => problems,
+        })
+    }
+
+    fn config(&self) -> Result<Config, ConfigError> {
         let mut config = match &self.config {
-            Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
+            Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
         if let Some(origin) = &self.origin {
@@ -249,6 +275,7 @@ fn main() -> ExitCode {
         Command::Dict(cmd) => runtime.block_on(cmd.run()),
         Command::Client(args) => runtime.block_on(client(args)),
         Command::Get(args) => runtime.block_on(get(args)),
+        Command::Reload { admin, admin_token } => runtime.block_on(reload(admin, admin_token)),
     };
     exit_code(result)
 }
@@ -263,15 +290,32 @@ fn exit_code(result: Result<(), String>) -> ExitCode {
     }
 }
 
+async fn reload(admin: SocketAddr, admin_token: Option<String>) -> Result<(), String> {
+    let (status, body) =
+        proxy::server::call_admin(admin, http::Method::POST, "/reload", admin_token.as_deref())
+            .await?;
+    if !status.is_success() {
+        return Err(body.trim().to_string());
+    }
+    print!("{body}");
+    Ok(())
+}
+
+/// Every problem on its own line.
+fn problems_text(problems: &[ConfigError]) -> String {
+    let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    lines.join("\n")
+}
+
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let config = args.config()?;
+    let config = args.checked_config().map_err(|p| problems_text(&p))?;
     if args.check_config {
-        config.check().map_err(|e| e.to_string())?;
         println!("configuration is valid");
         return Ok(());
     }
     init_logging(config.log_format);
-    let running = link_server::start(config)
+    let loader: ConfigLoader = Arc::new(move || args.checked_config());
+    let running = link_server::start(LiveConfig::new(config, Some(loader)))
         .await
         .map_err(|e| e.to_string())?;
     let scheme = if running.tls { "https" } else { "http" };
@@ -280,7 +324,23 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         "wirefold listening on {scheme}://{} (admin http://{})",
         running.addr, running.admin_addr
     );
-    proxy::server::shutdown_signal().await;
+    let shutdown = proxy::server::shutdown_signal();
+    tokio::pin!(shutdown);
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hangups) => loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                Some(()) = hangups.recv() => {
+                    // The outcome is logged by the server; a refused reload keeps serving.
+                    let _ = running.reload();
+                }
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP: reload with `wirefold reload`");
+            shutdown.await;
+        }
+    }
     tracing::info!("shutting down: draining in-flight requests");
     running.shutdown().await;
     Ok(())

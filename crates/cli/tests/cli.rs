@@ -372,3 +372,167 @@ fn client_checks_its_configuration_and_stops_on_sigterm() {
     );
     assert!(terminate(&mut started).success());
 }
+
+/// One request on an open HTTP/1.1 connection; returns the response head and body.
+fn exchange(connection: &mut std::net::TcpStream, path: &str) -> (String, Vec<u8>) {
+    use std::io::{Read, Write};
+    write!(
+        connection,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nAccept-Encoding: identity\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8];
+    while !head.ends_with(b"\r\n\r\n") {
+        connection.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let length: usize = header_in(&head, "content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no content-length in {head}"));
+    let mut body = vec![0; length];
+    connection.read_exact(&mut body).unwrap();
+    (head, body)
+}
+
+fn header_in<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+#[test]
+fn reload_applies_to_new_requests_keeps_connections_and_refuses_bad_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("index.html"), "<h1>hello</h1>".repeat(100)).unwrap();
+    let config = dir.path().join("wirefold.toml");
+    let settings = |extra: &str| {
+        format!(
+            "root = {root:?}\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ndata_dir = {data:?}\n{extra}",
+            root = root.to_str().unwrap(),
+            data = dir.path().join("data").to_str().unwrap(),
+        )
+    };
+    std::fs::write(
+        &config,
+        settings("[files]\ncache_control = \"max-age=60\"\n"),
+    )
+    .unwrap();
+    let log_path = dir.path().join("log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let started = support::start_logging_to(
+        &["serve", "--config", config.to_str().unwrap()],
+        "listening on",
+        log,
+    );
+    let line = started.first_line.clone();
+    let mut urls = line
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .filter(|w| w.starts_with("http://"));
+    let base = urls.next().unwrap().to_string();
+    let admin = urls
+        .next()
+        .unwrap()
+        .trim_start_matches("http://")
+        .to_string();
+    let mut kept = std::net::TcpStream::connect(base.trim_start_matches("http://")).unwrap();
+    let (head, body) = exchange(&mut kept, "/");
+    assert_eq!(header_in(&head, "cache-control"), Some("max-age=60"));
+    assert_eq!(body, "<h1>hello</h1>".repeat(100).as_bytes());
+
+    // SIGHUP: the new value serves new requests, on the connection opened before too;
+    // a key that needs a restart is named and keeps its running value.
+    std::fs::write(
+        &config,
+        settings("[files]\ncache_control = \"max-age=5\"\n")
+            .replace("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:1\""),
+    )
+    .unwrap();
+    let pid = started.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut reloaded = false;
+    for _ in 0..100 {
+        let (head, _) = exchange(&mut kept, "/");
+        if header_in(&head, "cache-control") == Some("max-age=5") {
+            reloaded = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        reloaded,
+        "the reloaded cache_control serves the open connection's next request"
+    );
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        logged.contains("needs a restart") && logged.contains("listen"),
+        "{logged}"
+    );
+
+    // `wirefold reload` reports what it applied.
+    std::fs::write(
+        &config,
+        settings("[files]\ncache_control = \"max-age=7\"\n"),
+    )
+    .unwrap();
+    let out = wirefold(&["reload", "--admin", &admin]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["applied"],
+        serde_json::json!(["files.cache_control"])
+    );
+    assert_eq!(
+        report["needs_restart"],
+        serde_json::json!([]),
+        "listen is back to its running value"
+    );
+
+    // Bad files change nothing; each error names its key and, from the file, its line.
+    let bad_files = [
+        (
+            settings("[files]\ncache_control = \"max-age=1\"\n[limits]\nheader_timeout_ms = 0\n[delta]\nhistory = 0\n"),
+            vec!["line 8: `limits.header_timeout_ms`", "line 10: `delta.history`"],
+        ),
+        (settings("[files]\ncache_control = \"max-age=1\"\nno_such_key = 1\n"), vec!["no_such_key", "line 7"]),
+        (settings("[files\ncache_control = \"max-age=1\"\n"), vec!["line 5"]),
+    ];
+    for (text, expected) in bad_files {
+        std::fs::write(&config, &text).unwrap();
+        let out = wirefold(&["reload", "--admin", &admin]);
+        assert!(!out.status.success(), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for part in expected {
+            assert!(err.contains(part), "{part:?} in {err}");
+        }
+        let (head, _) = exchange(&mut kept, "/");
+        assert_eq!(
+            header_in(&head, "cache-control"),
+            Some("max-age=7"),
+            "{text}"
+        );
+    }
+    std::fs::remove_file(&config).unwrap();
+    let out = wirefold(&["reload", "--admin", &admin]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("cannot read config file"),
+        "{err}"
+    );
+    let (head, _) = exchange(&mut kept, "/");
+    assert_eq!(header_in(&head, "cache-control"), Some("max-age=7"));
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(logged.contains("configuration reload refused"), "{logged}");
+}

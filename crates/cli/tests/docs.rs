@@ -356,6 +356,8 @@ async fn every_metric_is_documented_and_every_documented_metric_exists() {
     )
     .await;
     assert_eq!(linked.status, 200);
+    let reload = curl(&proxy.admin_url("/reload"), &["-X", "POST"]).await;
+    assert_eq!(reload.status, 501, "no configuration source to reload from");
 
     let metrics = String::from_utf8(curl(&proxy.admin_url("/metrics"), &[]).await.body).unwrap();
     let exposed = families_exposed(&metrics);

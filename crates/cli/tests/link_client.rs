@@ -56,6 +56,26 @@ enum Reply {
     DropAfter(Vec<Frame>),
     /// A 200 that is not a link answer: this content-type and body.
     NotLink(&'static str, &'static str),
+    /// `frames[..inside]` whole and the first half of `frames[inside]`'s bytes, then
+    /// the answer breaks off as `cut` says.
+    Cut {
+        frames: Vec<Frame>,
+        inside: usize,
+        cut: Cut,
+    },
+}
+
+/// How a scripted answer breaks off inside a frame.
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// The whole connection is dropped (a link that fails).
+    Connection,
+    /// The stream is reset (`RST_STREAM`); the connection stays.
+    Stream,
+    /// The stream ends normally, short of the frame's end.
+    End,
+    /// Nothing more, on an open stream and connection (a link that died silently).
+    Silence,
 }
 
 type Script = dyn Fn(&Seen, usize) -> Reply + Send + Sync;
@@ -167,56 +187,83 @@ fn serve_link(
 }
 
 fn answer(reply: Reply, kill: Arc<Notify>) -> Response<Scripted> {
-    let link = |chunks: VecDeque<Bytes>, kill| {
+    let link = |chunks: VecDeque<Bytes>, ending| {
         Response::builder()
             .header("content-type", "application/vnd.wirefold.link")
-            .body(Scripted { chunks, kill })
+            .body(Scripted { chunks, ending })
             .unwrap()
     };
     let encode = |frames: Vec<Frame>| frames.iter().map(|f| f.encode().unwrap()).collect();
+    let text = |text: &'static str| Scripted {
+        chunks: VecDeque::from([Bytes::from_static(text.as_bytes())]),
+        ending: Ending::Normal,
+    };
     match reply {
-        Reply::Frames(frames) => link(encode(frames), None),
-        Reply::Bytes(bytes) => link(VecDeque::from([Bytes::from(bytes)]), None),
-        Reply::DropAfter(frames) => link(encode(frames), Some(kill)),
-        Reply::NotLink(content_type, text) => Response::builder()
+        Reply::Frames(frames) => link(encode(frames), Ending::Normal),
+        Reply::Bytes(bytes) => link(VecDeque::from([Bytes::from(bytes)]), Ending::Normal),
+        Reply::DropAfter(frames) => link(encode(frames), Ending::Kill(kill)),
+        Reply::Cut {
+            mut frames,
+            inside,
+            cut,
+        } => {
+            let broken = frames.remove(inside).encode().unwrap();
+            frames.truncate(inside);
+            let mut chunks: VecDeque<Bytes> = encode(frames);
+            chunks.push_back(broken.slice(..broken.len() / 2));
+            let ending = match cut {
+                Cut::Connection => Ending::Kill(kill),
+                Cut::Stream => Ending::Reset,
+                Cut::End => Ending::Normal,
+                Cut::Silence => Ending::Silence,
+            };
+            link(chunks, ending)
+        }
+        Reply::NotLink(content_type, body) => Response::builder()
             .header("content-type", content_type)
-            .body(Scripted {
-                chunks: VecDeque::from([Bytes::from_static(text.as_bytes())]),
-                kill: None,
-            })
+            .body(text(body))
             .unwrap(),
-        Reply::Status(status, text) => Response::builder()
-            .status(status)
-            .body(Scripted {
-                chunks: VecDeque::from([Bytes::from_static(text.as_bytes())]),
-                kill: None,
-            })
-            .unwrap(),
+        Reply::Status(status, body) => Response::builder().status(status).body(text(body)).unwrap(),
     }
 }
 
-/// A body of fixed chunks; with `kill`, it then drops the whole connection.
+/// What a scripted body does after its chunks.
+enum Ending {
+    Normal,
+    /// Drops the whole connection.
+    Kill(Arc<Notify>),
+    /// Fails, so the server resets the stream.
+    Reset,
+    /// Never ends.
+    Silence,
+}
+
+/// A body of fixed chunks, then its ending.
 struct Scripted {
     chunks: VecDeque<Bytes>,
-    kill: Option<Arc<Notify>>,
+    ending: Ending,
 }
 
 impl http_body::Body for Scripted {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = std::io::Error;
     fn poll_frame(
         mut self: Pin<&mut Self>,
         _: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
         if let Some(chunk) = self.chunks.pop_front() {
             return Poll::Ready(Some(Ok(http_body::Frame::data(chunk))));
         }
-        match self.kill.take() {
-            Some(kill) => {
+        // Once dropping the connection, nothing more either: polled again before the
+        // connection is gone, the body must not end normally.
+        match std::mem::replace(&mut self.ending, Ending::Silence) {
+            Ending::Kill(kill) => {
                 kill.notify_one();
                 Poll::Pending
             }
-            None => Poll::Ready(None),
+            Ending::Reset => Poll::Ready(Some(Err(std::io::Error::other("scripted reset")))),
+            Ending::Silence => Poll::Pending,
+            Ending::Normal => Poll::Ready(None),
         }
     }
 }
@@ -576,6 +623,281 @@ async fn a_dropped_link_retries_a_get_and_fails_a_post() {
     assert!(link.connections() >= 2);
     let metrics = client.metrics().await;
     assert!(metric(&metrics, "wirefold_client_link_reconnects_total") >= 1.0);
+    client.running.shutdown().await;
+}
+
+/// The instances a link request offered, in order.
+fn offered(seen: &Seen) -> Vec<String> {
+    seen.field("wirefold-have")
+        .map(|have| have.split(',').map(|h| h.trim().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Stale data of `stale`, then a delta to `current` against it: the frames of an
+/// optimistic answer. The delta's DATA frame is the one before last.
+fn stale_then_delta(stale: &[u8], current: &[u8]) -> Vec<Frame> {
+    let delta = codec::dictionary::encode(DictionaryCoding::Dcz, 3, stale, current);
+    let mut frames = stale_frames(stale, 3);
+    frames.extend([
+        headers(&[("content-type", "text/html"), ("cache-control", "no-cache")]),
+        Frame::Delta {
+            format: DeltaFormat::Dcz,
+            base: Hash::of(stale),
+            base_len: stale.len() as u64,
+        },
+        Frame::Data(delta.into()),
+        end(current),
+    ]);
+    frames
+}
+
+/// A GET whose first answer breaks off inside frame `inside` of `frames` (the link
+/// failing under it) is sent again, and the browser gets the answer to the second
+/// request, whole; nothing of the broken answer is kept: the next request offers only
+/// the instance served.
+async fn a_cut_get_is_retried(frames: Vec<Frame>, inside: usize, cut: Cut, current: &[u8]) {
+    let hash = Hash::of(current);
+    let answer = frames.clone();
+    let link = fake_link(move |_, n| match n {
+        0 => Reply::Cut {
+            frames: answer.clone(),
+            inside,
+            cut,
+        },
+        1 => Reply::Frames(answer.clone()),
+        _ => Reply::Frames(vec![
+            headers(&[("cache-control", "no-cache")]),
+            Frame::Confirm { hash },
+        ]),
+    })
+    .await;
+    let client = start(ClientConfig {
+        // What a silent link runs into; small, so the test is quick.
+        response_idle_timeout_ms: 300,
+        ..config_for(&link)
+    })
+    .await;
+    let got = client.get("http://site.test/cut").await;
+    let context = format!("{cut:?} inside frame {inside}");
+    assert_eq!(
+        got.status,
+        200,
+        "{context}: {:?}",
+        String::from_utf8_lossy(&got.body)
+    );
+    assert!(
+        got.body == current,
+        "{context}: the current instance, whole"
+    );
+    let again = client.get("http://site.test/cut").await;
+    assert!(
+        again.body == current,
+        "{context}: confirmed from what was kept"
+    );
+
+    let seen = link.seen();
+    assert_eq!(seen.len(), 3, "{context}: one retry, then the next request");
+    assert_eq!(seen[1].uri, seen[0].uri);
+    assert_eq!(
+        offered(&seen[1]),
+        Vec::<String>::new(),
+        "{context}: nothing of the cut answer was kept to offer"
+    );
+    assert_eq!(offered(&seen[2]), vec![hash.to_hex()], "{context}");
+    let metrics = client.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "wirefold_client_requests_total{outcome=\"error\"}"
+        ),
+        0.0,
+        "{context}"
+    );
+    if matches!(cut, Cut::Connection | Cut::Silence) {
+        assert!(link.connections() >= 2, "{context}: a new connection");
+    }
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_link_cut_inside_a_full_body_frame_retries_a_get() {
+    let body = b"<p>the current instance, sent whole</p>".repeat(50);
+    let frames = full(&body, &[("cache-control", "no-cache")]);
+    assert!(matches!(frames[2], Frame::Data(_)));
+    for cut in [Cut::Connection, Cut::Stream, Cut::Silence] {
+        a_cut_get_is_retried(frames.clone(), 2, cut, &body).await;
+    }
+}
+
+#[tokio::test]
+async fn a_link_cut_inside_stale_data_or_a_delta_retries_a_get_and_never_shows_the_stale() {
+    let stale = b"<p>STALE headline</p><p>a long body shared by both versions</p>".repeat(20);
+    let current = b"<p>fresh headline</p><p>a long body shared by both versions</p>".repeat(20);
+    let frames = stale_then_delta(&stale, &current);
+    let in_stale = 2;
+    let in_delta = frames.len() - 2;
+    assert!(matches!(frames[in_stale], Frame::StaleData(_)));
+    assert!(matches!(frames[in_delta], Frame::Data(_)));
+    for inside in [in_stale, in_delta] {
+        for cut in [Cut::Connection, Cut::Stream, Cut::Silence] {
+            a_cut_get_is_retried(frames.clone(), inside, cut, &current).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_link_answer_ending_inside_a_frame_is_a_502_and_the_next_request_works() {
+    let body = b"<p>the current instance</p>".repeat(50);
+    let stale = b"<p>STALE</p>".repeat(50);
+    let (b, st) = (body.clone(), stale.clone());
+    let link = fake_link(move |_, n| match n {
+        0 => Reply::Cut {
+            frames: full(&b, &[("cache-control", "no-cache")]),
+            inside: 2,
+            cut: Cut::End,
+        },
+        1 => {
+            let frames = stale_then_delta(&st, &b);
+            let inside = frames.len() - 2;
+            Reply::Cut {
+                frames,
+                inside,
+                cut: Cut::End,
+            }
+        }
+        _ => Reply::Frames(full(&b, &[("cache-control", "no-cache")])),
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    for request in ["a full body", "stale data and a delta"] {
+        let got = client.get("http://site.test/short").await;
+        let text = String::from_utf8_lossy(&got.body);
+        assert_eq!(got.status, 502, "{request}: {text}");
+        assert!(text.contains("ended inside a frame"), "{request}: {text}");
+        assert!(!text.contains("STALE"), "{request}: {text}");
+    }
+    let fine = client.get("http://site.test/short").await;
+    assert_eq!((fine.status, &fine.body[..]), (200, &body[..]));
+    let seen = link.seen();
+    assert_eq!(
+        seen.len(),
+        3,
+        "a short answer is no link failure: not retried"
+    );
+    assert_eq!(
+        offered(&seen[2]),
+        Vec::<String>::new(),
+        "nothing partial kept"
+    );
+    assert_eq!(link.connections(), 1);
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_get_whose_retry_is_cut_too_is_a_502_and_the_next_request_works() {
+    let body = b"<p>the current instance</p>".repeat(50);
+    let b = body.clone();
+    let link = fake_link(move |_, n| {
+        let frames = full(&b, &[("cache-control", "no-cache")]);
+        match n {
+            0 | 1 => Reply::Cut {
+                frames,
+                inside: 2,
+                cut: Cut::Connection,
+            },
+            _ => Reply::Frames(frames),
+        }
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    let failed = client.get("http://site.test/twice").await;
+    let text = String::from_utf8_lossy(&failed.body);
+    assert_eq!(failed.status, 502, "{text}");
+    assert!(text.contains("link to the server proxy failed"), "{text}");
+    let fine = client.get("http://site.test/twice").await;
+    assert_eq!((fine.status, &fine.body[..]), (200, &body[..]));
+    let seen = link.seen();
+    assert_eq!(seen.len(), 3, "one retry only");
+    assert_eq!(
+        offered(&seen[2]),
+        Vec::<String>::new(),
+        "nothing partial kept"
+    );
+    client.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_link_cut_inside_a_streamed_full_body_aborts_the_transfer() {
+    // Over the client proxy's buffer: its head and first bytes are on their way to
+    // the browser when the link breaks, so only an aborted transfer is honest.
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let b = big.clone();
+    let link = fake_link(move |_, n| {
+        let mut frames = vec![
+            headers(&[("cache-control", "no-cache")]),
+            Frame::Full {
+                coding: LinkCoding::Identity,
+            },
+        ];
+        frames.extend(
+            b.chunks(50_000)
+                .map(|c| Frame::Data(Bytes::copy_from_slice(c))),
+        );
+        frames.push(end(&b));
+        let cut = match n {
+            0 => Cut::Connection,
+            1 => Cut::Stream,
+            _ => return Reply::Frames(frames),
+        };
+        Reply::Cut {
+            frames,
+            inside: 5,
+            cut,
+        }
+    })
+    .await;
+    let client = start(ClientConfig {
+        max_body_bytes: 64 << 10,
+        ..config_for(&link)
+    })
+    .await;
+    for cut in ["connection", "stream"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = tokio::process::Command::new("curl")
+            .args(["-s", "--max-time", "30", "-w", "%{http_code}", "-x"])
+            .arg(client.proxy())
+            .arg("-o")
+            .arg(dir.path().join("body"))
+            .arg("http://site.test/big")
+            .output()
+            .await
+            .unwrap();
+        let received = std::fs::read(dir.path().join("body")).unwrap_or_default();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{cut}");
+        assert!(
+            !out.status.success(),
+            "{cut}: a cut stream must not complete normally ({} bytes received)",
+            received.len()
+        );
+        assert_ne!(out.status.code(), Some(28), "{cut}: ended by the proxy");
+        assert!(received.len() < big.len(), "{cut}");
+        assert!(
+            received[..] == big[..received.len()],
+            "{cut}: what came was right"
+        );
+    }
+    let fine = client.get("http://site.test/big").await;
+    assert_eq!(fine.status, 200);
+    assert!(fine.body == big);
+    assert_eq!(link.seen().len(), 3, "a streamed body is not repeated");
+    let metrics = client.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "wirefold_client_requests_total{outcome=\"error\"}"
+        ),
+        2.0
+    );
     client.running.shutdown().await;
 }
 

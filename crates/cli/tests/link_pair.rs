@@ -45,8 +45,9 @@ async fn get(pair: &Pair, url: &str) -> Curled {
     curl(url, &["-x", &pair.proxy(), "--noproxy", ""]).await
 }
 
-async fn server_outcome(pair: &Pair, result: &str) -> f64 {
-    let text = String::from_utf8(curl(&pair.server.admin_url("/metrics"), &[]).await.body).unwrap();
+/// How many link responses the server proxy ended with `result`.
+async fn server_outcome(server: &Proxy, result: &str) -> f64 {
+    let text = String::from_utf8(curl(&server.admin_url("/metrics"), &[]).await.body).unwrap();
     metric(
         &text,
         &format!("wirefold_link_responses_total{{result=\"{result}\"}}"),
@@ -70,7 +71,7 @@ async fn curl_through_the_pair_gets_each_version_as_the_origin_changes() {
     let again = get(&pair, &url).await;
     assert_eq!(again.body, page(1).as_bytes());
     assert_eq!(
-        server_outcome(&pair, "confirm").await,
+        server_outcome(&pair.server, "confirm").await,
         1.0,
         "unchanged: confirmed, not resent"
     );
@@ -79,7 +80,7 @@ async fn curl_through_the_pair_gets_each_version_as_the_origin_changes() {
     let changed = get(&pair, &url).await;
     assert_eq!(changed.body, page(2).as_bytes());
     assert_eq!(
-        server_outcome(&pair, "delta").await,
+        server_outcome(&pair.server, "delta").await,
         1.0,
         "changed: a delta against version 1"
     );
@@ -100,8 +101,8 @@ async fn an_empty_client_gets_the_stale_instance_patched_while_a_slow_origin_ans
         page(2).as_bytes(),
         "the stale version 1 is never shown"
     );
-    let patched = server_outcome(&pair, "stale-delta").await
-        + server_outcome(&pair, "stale-prefix-delta").await;
+    let patched = server_outcome(&pair.server, "stale-delta").await
+        + server_outcome(&pair.server, "stale-prefix-delta").await;
     assert_eq!(
         patched, 1.0,
         "version 1 went ahead as stale data, then a delta"
@@ -109,7 +110,7 @@ async fn an_empty_client_gets_the_stale_instance_patched_while_a_slow_origin_ans
 
     let unchanged = get(&pair, &url).await;
     assert_eq!(unchanged.body, page(2).as_bytes());
-    assert_eq!(server_outcome(&pair, "stale-confirmed").await, 1.0);
+    assert_eq!(server_outcome(&pair.server, "stale-confirmed").await, 1.0);
 }
 
 /// A server proxy with a fixed certificate, so a restarted one is trusted again.
@@ -171,6 +172,146 @@ async fn a_link_that_drops_fails_clearly_and_comes_back() {
     assert_eq!(again.body, page(1).as_bytes());
 }
 
+/// A TCP relay to `target` that resets its first connection once `cut_after` bytes
+/// have gone from the server to the client (both sides get an RST); later
+/// connections pass untouched. Counts the connections it relayed.
+async fn cutting_relay(
+    target: std::net::SocketAddr,
+    cut_after: usize,
+) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counter = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+            tokio::spawn(async move {
+                let Ok(mut server) = tokio::net::TcpStream::connect(target).await else {
+                    return;
+                };
+                #[allow(deprecated)] // zero linger: closing sends RST, at once
+                for stream in [&client, &server] {
+                    let _ = stream.set_linger(Some(Duration::ZERO));
+                }
+                let (mut client_rd, mut client_wr) = client.split();
+                let (mut server_rd, mut server_wr) = server.split();
+                let up = tokio::io::copy(&mut client_rd, &mut server_wr);
+                let down = async {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    let mut sent = 0;
+                    loop {
+                        let n = match server_rd.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        let n = if first { n.min(cut_after - sent) } else { n };
+                        if client_wr.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                        sent += n;
+                        if first && sent == cut_after {
+                            return;
+                        }
+                    }
+                };
+                tokio::select! {
+                    _ = up => {}
+                    () = down => {}
+                }
+            });
+        }
+    });
+    (addr, connections)
+}
+
+#[tokio::test]
+async fn a_link_cut_mid_frame_between_the_proxies_is_retried_and_both_keep_serving() {
+    // Incompressible, so its DATA frame crosses the link at its full size, and the
+    // cut (well past the TLS and HTTP/2 handshakes) falls inside it.
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let body: Vec<u8> = (0..200_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let served = body.clone();
+    let origin = origin(move |_| {
+        response(
+            200,
+            &[
+                ("content-type", "application/octet-stream"),
+                ("cache-control", "no-cache"),
+            ],
+            served.clone(),
+        )
+    })
+    .await;
+    let tls = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(tls.path().join("cert.pem"), cert.cert.pem()).unwrap();
+    std::fs::write(tls.path().join("key.pem"), cert.signing_key.serialize_pem()).unwrap();
+    let server = link_server_at("127.0.0.1:0".parse().unwrap(), &tls).await;
+    let (relay, relayed) = cutting_relay(server.running.addr, 100_000).await;
+    let client_data = tempfile::tempdir().unwrap();
+    let client = client_proxy::start(client_proxy::ClientConfig {
+        upstream: format!("https://localhost:{}", relay.port()),
+        upstream_connect: Some(relay),
+        upstream_ca: Some(tls.path().join("cert.pem")),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin: "127.0.0.1:0".parse().unwrap(),
+        data_dir: client_data.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let proxy = format!("http://{}", client.addr);
+    let url = origin.url("/blob");
+
+    let first = curl(&url, &["-x", &proxy, "--noproxy", ""]).await;
+    assert_eq!(
+        first.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    assert!(first.body == body, "the retry's answer, whole");
+    assert_eq!(
+        relayed.load(Ordering::SeqCst),
+        2,
+        "cut, then a new connection"
+    );
+    assert_eq!(
+        origin.hits(),
+        2,
+        "each link request asked the origin (no-cache)"
+    );
+
+    let again = curl(&url, &["-x", &proxy, "--noproxy", ""]).await;
+    assert_eq!(again.status, 200);
+    assert!(again.body == body);
+    assert_eq!(
+        server_outcome(&server, "confirm").await,
+        1.0,
+        "the kept instance is the whole one: confirmed"
+    );
+    let client_metrics = String::from_utf8(
+        curl(&format!("http://{}/metrics", client.admin_addr), &[])
+            .await
+            .body,
+    )
+    .unwrap();
+    assert_eq!(
+        metric(&client_metrics, "wirefold_client_link_reconnects_total"),
+        1.0
+    );
+    client.shutdown().await;
+}
+
 #[tokio::test]
 async fn head_through_the_pair_gets_the_length_without_the_body() {
     let (origin, _) = versioned(Duration::ZERO).await;
@@ -186,7 +327,7 @@ async fn head_through_the_pair_gets_the_length_without_the_body() {
     // curl -I writes the head where the body would go; no document follows it.
     assert!(!String::from_utf8_lossy(&head.body).contains("<!doctype"));
     assert_eq!(
-        server_outcome(&pair, "empty").await,
+        server_outcome(&pair.server, "empty").await,
         1.0,
         "no body crossed the link"
     );

@@ -7,7 +7,7 @@
 //!   accepts `dcb`/`dcz`; wirefold compresses against it if that content is this
 //!   site's ([`dictionaries`]). Reusable text responses announce themselves as
 //!   dictionaries with `Use-As-Dictionary`; pages a browser will not keep get a
-//!   derived dictionary announced with `NetworkPath: rel="compression-dictionary"`.
+//!   derived dictionary announced with `Link: rel="compression-dictionary"`.
 //!
 //! A delta is sent only when it is smaller than the plain encoding; the cost model
 //! decides whether one is worth making now or only in the background.
@@ -20,6 +20,8 @@ pub mod history;
 pub mod training;
 
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use bytes::Bytes;
 use codec::cost::{NetworkPath, Work};
@@ -58,7 +60,8 @@ pub struct DeltaRequest<'a> {
 /// The delta engine: chooses and makes deltas for a request, announces dictionaries,
 /// and records the versions deltas are made from.
 pub struct DeltaEngine {
-    config: DeltaConfig,
+    /// Swapped whole by a configuration reload; each call reads one version.
+    config: ArcSwap<DeltaConfig>,
     /// Absent when caching is disabled: no history, no dictionaries, no deltas.
     store: Option<Store>,
     bodies: Arc<DerivedBodies>,
@@ -88,16 +91,23 @@ impl DeltaChoice {
 impl DeltaEngine {
     pub fn new(config: DeltaConfig, store: Option<Store>, bodies: Arc<DerivedBodies>) -> Self {
         DeltaEngine {
-            config,
+            config: ArcSwap::from_pointee(config),
             store,
             bodies,
             announcements: DictionaryAnnouncements::default(),
         }
     }
 
-    /// The configuration deltas are made under.
-    pub fn config(&self) -> &DeltaConfig {
-        &self.config
+    /// The configuration deltas are made under now.
+    pub fn config(&self) -> Arc<DeltaConfig> {
+        self.config.load_full()
+    }
+
+    /// Makes later deltas and announcements under `config`, forgetting the
+    /// announcements memoized under the previous one.
+    pub fn set_config(&self, config: DeltaConfig) {
+        self.config.store(Arc::new(config));
+        self.announcements.clear();
     }
 
     /// The smallest delta the client can use that beats `plain_len`, if any.
@@ -110,7 +120,7 @@ impl DeltaEngine {
         content: &Bytes,
         plain_len: usize,
     ) -> Option<DeltaChoice> {
-        let config = &self.config;
+        let config = &*self.config.load();
         let store = self.store.clone()?;
         let path = NetworkPath::from_bits_per_second(config.assumed_bandwidth_bps);
         let mut best: Option<DeltaChoice> = None;
@@ -253,11 +263,11 @@ impl DeltaEngine {
     }
 
     /// Adds `Use-As-Dictionary` to a reusable text response a browser may keep, or, for a
-    /// page it will not keep (instantly stale), a `NetworkPath` to a derived dictionary. A
+    /// page it will not keep (instantly stale), a `Link` to a derived dictionary. A
     /// response that is not the same for everyone (`audience`) is neither announced nor
     /// derived from; it still links the site's trained dictionaries, which are public.
     pub async fn announce(&self, request: &DeltaRequest<'_>, headers: &mut HeaderMap, hash: Hash) {
-        let config = &self.config;
+        let config = &*self.config.load();
         let Some(store) = self.store.clone() else {
             return;
         };
@@ -367,12 +377,12 @@ pub fn dictionary_levels(coding: DictionaryCoding) -> (u32, u32) {
 }
 
 /// The dictionary announcements of recently served responses, so a hot resource costs
-/// no pattern inference and a hot page no index reads: pages' `NetworkPath` fields to their
+/// no pattern inference and a hot page no index reads: pages' `Link` fields to their
 /// dictionaries change only when a dictionary is trained or its body evicted, and a
 /// few seconds late is harmless; a resource's `Use-As-Dictionary` value is a function
 /// of the resource and the configuration.
 pub struct DictionaryAnnouncements {
-    /// Pages' `NetworkPath: <url>; rel="compression-dictionary"` values.
+    /// Pages' `Link: <url>; rel="compression-dictionary"` values.
     links: Bounded<PageKey, Vec<HeaderValue>>,
     /// resource → (whether it was HTML, the `Use-As-Dictionary` value).
     use_as: Bounded<String, (bool, Option<HeaderValue>)>,
@@ -394,9 +404,14 @@ impl Default for DictionaryAnnouncements {
 }
 
 impl DictionaryAnnouncements {
-    /// The `NetworkPath` field values (`<url>; rel="compression-dictionary"`) for a page.
+    /// The `Link` field values (`<url>; rel="compression-dictionary"`) for a page.
     fn page_links(&self, page: &PageKey) -> Option<Vec<HeaderValue>> {
         self.links.get(page)
+    }
+
+    fn clear(&self) {
+        self.links.clear();
+        self.use_as.clear();
     }
 
     fn put_page_links(&self, page: PageKey, links: Vec<HeaderValue>) {

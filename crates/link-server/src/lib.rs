@@ -20,12 +20,12 @@ pub mod waits;
 use std::sync::Arc;
 
 use link_protocol::frame;
-use proxy::config::Config;
+use proxy::live::LiveConfig;
 use proxy::server::{LinkEndpoint, Running, StartError};
 
 /// Starts a server whose main listener answers link requests (when `link.enabled`)
 /// besides ordinary ones.
-pub async fn start(config: Config) -> Result<Running, StartError> {
+pub async fn start(config: impl Into<LiveConfig>) -> Result<Running, StartError> {
     proxy::server::start_with(
         config,
         Some(Box::new(|pipeline| {

@@ -177,7 +177,8 @@ pub async fn handle(
         p.metrics.record_request(&method, status, started.elapsed());
         error_response(status, message)
     };
-    let config = &p.config.link;
+    let config = p.config();
+    let config = &config.link;
     if let Some(token) = &config.token {
         let presented = req.headers().get(frame::LINK_HEADER).map(|v| v.as_bytes());
         if !presented.is_some_and(|p| proxy::secret::same_secret(p, token.as_bytes())) {
@@ -468,7 +469,7 @@ impl Exchange {
                 if status != StatusCode::OK {
                     return watch.settle();
                 }
-                let limit = self.p.config.limits.max_decoded_body;
+                let limit = self.p.config().limits.max_decoded_body;
                 watch.decoder = decode.map(|coding| Windows::new(coding, limit));
                 watch.head = Some((status, fields));
                 watch.length = length;
@@ -509,7 +510,7 @@ impl Exchange {
             return cut.feed(decoded).await;
         }
         watch.received.extend_from_slice(&decoded);
-        if watch.received.len() > self.p.config.limits.max_buffered_body {
+        if watch.received.len() > self.p.config().limits.max_buffered_body {
             // Larger than any body read whole: the watch holds no more of it.
             return watch.settle();
         }
@@ -603,7 +604,8 @@ impl Exchange {
     /// The newest instance of this URL the server holds, when the client holds none
     /// of its instances and the origin's wait has been long enough to pay.
     async fn stale_candidate(&self) -> Option<StaleStream> {
-        let config = &self.p.config.link;
+        let config = self.p.config();
+        let config = &config.link;
         let min_wait = std::time::Duration::from_millis(config.min_origin_wait_ms);
         if self.want_full
             || !config.optimistic
@@ -849,7 +851,8 @@ impl Exchange {
         decode: Option<ContentCoding>,
         outcome: &'static str,
     ) -> Result<(), Stopped> {
-        let limits = &self.p.config.limits;
+        let config = self.p.config();
+        let limits = &config.limits;
         let level = levels::levels(self.link, limits.max_buffered_body as u64).stream;
         let decoder = decode.map(|c| Windows::new(c, limits.max_decoded_body));
         self.pump_full(FullStream::new(head, level)?, body, decoder, 0, outcome)
@@ -946,7 +949,7 @@ impl Exchange {
             return None;
         };
         let request = &self.ctx.profile;
-        let public_path = self.p.config.cache.is_public_path(request.uri.path());
+        let public_path = self.p.config().cache.is_public_path(request.uri.path());
         let shareable = !CacheControl::from_headers(&instance.headers).no_store
             && audience(&request.headers, &instance.headers, public_path).may_derive();
         if instance.reusable
@@ -970,7 +973,7 @@ impl Exchange {
             return;
         };
         let resource = self.ctx.resource.clone();
-        let delta = self.p.config.delta.clone();
+        let delta = self.p.config().delta.clone();
         let kept = tokio::task::spawn_blocking(move || {
             store.put_blob(&bytes)?;
             let version = history::Version {

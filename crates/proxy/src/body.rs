@@ -78,6 +78,7 @@ impl<B> IdleTimeout<B> {
     }
 }
 
+/// The error of a body [`IdleTimeout`] cut off.
 #[derive(Debug, thiserror::Error)]
 #[error("no data for {0:?}")]
 pub struct IdleTimedOut(Duration);
@@ -213,9 +214,19 @@ pub fn file(mut file: tokio::fs::File, start: u64, len: u64) -> Body {
     body
 }
 
-/// Shows `each` every data frame as it goes through, unchanged, then `None` once
-/// the body has ended.
-pub fn tapped(body: Body, each: impl Fn(Option<&Bytes>) + Send + Unpin + 'static) -> Body {
+/// What a tapped body shows its watcher.
+pub enum Tap<'a> {
+    /// A data frame, as it goes through.
+    Data(&'a Bytes),
+    /// The body ended normally.
+    End,
+    /// The body failed with this error (its last event).
+    Failed(&'a BoxError),
+}
+
+/// Shows `each` every data frame as it goes through, unchanged, then how the body
+/// ended: `End` or `Failed`, once.
+pub fn tapped(body: Body, each: impl Fn(Tap<'_>) + Send + Unpin + 'static) -> Body {
     Tapped {
         inner: body,
         each,
@@ -230,7 +241,7 @@ struct Tapped<F> {
     ended: bool,
 }
 
-impl<F: Fn(Option<&Bytes>) + Unpin> HttpBody for Tapped<F> {
+impl<F: Fn(Tap<'_>) + Unpin> HttpBody for Tapped<F> {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -243,12 +254,16 @@ impl<F: Fn(Option<&Bytes>) + Unpin> HttpBody for Tapped<F> {
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    (this.each)(Some(data));
+                    (this.each)(Tap::Data(data));
                 }
+            }
+            Poll::Ready(Some(Err(e))) if !this.ended => {
+                this.ended = true;
+                (this.each)(Tap::Failed(e));
             }
             Poll::Ready(None) if !this.ended => {
                 this.ended = true;
-                (this.each)(None);
+                (this.each)(Tap::End);
             }
             _ => {}
         }

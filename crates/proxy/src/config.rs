@@ -450,6 +450,60 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("`{key}`: {message}")]
     Invalid { key: &'static str, message: String },
+    #[error("config file {path}, line {line}: `{key}`: {message}")]
+    InvalidAt {
+        path: PathBuf,
+        line: usize,
+        key: &'static str,
+        message: String,
+    },
+}
+
+/// Names the file and line where each invalid key is set, when the file sets it (a
+/// value from the command line or a default has no line).
+pub fn locate(problems: Vec<ConfigError>, path: &std::path::Path) -> Vec<ConfigError> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    problems
+        .into_iter()
+        .map(|problem| match problem {
+            ConfigError::Invalid { key, message } => match line_of(&text, key) {
+                Some(line) => ConfigError::InvalidAt {
+                    path: path.into(),
+                    line,
+                    key,
+                    message,
+                },
+                None => ConfigError::Invalid { key, message },
+            },
+            other => other,
+        })
+        .collect()
+}
+
+/// The 1-based line where a dotted key (`limits.header_timeout_ms`) is set; within an
+/// array of tables (`compression.profile.types`), the first table's.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    use toml::de::{DeTable, DeValue};
+    let document = DeTable::parse(text).ok()?;
+    let line_at = |offset: usize| text[..offset].matches('\n').count() + 1;
+    let mut table = document.get_ref();
+    let mut parts = key.split('.').peekable();
+    while let Some(part) = parts.next() {
+        let (name, value) = table.iter().find(|(name, _)| name.get_ref() == part)?;
+        let here = Some(line_at(name.span().start));
+        if parts.peek().is_none() {
+            return here;
+        }
+        table = match value.get_ref() {
+            DeValue::Table(inner) => inner,
+            DeValue::Array(items) => match items.first().map(|item| item.get_ref()) {
+                Some(DeValue::Table(inner)) => inner,
+                _ => return here,
+            },
+            _ => return here,
+        };
+    }
+    None
 }
 
 impl Config {
@@ -460,53 +514,62 @@ impl Config {
 
     /// Validates the whole document; the first problem found is reported with its key.
     pub fn check(&self) -> Result<(), ConfigError> {
-        let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
+        match self.problems().into_iter().next() {
+            Some(problem) => Err(problem),
+            None => Ok(()),
+        }
+    }
+
+    /// Every problem in the document, each naming its key.
+    pub fn problems(&self) -> Vec<ConfigError> {
+        let mut problems = Vec::new();
+        let mut invalid =
+            |key, message: String| problems.push(ConfigError::Invalid { key, message });
         match (&self.origin, &self.root) {
             (None, None) if self.link.enabled => {}
             (None, None) => {
-                return invalid(
+                invalid(
                     "origin",
                     "set `origin` (reverse proxy), `root` (file server) or `link.enabled` (server proxy)"
                         .into(),
                 )
             }
             (Some(_), Some(_)) => {
-                return invalid(
+                invalid(
                     "root",
                     "`origin` and `root` are exclusive: choose one".into(),
                 )
             }
-            (Some(origin), None) => {
-                let uri: http::Uri = origin.parse().map_err(|e| ConfigError::Invalid {
-                    key: "origin",
-                    message: format!("`{origin}` is not a URL: {e}"),
-                })?;
-                if !matches!(uri.scheme_str(), Some("http") | Some("https"))
-                    || uri.authority().is_none()
+            (Some(origin), None) => match origin.parse::<http::Uri>() {
+                Err(e) => invalid("origin", format!("`{origin}` is not a URL: {e}")),
+                Ok(uri)
+                    if !matches!(uri.scheme_str(), Some("http") | Some("https"))
+                        || uri.authority().is_none() =>
                 {
-                    return invalid(
+                    invalid(
                         "origin",
                         format!("`{origin}` must be an absolute http:// or https:// URL"),
-                    );
+                    )
                 }
-            }
+                Ok(_) => {}
+            },
             (None, Some(root)) => {
                 if !root.is_dir() {
-                    return invalid("root", format!("{} is not a directory", root.display()));
+                    invalid("root", format!("{} is not a directory", root.display()));
                 }
             }
         }
         if let Some(prefix) = self.cache.public_paths.iter().find(|p| !p.starts_with('/')) {
-            return invalid(
+            invalid(
                 "cache.public_paths",
                 format!("`{prefix}` is not a path prefix: it must start with /"),
             );
         }
         if self.tls.cert.is_some() != self.tls.key.is_some() {
-            return invalid("tls.key", "`tls.cert` and `tls.key` go together".into());
+            invalid("tls.key", "`tls.cert` and `tls.key` go together".into());
         }
         if self.tls.self_signed && self.tls.cert.is_some() {
-            return invalid(
+            invalid(
                 "tls.self_signed",
                 "choose a self-signed certificate or `tls.cert`, not both".into(),
             );
@@ -519,24 +582,37 @@ impl Config {
             ),
         ] {
             if http::HeaderValue::from_str(value).is_err() {
-                return invalid(key, format!("`{value}` is not a valid header value"));
+                invalid(key, format!("`{value}` is not a valid header value"));
             }
         }
         if self.limits.max_header_bytes < 8192 {
-            return invalid("limits.max_header_bytes", "must be at least 8192".into());
+            invalid("limits.max_header_bytes", "must be at least 8192".into());
         }
         if self.limits.header_timeout_ms == 0 {
-            return invalid("limits.header_timeout_ms", "must be greater than 0".into());
+            invalid("limits.header_timeout_ms", "must be greater than 0".into());
         }
-        if self.upstream.connect_timeout_ms == 0 || self.upstream.header_timeout_ms == 0 {
-            return invalid(
+        for (key, timeout) in [
+            (
+                "upstream.connect_timeout_ms",
+                self.upstream.connect_timeout_ms,
+            ),
+            (
                 "upstream.header_timeout_ms",
-                "upstream timeouts must be greater than 0".into(),
-            );
+                self.upstream.header_timeout_ms,
+            ),
+            // 0 would fail every origin body at its first pause.
+            (
+                "upstream.body_idle_timeout_ms",
+                self.upstream.body_idle_timeout_ms,
+            ),
+        ] {
+            if timeout == 0 {
+                invalid(key, "must be greater than 0".into());
+            }
         }
         let host = self.upstream.host.as_str();
         if host != "origin" && host != "client" && http::HeaderValue::from_str(host).is_err() {
-            return invalid(
+            invalid(
                 "upstream.host",
                 format!("`{host}` is not `origin`, `client` or a valid host"),
             );
@@ -549,18 +625,18 @@ impl Config {
             .filter(|t| !t.is_empty())
         {
             if codec::dictionary::DictionaryCoding::from_token(token).is_none() {
-                return invalid(
+                invalid(
                     "delta.dictionary_codings",
                     format!("unknown coding `{token}` (valid: dcz, dcb)"),
                 );
             }
         }
         if self.delta.history == 0 {
-            return invalid("delta.history", "must be at least 1".into());
+            invalid("delta.history", "must be at least 1".into());
         }
         let forward = self.link.enabled && self.origin.is_none() && self.root.is_none();
         if forward && self.link.token.is_none() && !self.listen.ip().is_loopback() {
-            return invalid(
+            invalid(
                 "link.token",
                 format!(
                     "a server proxy fetching any origin on {} would be an open proxy: set a token (--link-token)",
@@ -569,7 +645,7 @@ impl Config {
             );
         }
         if self.link.enabled && !self.listen.ip().is_loopback() && !self.tls.enabled() {
-            return invalid(
+            invalid(
                 "tls",
                 format!(
                     "a server proxy on {} without TLS would send its link token and every exchange across the network in clear: add --tls-cert/--tls-key (`tls.cert`, `tls.key`) or --tls-self-signed, or listen on loopback",
@@ -579,7 +655,7 @@ impl Config {
         }
         if let Some(token) = &self.admin_token {
             if token.is_empty() || http::HeaderValue::from_str(token).is_err() {
-                return invalid(
+                invalid(
                     "admin_token",
                     "must be a non-empty header-safe string".into(),
                 );
@@ -587,33 +663,33 @@ impl Config {
         }
         if let Some(token) = &self.link.token {
             if token.is_empty() || token == "1" || http::HeaderValue::from_str(token).is_err() {
-                return invalid(
+                invalid(
                     "link.token",
                     "must be a non-empty header-safe string other than `1`".into(),
                 );
             }
         }
         if !(1024..=frame_limit()).contains(&self.link.stale_chunk_bytes) {
-            return invalid(
+            invalid(
                 "link.stale_chunk_bytes",
                 format!("must be between 1024 and {}", frame_limit()),
             );
         }
         if self.link.idle_client_timeout_ms == 0 {
-            return invalid(
+            invalid(
                 "link.idle_client_timeout_ms",
                 "must be greater than 0".into(),
             );
         }
         if self.link.assumed_bandwidth_bps == 0 {
-            return invalid(
+            invalid(
                 "link.assumed_bandwidth_bps",
                 "must be greater than 0".into(),
             );
         }
         for rule in &self.delta.pattern {
             if !rule.prefix.starts_with('/') || !rule.pattern.starts_with('/') {
-                return invalid(
+                invalid(
                     "delta.pattern",
                     format!(
                         "prefix `{}` and match `{}` must be absolute paths",
@@ -625,14 +701,14 @@ impl Config {
         for p in &self.compression.profile {
             for t in &p.types {
                 if !t.contains('/') {
-                    return invalid(
+                    invalid(
                         "compression.profile.types",
                         format!("`{t}` is not a media type like `text/html` or `text/*`"),
                     );
                 }
             }
         }
-        Ok(())
+        problems
     }
 }
 
@@ -682,6 +758,20 @@ mod tests {
         assert_eq!(c.listen.port(), 8080);
         let err = c.check().unwrap_err().to_string();
         assert!(err.contains("`origin`"), "{err}");
+    }
+
+    #[test]
+    fn a_zero_upstream_timeout_is_an_error_naming_its_key() {
+        for key in [
+            "connect_timeout_ms",
+            "header_timeout_ms",
+            "body_idle_timeout_ms",
+        ] {
+            let text = format!("origin = \"http://a\"\n[upstream]\n{key} = 0");
+            let c: Config = toml::from_str(&text).unwrap();
+            let err = c.check().unwrap_err().to_string();
+            assert!(err.contains(&format!("upstream.{key}")), "{err}");
+        }
     }
 
     #[test]
@@ -774,6 +864,30 @@ mod tests {
         c.origin = Some("http://127.0.0.1:1".into());
         c.upstream.host = "bad\nhost".into();
         assert!(c.check().unwrap_err().to_string().contains("upstream.host"));
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wirefold.toml");
+        let text = "origin = \"http://127.0.0.1:1\"\n\n[limits]\nheader_timeout_ms = 0\n\n[delta]\nhistory = 0\n\n[[compression.profile]]\ntypes = [\"html\"]\ncached = \"br:11\"\non_the_fly = \"br:5\"\n";
+        std::fs::write(&path, text).unwrap();
+        let mut config = Config::from_file(&path).unwrap();
+        config.upstream.host = "bad\nhost".into(); // as from the command line: no line
+        let problems: Vec<String> = locate(config.problems(), &path)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let file = path.display();
+        assert_eq!(
+            problems,
+            [
+                format!("config file {file}, line 4: `limits.header_timeout_ms`: must be greater than 0"),
+                "`upstream.host`: `bad\nhost` is not `origin`, `client` or a valid host".to_string(),
+                format!("config file {file}, line 7: `delta.history`: must be at least 1"),
+                format!("config file {file}, line 10: `compression.profile.types`: `html` is not a media type like `text/html` or `text/*`"),
+            ]
+        );
     }
 
     #[test]

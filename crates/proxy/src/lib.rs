@@ -12,6 +12,7 @@ pub mod destinations;
 pub mod files;
 mod first_bytes;
 pub mod forward;
+pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod origin;

@@ -139,6 +139,8 @@ pub struct Metrics {
     pub decode_memory_peak: Gauge,
     /// Whole-body decodes whose output was not kept, by reason (`budget`, `size`).
     pub decodes_unheld: Family<ReasonLabels, Counter>,
+    /// Configuration reloads, `applied` or `refused`.
+    pub config_reloads: Family<ResultLabels, Counter>,
     /// Totals kept beside the families so the demo can print a summary cheaply.
     totals: Totals,
 }
@@ -246,8 +248,15 @@ impl Metrics {
             "Whole-body decodes not kept in memory (streamed, or refused if the body then failed to decode), by reason",
             decodes_unheld.clone(),
         );
+        let config_reloads = Family::default();
+        registry.register(
+            "config_reloads",
+            "Configuration reloads (SIGHUP, POST /reload), by result: applied or refused",
+            config_reloads.clone(),
+        );
         Metrics {
             registry,
+            config_reloads,
             decode_memory,
             decode_memory_peak,
             decodes_unheld,
@@ -310,6 +319,12 @@ impl Metrics {
     pub fn link_outcome(&self, outcome: &'static str) {
         self.link_outcomes
             .get_or_create(&ResultLabels { result: outcome })
+            .inc();
+    }
+
+    pub fn config_reload(&self, result: &'static str) {
+        self.config_reloads
+            .get_or_create(&ResultLabels { result })
             .inc();
     }
 

@@ -28,9 +28,9 @@ const BASES: usize = 2;
 
 /// Starts the scanner when the pipeline serves files, has a store, and scanning is on.
 pub fn start(pipeline: Arc<Pipeline>, mut stop: watch::Receiver<bool>) {
-    let interval = pipeline.config.delta.scan_interval_ms;
+    let interval = pipeline.config().delta.scan_interval_ms;
     if interval == 0
-        || !pipeline.config.delta.enabled
+        || !pipeline.config().delta.enabled
         || pipeline.store().is_none()
         || !matches!(pipeline.fetcher.source(), Source::Files(_))
     {
@@ -74,7 +74,7 @@ fn scan(p: &Pipeline, seen: &mut HashMap<PathBuf, (u64, SystemTime)>) {
     for (path, _, modified) in &found {
         let request_path = request_path(files.root(), path);
         if wirefold_http::url_pattern::is_versioned(&request_path) {
-            let pattern = dictionaries::pattern_for(&p.config.delta, &request_path, None);
+            let pattern = dictionaries::pattern_for(&p.config().delta, &request_path, None);
             groups
                 .entry(pattern)
                 .or_default()
@@ -84,19 +84,20 @@ fn scan(p: &Pipeline, seen: &mut HashMap<PathBuf, (u64, SystemTime)>) {
     groups.values_mut().for_each(|g| g.sort());
     for (path, len, modified) in found {
         if seen.get(&path) == Some(&(len, modified))
-            || len > p.config.limits.max_buffered_body as u64
+            || len > p.config().limits.max_buffered_body as u64
         {
             continue;
         }
         let request_path = request_path(files.root(), &path);
         let content_type = crate::files::content_type_for(&path);
-        let Some(profile) = p.config.compression.profile_for(&content_type) else {
+        let config = p.config();
+        let Some(profile) = config.compression.profile_for(&content_type) else {
             seen.insert(path, (len, modified));
             continue;
         };
         let siblings: Vec<PathBuf> = groups
             .get(&dictionaries::pattern_for(
-                &p.config.delta,
+                &p.config().delta,
                 &request_path,
                 None,
             ))
@@ -154,7 +155,8 @@ fn prepare(
         time: delta::now_unix(),
         size: len,
     };
-    delta::record_version(store, &p.config.delta, &resource, version).map_err(|e| e.to_string())?;
+    delta::record_version(store, &p.config().delta, &resource, version)
+        .map_err(|e| e.to_string())?;
 
     let make = |variant: Variant, produce: &dyn Fn() -> Vec<u8>| -> Result<(), String> {
         let variant = variant.to_string();
@@ -174,7 +176,8 @@ fn prepare(
             codec::compress(coding, level, &bytes)
         })?;
     }
-    let config = &p.config.delta;
+    let config = p.config();
+    let config = &config.delta;
     let own_bases = history::load(store, &resource)
         .map_err(|e| e.to_string())?
         .versions

@@ -24,6 +24,7 @@ use crate::body::{self, Body};
 use crate::config::Config;
 use crate::files::FileSource;
 use crate::first_bytes::FirstBytesDeadline;
+use crate::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
 use crate::model::ConnInfo;
 use crate::origin::Origin;
@@ -62,6 +63,7 @@ pub struct Running {
     pub admin_addr: SocketAddr,
     pub tls: bool,
     pub metrics: Arc<Metrics>,
+    pipeline: Arc<Pipeline>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     background: crate::background::Background,
@@ -69,6 +71,17 @@ pub struct Running {
 }
 
 impl Running {
+    /// Reads the configuration again and applies it to new requests and connections
+    /// (`SIGHUP`, `POST /reload`).
+    pub fn reload(&self) -> Result<Reloaded, ReloadError> {
+        self.pipeline.reload()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.pipeline.config()
+    }
+
     /// Stops accepting, lets in-flight requests and background work (encodes, store
     /// writes) finish within the grace period, then returns with the store closed.
     pub async fn shutdown(self) {
@@ -128,13 +141,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     start_with(config, None).await
 }
 
-/// Starts a server; `link` answers link requests when `link.enabled` is set.
+/// Starts a server; `link` answers link requests when `link.enabled` is set. A
+/// [`LiveConfig`] with a loader can be [reloaded](Running::reload).
 pub async fn start_with(
-    config: Config,
+    config: impl Into<LiveConfig>,
     link: Option<LinkEndpointFactory>,
 ) -> Result<Running, StartError> {
+    let live = Arc::new(config.into());
+    let config = live.current();
     config.check()?;
-    let config = Arc::new(config);
     let metrics = Arc::new(Metrics::new());
     let store = if config.cache.enabled {
         let store_config = store::StoreConfig {
@@ -199,12 +214,7 @@ pub async fn start_with(
             source,
         })?;
 
-    let pipeline = Arc::new(Pipeline::new(
-        config.clone(),
-        source,
-        store,
-        metrics.clone(),
-    ));
+    let pipeline = Arc::new(Pipeline::new(live, source, store, metrics.clone()));
     let background = pipeline.background.clone();
     let grace = Duration::from_millis(config.limits.shutdown_grace_ms);
     let (stop, stopped) = watch::channel(false);
@@ -222,6 +232,7 @@ pub async fn start_with(
         stopped.clone(),
     ));
     let admin_header_timeout = Duration::from_millis(config.limits.header_timeout_ms);
+    let reloads = pipeline.clone();
     let admin = tokio::spawn(admin_loop(
         admin_listener,
         admin_header_timeout,
@@ -236,6 +247,7 @@ pub async fn start_with(
         admin_addr,
         tls: tls.is_some(),
         metrics,
+        pipeline: reloads,
         stop,
         tasks: vec![main, admin],
         background,
@@ -272,9 +284,7 @@ async fn accept_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let pipeline = &front.pipeline;
-    let builder = Arc::new(connection_builder(&pipeline.config));
     let graceful = GracefulShutdown::new();
-    let handshake_timeout = Duration::from_millis(pipeline.config.limits.header_timeout_ms);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -289,6 +299,11 @@ async fn accept_loop(
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);
+        // Each connection takes the limits in force when it arrives (a reload applies
+        // to new connections).
+        let config = pipeline.config();
+        let builder = connection_builder(&config);
+        let handshake_timeout = Duration::from_millis(config.limits.header_timeout_ms);
         let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
         if let Some(link) = &front.link {
             link.accepted(socket);
@@ -315,7 +330,6 @@ async fn accept_loop(
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
-                let builder = builder.clone();
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {
                     let stream = match tokio::time::timeout(
@@ -340,7 +354,7 @@ async fn accept_loop(
         }
     }
     drop(listener);
-    let grace = Duration::from_millis(pipeline.config.limits.shutdown_grace_ms);
+    let grace = Duration::from_millis(pipeline.config().limits.shutdown_grace_ms);
     if tokio::time::timeout(grace, graceful.shutdown())
         .await
         .is_err()
@@ -423,16 +437,37 @@ pub async fn admin_loop<H, F>(
     }
 }
 
-async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
-    let text = |status: StatusCode, content_type: &'static str, body: String| {
-        let mut r = Response::new(body::full(body));
-        *r.status_mut() = status;
-        r.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static(content_type),
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+    let mut r = Response::new(body::full(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    r
+}
+
+/// The refusal for an admin request that may not change the server, if it may not.
+fn refuse_change(pipeline: &Pipeline, req: &Request<Incoming>) -> Option<Response<Body>> {
+    let authorization = req.headers().get(http::header::AUTHORIZATION);
+    let config = pipeline.config();
+    let (status, why) = authorize_admin_change(
+        config.admin.ip(),
+        config.admin_token.as_deref(),
+        authorization,
+    )
+    .err()?;
+    let mut refused = text(status, "text/plain", format!("{why}\n"));
+    if status == StatusCode::UNAUTHORIZED {
+        refused.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer"),
         );
-        r
-    };
+    }
+    Some(refused)
+}
+
+async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
     match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
         "/metrics" => {
@@ -456,18 +491,7 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
             }
         }
         "/dictionaries/train" if req.method() == http::Method::POST => {
-            let authorization = req.headers().get(http::header::AUTHORIZATION);
-            let token = pipeline.config.admin_token.as_deref();
-            if let Err((status, why)) =
-                authorize_admin_change(pipeline.config.admin.ip(), token, authorization)
-            {
-                let mut refused = text(status, "text/plain", format!("{why}\n"));
-                if status == StatusCode::UNAUTHORIZED {
-                    refused.headers_mut().insert(
-                        http::header::WWW_AUTHENTICATE,
-                        http::HeaderValue::from_static("Bearer"),
-                    );
-                }
+            if let Some(refused) = refuse_change(pipeline, &req) {
                 return refused;
             }
             match train_dictionary(pipeline, req.uri().query().unwrap_or("")).await {
@@ -479,10 +503,30 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
                 ),
             }
         }
+        "/reload" if req.method() == http::Method::POST => {
+            if let Some(refused) = refuse_change(pipeline, &req) {
+                return refused;
+            }
+            match pipeline.reload() {
+                Ok(reloaded) => text(
+                    StatusCode::OK,
+                    "application/json",
+                    format!("{}\n", serde_json::json!(reloaded)),
+                ),
+                Err(e @ ReloadError::NoSource) => {
+                    text(StatusCode::NOT_IMPLEMENTED, "text/plain", format!("{e}\n"))
+                }
+                Err(e) => text(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "text/plain",
+                    format!("{e}\n"),
+                ),
+            }
+        }
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /metrics, /healthz or POST /dictionaries/train\n".into(),
+            "not found: try /metrics, /healthz, POST /dictionaries/train or POST /reload\n".into(),
         ),
     }
 }

@@ -483,6 +483,143 @@ async fn origin_reset_mid_stream_aborts_the_client_transfer() {
             "nothing was cached"
         );
     }
+    // Counted although the client had its head already.
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric(&metrics, "wirefold_origin_errors_total{result=\"body\"}"),
+        2.0,
+        "{metrics}"
+    );
+}
+
+/// An origin whose first answer stalls: the head and the first `sent` bytes of
+/// `body`, then silence on an open connection until the proxy hangs up. Later answers
+/// are whole. Returns its address and how many requests it has answered.
+async fn origin_stalling_once(body: Vec<u8>, sent: usize) -> (SocketAddr, Arc<AtomicUsize>) {
+    let body = Arc::new(body);
+    let answered = Arc::new(AtomicUsize::new(0));
+    let counter = answered.clone();
+    let (addr, _) = counting_raw_origin(move |mut stream| {
+        let (body, counter) = (body.clone(), counter.clone());
+        async move {
+            let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\
+                 Cache-Control: max-age=3600\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes()).await;
+            if !first {
+                let _ = stream.write_all(&body).await;
+                return;
+            }
+            let _ = stream.write_all(&body[..sent]).await;
+            let _ = stream.flush().await;
+            // Silent, but open: only the proxy can end this exchange.
+            let mut sink = [0u8; 1024];
+            while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+        }
+    })
+    .await;
+    (addr, answered)
+}
+
+/// The idle timeout the stalling origins run into: small, so the tests are quick.
+const TEST_BODY_IDLE_TIMEOUT_MS: u64 = 300;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_stalling_mid_body_is_a_504_and_not_cached() {
+    let body = item_body(11, 100_000);
+    let (addr, answered) = origin_stalling_once(body.clone(), 1000).await;
+    let proxy = start_proxy(&format!("http://{addr}"), |c| {
+        c.upstream.body_idle_timeout_ms = TEST_BODY_IDLE_TIMEOUT_MS
+    })
+    .await;
+    // Nothing has gone to the client when the origin stalls: a 504 says so, and curl
+    // returns (its own limit is 30 s) instead of waiting on the origin.
+    let stalled = curl(&proxy.url("/stalls"), &[]).await;
+    assert_eq!(stalled.status, 504, "{:?}", body_text(&stalled.body));
+    let text = body_text(&stalled.body);
+    assert!(
+        text.starts_with("wirefold: origin stopped sending its body"),
+        "{text}"
+    );
+    assert_eq!(stalled.header("cache-control"), Some("no-store"));
+
+    let again = curl(&proxy.url("/stalls"), &[]).await;
+    assert_eq!(again.status, 200);
+    assert!(again.body == body, "the whole body, fetched again");
+    assert_eq!(
+        answered.load(Ordering::SeqCst),
+        2,
+        "the stalled body was not cached"
+    );
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "wirefold_origin_errors_total{result=\"body_timeout\"}"
+        ),
+        1.0,
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_stalling_mid_stream_aborts_the_client_transfer() {
+    // Larger than the buffer: the head and the first bytes are on their way to the
+    // client when the origin stalls, so the transfer must end as an error.
+    let body = item_body(12, 100_000);
+    let (addr, answered) = origin_stalling_once(body.clone(), 30_000).await;
+    let proxy = start_proxy(&format!("http://{addr}"), |c| {
+        c.upstream.body_idle_timeout_ms = TEST_BODY_IDLE_TIMEOUT_MS;
+        c.limits.max_buffered_body = 16 * 1024;
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "--max-time", "30", "-w", "%{http_code}", "-o"])
+        .arg(dir.path().join("body"))
+        .arg(proxy.url("/stalls"))
+        .output()
+        .await
+        .unwrap();
+    let received = std::fs::read(dir.path().join("body")).unwrap_or_default();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    assert!(
+        !out.status.success(),
+        "curl must see the transfer fail ({} of {} bytes received)",
+        received.len(),
+        body.len()
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(28),
+        "the proxy ended the transfer, not curl's own time limit"
+    );
+    assert!(received.len() < body.len());
+    assert!(
+        received[..] == body[..received.len()],
+        "what came was right"
+    );
+
+    let again = curl(&proxy.url("/stalls"), &[]).await;
+    assert_eq!(again.status, 200);
+    assert!(again.body == body, "the whole body, fetched again");
+    assert_eq!(
+        answered.load(Ordering::SeqCst),
+        2,
+        "the stalled body was not cached"
+    );
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "wirefold_origin_errors_total{result=\"body_timeout\"}"
+        ),
+        1.0,
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

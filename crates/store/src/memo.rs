@@ -93,6 +93,11 @@ impl<K: Eq + Hash, V: Clone> Bounded<K, V> {
     {
         self.entries.remove(key);
     }
+
+    /// Forgets every entry (what they were computed from changed).
+    pub fn clear(&self) {
+        self.entries.clear();
+    }
 }
 
 #[cfg(test)]

@@ -31,10 +31,15 @@ impl Drop for Started {
 
 /// Starts `wirefold ARGS` and waits for a stdout line containing `marker`.
 pub fn start(args: &[&str], marker: &str) -> Started {
+    start_logging_to(args, marker, Stdio::null())
+}
+
+/// [`start`] with its stderr (the log) sent to `log`.
+pub fn start_logging_to(args: &[&str], marker: &str, log: impl Into<Stdio>) -> Started {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wirefold"))
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("wirefold starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();

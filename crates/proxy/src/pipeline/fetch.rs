@@ -21,12 +21,13 @@ use wirefold_http::ContentCoding;
 
 use super::remember::{self, Fetched, StorePlan};
 use crate::background::Background;
-use crate::body::{self, error_response, Body};
+use crate::body::{self, error_response, Body, IdleTimedOut, Tap};
 use crate::cache::{self, resource_of, site_of, Cache, Role, StoredResponse};
 use crate::config::Config;
 use crate::decode::{self, DecodeBudget, Unheld, WholeDecode, WholeLimits};
 use crate::files::{FileContent, FileSource};
 use crate::forward::ForwardOrigins;
+use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::model::{
     content_etag, etag_value, ClientProfile, ConnInfo, Instance, InstanceBody, OriginEvent,
@@ -64,7 +65,7 @@ impl Source {
 /// What `fetch` works with: the source of instances, the cache in front of it, and
 /// the limits on what it reads.
 pub struct Fetcher {
-    config: Arc<Config>,
+    live: Arc<LiveConfig>,
     source: Source,
     cache: Arc<Cache>,
     /// For the background revalidations that run `remember` themselves.
@@ -77,16 +78,17 @@ pub struct Fetcher {
 
 impl Fetcher {
     pub fn new(
-        config: Arc<Config>,
+        live: Arc<LiveConfig>,
         source: Source,
         cache: Arc<Cache>,
         deltas: Arc<DeltaEngine>,
         metrics: Arc<Metrics>,
         background: Background,
     ) -> Self {
-        let decode_budget = DecodeBudget::new(config.limits.max_decoding_memory, &metrics);
+        // Fixed at start: a reload keeps `limits.max_decoding_memory`.
+        let decode_budget = DecodeBudget::new(live.current().limits.max_decoding_memory, &metrics);
         Fetcher {
-            config,
+            live,
             source,
             cache,
             deltas,
@@ -94,6 +96,11 @@ impl Fetcher {
             background,
             decode_budget,
         }
+    }
+
+    /// The configuration in force now.
+    fn config(&self) -> Arc<Config> {
+        self.live.current()
     }
 
     pub fn source(&self) -> &Source {
@@ -106,7 +113,7 @@ impl Fetcher {
         headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| self.config.compression.profile_for(ct).is_some())
+            .is_some_and(|ct| self.config().compression.profile_for(ct).is_some())
     }
 }
 
@@ -226,7 +233,7 @@ async fn fetch_file(
     let content = files
         .read(
             &found,
-            f.config.limits.max_buffered_body,
+            f.config().limits.max_buffered_body,
             f.cache.store.as_ref(),
         )
         .await
@@ -254,7 +261,8 @@ async fn fetch_file(
     );
     let path = profile.uri.path();
     let versioned = wirefold_http::url_pattern::is_versioned(path);
-    let files_config = &f.config.files;
+    let config = f.config();
+    let files_config = &config.files;
     let cache_control = if versioned {
         &files_config.versioned_cache_control
     } else {
@@ -269,8 +277,7 @@ async fn fetch_file(
             hash,
             from_store,
         } => {
-            let text = f
-                .config
+            let text = config
                 .compression
                 .profile_for(&found.content_type)
                 .is_some();
@@ -434,7 +441,7 @@ async fn fetch_origin<'a>(
         Role::Follower(rx) => {
             cache::wait_for_leader(
                 rx,
-                Duration::from_millis(f.config.upstream.header_timeout_ms),
+                Duration::from_millis(f.config().upstream.header_timeout_ms),
             )
             .await;
             if let Some((stored, headers, bytes, hash)) =
@@ -547,7 +554,23 @@ async fn send(
     if let Some(kind) = result.as_ref().err().and_then(OriginError::origin_kind) {
         f.metrics.origin_error(kind);
     }
-    result
+    // A body that fails is counted here, once, whether it was being buffered or had
+    // already been streamed on to the client (whose transfer is then aborted).
+    let metrics = f.metrics.clone();
+    result.map(|(response, latency)| {
+        let response = response.map(|b| {
+            body::tapped(b, move |tap| {
+                if let Tap::Failed(e) = tap {
+                    metrics.origin_error(if e.is::<IdleTimedOut>() {
+                        "body_timeout"
+                    } else {
+                        "body"
+                    });
+                }
+            })
+        });
+        (response, latency)
+    })
 }
 
 /// The response for a failed origin exchange (already counted by `send`).
@@ -653,7 +676,7 @@ async fn revalidate<'a>(
     let age = freshness.current_age(SystemTime::now());
     // The 304's fields answer this request: merged into the shared entry only when
     // the result may be shared at all (a 304 to one user's cookie may carry theirs).
-    let public_path = f.config.cache.is_public_path(key_path(key));
+    let public_path = f.config().cache.is_public_path(key_path(key));
     let shared = audience(client, &headers, public_path).may_cache();
     let store_plan = shared.then(|| StorePlan::CacheEntry {
         key: key.to_string(),
@@ -733,7 +756,7 @@ async fn admit<'a>(
     let headers = &mut parts.headers;
     let last_modified = last_modified(headers);
     let secondary_key = cache::secondary_key(headers, request);
-    let public_path = key.is_some_and(|k| f.config.cache.is_public_path(key_path(k)));
+    let public_path = key.is_some_and(|k| f.config().cache.is_public_path(key_path(k)));
     let audience = audience(request, headers, public_path);
     let storable = key.is_some()
         && secondary_key.is_some()
@@ -763,7 +786,7 @@ async fn admit<'a>(
     let coding = stream_coding(headers.get(header::CONTENT_ENCODING));
     headers.remove(header::CONTENT_LENGTH);
     headers.remove(header::CONTENT_ENCODING);
-    let limit = f.config.limits.max_buffered_body;
+    let limit = f.config().limits.max_buffered_body;
     let fits = declared_length.is_none_or(|len| len <= limit as u64);
     if !fits || status == StatusCode::PARTIAL_CONTENT || matches!(coding, StreamCoding::Unknown(_))
     {
@@ -792,8 +815,11 @@ async fn admit<'a>(
                 length: declared_length,
             });
             let observer = observer.clone();
-            body::tapped(body, move |data| {
-                observer.observe(data.map_or(OriginEvent::End, |d| OriginEvent::Data(d.clone())));
+            body::tapped(body, move |tap| match tap {
+                Tap::Data(data) => observer.observe(OriginEvent::Data(data.clone())),
+                Tap::End => observer.observe(OriginEvent::End),
+                // Counted where the body was tapped first (`send`), and answered below.
+                Tap::Failed(_) => {}
             })
         }
         None => body,
@@ -810,8 +836,16 @@ async fn admit<'a>(
                 last_modified,
             )));
         }
+        // Nothing has gone to the client yet: a stall is a timeout, anything else a
+        // broken answer (the failure is counted by `send`).
+        Err(e) if e.is::<IdleTimedOut>() => {
+            tracing::warn!(error = %e, "origin stopped sending its response body");
+            return Err(error_response(
+                StatusCode::GATEWAY_TIMEOUT,
+                &format!("origin stopped sending its body: {e}"),
+            ));
+        }
         Err(e) => {
-            f.metrics.origin_error("body");
             tracing::warn!(error = %e, "origin response body failed");
             return Err(error_response(
                 StatusCode::BAD_GATEWAY,
@@ -820,8 +854,8 @@ async fn admit<'a>(
         }
     };
     let limits = WholeLimits {
-        hold: f.config.limits.max_buffered_body,
-        total: f.config.limits.max_decoded_body,
+        hold: f.config().limits.max_buffered_body,
+        total: f.config().limits.max_decoded_body,
     };
     let origin_coded = decoded_coding.map(|c| (c, bytes.clone()));
     let (budget, coded) = (f.decode_budget.clone(), bytes.clone());

@@ -39,6 +39,7 @@ use crate::background::Background;
 use crate::body::Body;
 use crate::cache::Cache;
 use crate::config::Config;
+use crate::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
 use crate::model::{ConnInfo, RequestContext};
 use delta::derived::DerivedBodies;
@@ -47,7 +48,8 @@ use fetch::{Fetcher, Source};
 
 /// The services the stages use, for the life of the server.
 pub struct Pipeline {
-    pub config: Arc<Config>,
+    /// The configuration in force; a reload swaps it.
+    live: Arc<LiveConfig>,
     pub fetcher: Arc<Fetcher>,
     pub cache: Arc<Cache>,
     pub deltas: Arc<DeltaEngine>,
@@ -60,7 +62,7 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn new(
-        config: Arc<Config>,
+        live: Arc<LiveConfig>,
         source: Source,
         store: Option<Store>,
         metrics: Arc<Metrics>,
@@ -73,12 +75,12 @@ impl Pipeline {
             Arc::new(background.clone()),
         ));
         let deltas = Arc::new(DeltaEngine::new(
-            config.delta.clone(),
+            live.current().delta.clone(),
             store,
             bodies.clone(),
         ));
         let fetcher = Arc::new(Fetcher::new(
-            config.clone(),
+            live.clone(),
             source,
             cache.clone(),
             deltas.clone(),
@@ -86,13 +88,45 @@ impl Pipeline {
             background.clone(),
         ));
         Pipeline {
-            config,
+            live,
             fetcher,
             cache,
             deltas,
             bodies,
             metrics,
             background,
+        }
+    }
+
+    /// The configuration in force now.
+    pub fn config(&self) -> Arc<Config> {
+        self.live.current()
+    }
+
+    /// Reads the configuration again and puts it in force for what comes after
+    /// (see [`crate::live`]); logs what changed, what needs a restart, or why nothing did.
+    pub fn reload(&self) -> Result<Reloaded, ReloadError> {
+        match self.live.reload() {
+            Ok(reloaded) => {
+                self.deltas.set_config(self.live.current().delta.clone());
+                for key in &reloaded.needs_restart {
+                    tracing::warn!(key = %key, "configuration reload: this key changed but needs a restart; the running value stays");
+                }
+                tracing::info!(applied = ?reloaded.applied, "configuration reloaded");
+                self.metrics.config_reload("applied");
+                Ok(reloaded)
+            }
+            Err(e) => {
+                if let ReloadError::Invalid(problems) = &e {
+                    for problem in problems {
+                        tracing::error!(%problem, "configuration reload refused; the running configuration stays");
+                    }
+                } else {
+                    tracing::error!(error = %e, "configuration reload refused");
+                }
+                self.metrics.config_reload("refused");
+                Err(e)
+            }
         }
     }
 
@@ -128,8 +162,9 @@ impl Pipeline {
         let instance = remember::remember(&self.cache, &self.deltas, &self.metrics, fetched).await;
         let instance = adapt::adapt(&ctx, instance);
         let instance = hint::hint(&ctx, instance);
+        let config = self.config();
         let representation =
-            encode::encode(&self.config, &self.bodies, &self.deltas, &ctx, instance).await;
+            encode::encode(&config, &self.bodies, &self.deltas, &ctx, instance).await;
         respond::respond(&self.metrics, &ctx, representation)
     }
 
