@@ -1,6 +1,7 @@
 //! The `wirefold` binary: parses the command line and hands over to the crates.
 
 mod demo;
+mod generate;
 mod lab;
 
 use std::net::SocketAddr;
@@ -8,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use client_proxy::ClientConfig;
 use proxy::config::{Config, ConfigError, LogFormat};
 use proxy::live::{ConfigLoader, LiveConfig};
@@ -249,7 +250,11 @@ fn init_logging(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = generate::attach(Cli::command()).get_matches();
+    if let Some(generated) = generate::run(&matches, Cli::command()) {
+        return exit_code(generated);
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -272,6 +277,10 @@ fn main() -> ExitCode {
         Command::Get(args) => runtime.block_on(get(args)),
         Command::Reload { admin, admin_token } => runtime.block_on(reload(admin, admin_token)),
     };
+    exit_code(result)
+}
+
+fn exit_code(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
