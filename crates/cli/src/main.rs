@@ -132,7 +132,7 @@ struct ServeArgs {
     /// Listener address [default: 127.0.0.1:8080].
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Admin listener (metrics, health) [default: 127.0.0.1:9180].
+    /// Admin listener (status page, metrics, health) [default: 127.0.0.1:9180].
     #[arg(long)]
     admin: Option<SocketAddr>,
     /// Require this bearer token for admin changes (`wirefold dict train --admin-token`);

@@ -1030,9 +1030,12 @@ impl Exchange {
         }
     }
 
-    /// HEADERS, encoded; the status is kept for the request's metrics.
+    /// HEADERS, encoded; the status is kept for the request's metrics, and the media
+    /// type for its record (the link response's own is the frames').
     fn head(&self, status: StatusCode, fields: HeaderMap) -> Result<Bytes, OversizedFrame> {
         self.status.store(status.as_u16(), Ordering::Relaxed);
+        let content_type = fields.get(header::CONTENT_TYPE).cloned();
+        self.record.update(|r| r.content_type = content_type);
         Frame::Headers { status, fields }.encode()
     }
 

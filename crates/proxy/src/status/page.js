@@ -35,6 +35,11 @@ function bytes(n) {
   return (i === 0 ? String(n) : n.toFixed(n < 10 ? 2 : n < 100 ? 1 : 0)) + " " + units[i];
 }
 
+// "1 hit", "2 hits".
+function count(n, one, many) {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
 function percent(rate) {
   return rate === null || rate === undefined ? "–" : (100 * rate).toFixed(1) + " %";
 }
@@ -177,10 +182,10 @@ function draw(status) {
   const cache = status.cache.counts;
   list("rates", [
     ["HTTP cache", `${percent(status.cache.hit_rate)} served from the cache`],
-    ["", `${cache.hit} hits, ${cache.stale} stale, ${cache.revalidated} revalidated, ${cache.miss} misses`],
+    ["", `${count(cache.hit, "hit", "hits")}, ${cache.stale} stale, ${cache.revalidated} revalidated, ${count(cache.miss, "miss", "misses")}`],
     ["", `${cache.bypass} bypassed, ${cache.file} from files`],
     ["kept encodings", `${percent(status.encoding_cache.hit_rate)} found (since start)`],
-    ["", `${status.encoding_cache.hit} hits, ${status.encoding_cache.quick_hit} quick hits, ${status.encoding_cache.miss} misses`],
+    ["", `${count(status.encoding_cache.hit, "hit", "hits")}, ${count(status.encoding_cache.quick_hit, "quick hit", "quick hits")}, ${count(status.encoding_cache.miss, "miss", "misses")}`],
   ]);
 
   const o = status.origin;
@@ -196,8 +201,8 @@ function draw(status) {
     status.top_resources.map((r) => [r.name, bytes(r.saved), r.responses]));
 
   list("dictionary-counts", [
-    ["announced", `${status.dictionaries.announced} responses offered one (last hour)`],
-    ["used", `${status.dictionaries.used} responses compressed against one (last hour)`],
+    ["announced", `${count(status.dictionaries.announced, "response", "responses")} offered one (last hour)`],
+    ["used", `${count(status.dictionaries.used, "response", "responses")} compressed against one (last hour)`],
   ]);
   table("dictionaries", ["dictionary (SHA-256)", "saved", "responses"],
     status.dictionaries.top.map((r) => [r.name.slice(0, 16) + "…", bytes(r.saved), r.responses]));
