@@ -46,7 +46,7 @@ use proxy::body::{self, Body};
 use proxy::decode::Windows;
 use proxy::model::{
     ConnInfo, Instance, InstanceBody, OriginEvent, OriginObserver, Provenance, RequestContext,
-    StreamCoding,
+    StreamCoding, CLIENT_CLOSED,
 };
 use proxy::pipeline::{fetch, remember, Pipeline};
 use proxy::record::{Delivery, OpenRecord, RequestRecord};
@@ -54,13 +54,6 @@ use proxy::server::LinkEndpoint;
 
 /// A text body's typical compressed share, for estimates before measuring.
 const TYPICAL_RATIO: f64 = 0.2;
-
-/// nginx's "client closed request": the browser's status when the answer did not get
-/// through. (Checked when compiling: a const cannot fail at run time.)
-const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
-    Ok(status) => status,
-    Err(_) => panic!("499 is a status code"),
-};
 
 /// The server proxy's end of the link: the pipeline it runs exchanges through, and
 /// the state the link keeps beside it.

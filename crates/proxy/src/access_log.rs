@@ -93,7 +93,6 @@ pub struct AccessLog {
     /// Set by [`AccessLog::reopen`], seen by the writer before its next line.
     reopen: Arc<AtomicBool>,
     dropped: Counter,
-    to_file: bool,
 }
 
 enum Entry {
@@ -140,7 +139,6 @@ impl AccessLog {
                 out: BufWriter::new(file),
             }
         };
-        let to_file = matches!(target, Target::File { .. });
         let (queue, entries) = mpsc::sync_channel(config.access_buffer);
         let reopen = Arc::new(AtomicBool::new(false));
         let writer = Writer {
@@ -164,7 +162,6 @@ impl AccessLog {
             queue,
             reopen,
             dropped: counters.dropped,
-            to_file,
         }))
     }
 
@@ -176,12 +173,7 @@ impl AccessLog {
         }
     }
 
-    /// Whether the log is a file (which `SIGUSR1` reopens), not stderr.
-    pub fn is_file(&self) -> bool {
-        self.to_file
-    }
-
-    /// Has the writer reopen the file by its name before its next line.
+    /// Has the writer reopen the file by its name before its next line (stderr stays).
     pub fn reopen(&self) {
         self.reopen.store(true, Ordering::Release);
         // A full queue means the writer is busy: it sees the flag before its next line.
@@ -210,7 +202,8 @@ impl AccessLog {
 
 /// Reopens `log` on every `SIGUSR1` until `stop` changes (logrotate's convention:
 /// move the file away, then signal). The signal is handled from the moment this
-/// returns (its default action would end the process); `None` if it cannot be.
+/// returns, for a log on stderr too: its default action would end the process.
+/// `None` if it cannot be handled.
 pub fn reopen_on_signal(
     log: AccessLog,
     mut stop: tokio::sync::watch::Receiver<bool>,

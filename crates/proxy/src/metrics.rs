@@ -1,6 +1,7 @@
 //! What every mechanism saved or cost, in Prometheus text format.
 
 use crate::access_log::AccessLogCounters;
+use crate::model::CLIENT_CLOSED;
 use delta::derived::{DerivedCounters, LookupResult};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,10 +20,6 @@ pub struct RequestLabels {
     pub status: StatusLabel,
 }
 
-/// nginx's "client closed request", which wirefold records for answers that did not
-/// get through; not a registered status, but one of ours.
-const CLIENT_CLOSED: u16 = 499;
-
 /// The `status` label: a registered status (or [`CLIENT_CLOSED`]) by its code
 /// (`404`), any other by its class (`5xx`). Origins choose statuses, and each label value is a series kept for
 /// the life of the process: an origin answering 599, 598, … must not grow `/metrics`.
@@ -35,7 +32,7 @@ pub enum StatusLabel {
 impl StatusLabel {
     pub fn of(status: http::StatusCode) -> Self {
         let code = status.as_u16();
-        if status.canonical_reason().is_some() || code == CLIENT_CLOSED {
+        if status.canonical_reason().is_some() || status == CLIENT_CLOSED {
             StatusLabel::Registered(code)
         } else {
             StatusLabel::Class(code / 100)

@@ -202,6 +202,14 @@ impl Provenance {
     }
 }
 
+/// nginx's "client closed request": the status of an answer that did not get through
+/// (the client left first). Not a registered status, but one of ours. (Checked when
+/// compiling: a const cannot fail at run time.)
+pub const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
+    Ok(status) => status,
+    Err(_) => panic!("499 is a status code"),
+};
+
 /// A strong validator naming exact content: the first 128 bits of its SHA-256.
 pub fn content_etag(hash: &Hash) -> String {
     hash.to_hex()[..32].to_string()

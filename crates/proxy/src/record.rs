@@ -17,11 +17,11 @@ use store::Hash;
 
 use crate::access_log::AccessLog;
 use crate::body::{self, Body, Sent};
-use crate::model::{ConnInfo, Provenance};
+use crate::model::{ConnInfo, Provenance, CLIENT_CLOSED};
 use crate::status::StatusBoard;
 
 /// What happened to one request.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct RequestRecord {
     /// When the request arrived.
     pub received: SystemTime,
@@ -32,6 +32,7 @@ pub struct RequestRecord {
     pub protocol: Version,
     pub referer: Option<HeaderValue>,
     pub user_agent: Option<HeaderValue>,
+    /// The status sent; [`CLIENT_CLOSED`] if the client left before the answer began.
     pub status: StatusCode,
     /// Body bytes handed to the connection: for a link request, the frames.
     pub bytes_sent: u64,
@@ -79,7 +80,8 @@ impl RequestRecord {
             protocol: req.version(),
             referer: field(header::REFERER),
             user_agent: field(header::USER_AGENT),
-            status: StatusCode::OK,
+            // Until an answer is watched: a request dropped before it is one the client left.
+            status: CLIENT_CLOSED,
             bytes_sent: 0,
             original_bytes: 0,
             mechanism: None,

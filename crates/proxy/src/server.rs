@@ -253,9 +253,8 @@ pub async fn start_with(
     let admin_header_timeout = Duration::from_millis(config.limits.header_timeout_ms);
     let reloads = pipeline.clone();
     let mut tasks = Vec::with_capacity(3);
-    let reopening = access_log
-        .filter(AccessLog::is_file)
-        .and_then(|log| crate::access_log::reopen_on_signal(log, stopped.clone()));
+    let reopening =
+        access_log.and_then(|log| crate::access_log::reopen_on_signal(log, stopped.clone()));
     tasks.extend(reopening);
     let admin = tokio::spawn(admin_loop(
         admin_listener,

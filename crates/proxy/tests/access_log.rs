@@ -316,6 +316,35 @@ async fn json_lines_say_how_each_response_went() {
     check(&logged, &sizes);
 }
 
+/// nginx's convention: a client that leaves before the answer begins is logged 499.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_before_the_answer_is_logged_as_499() {
+    use tokio::io::AsyncWriteExt;
+    let origin = slow_origin(Duration::from_secs(3), |_| response(200, &[], "late")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let proxy = start_proxy(&origin.url(""), |c| c.log.access = Some(log.clone())).await;
+    let mut client = tokio::net::TcpStream::connect(proxy.running.addr)
+        .await
+        .unwrap();
+    client
+        .write_all(b"GET /slow HTTP/1.1\r\nHost: example.org\r\n\r\n")
+        .await
+        .unwrap();
+    // Wait until the origin has the request, then leave.
+    while origin.hits() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(client);
+    let line = &lines(&log, 1).await[0];
+    let logged = parse_combined(line);
+    assert_eq!(
+        (logged.status, logged.bytes_sent, logged.mechanism),
+        (499, 0, None),
+        "{line}"
+    );
+}
+
 #[tokio::test]
 async fn an_access_log_that_cannot_be_opened_stops_the_start_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();

@@ -2,6 +2,7 @@
 //! draws after some traffic (bytes saved by mechanism and content type, hit rates,
 //! top resources, origin latency, the configuration with its secrets redacted). The
 //! drawing itself is checked in a browser (crates/cli/tests/chromium.rs).
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
 mod support;
 
