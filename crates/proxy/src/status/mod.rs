@@ -240,16 +240,15 @@ impl StatusBoard {
     /// The last hour, minute by minute up to `now`, and the rankings since start.
     fn snapshot(&self, now: SystemTime) -> BoardSnapshot {
         let current = minute_of(now);
+        let first = current.saturating_sub(MINUTES as u64 - 1);
         let board = self.board.lock().unwrap_or_else(PoisonError::into_inner);
-        let hour: Vec<Option<&Minute>> = (current + 1 - MINUTES as u64..=current)
+        let hour: Vec<Option<&Minute>> = (first..=current)
             .map(|index| {
                 let slot = &board.minutes[(index % MINUTES as u64) as usize];
                 (slot.index == index).then_some(slot)
             })
             .collect();
-        let minutes = (current + 1 - MINUTES as u64..=current)
-            .map(|m| m * 60)
-            .collect();
+        let minutes = (first..=current).map(|m| m * 60).collect();
 
         let mut by_mechanism: HashMap<&str, (Tally, Vec<u64>)> = HashMap::new();
         let mut by_family: Vec<(Tally, Vec<u64>)> =
