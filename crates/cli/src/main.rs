@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use client_proxy::ClientConfig;
-use proxy::config::{Config, ConfigError, LogFormat};
+use proxy::config::{AccessFormat, Config, ConfigError, LogFormat};
 use proxy::live::{ConfigLoader, LiveConfig};
 
 #[derive(Parser)]
@@ -133,7 +133,7 @@ struct ServeArgs {
     /// Listener address [default: 127.0.0.1:8080].
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Admin listener (metrics, health) [default: 127.0.0.1:9180].
+    /// Admin listener (status page, metrics, health) [default: 127.0.0.1:9180].
     #[arg(long)]
     admin: Option<SocketAddr>,
     /// Require this bearer token for admin changes (`wirefold dict train --admin-token`);
@@ -158,6 +158,12 @@ struct ServeArgs {
     /// Log format: human or json [default: human].
     #[arg(long, value_parser = ["human", "json"])]
     log_format: Option<String>,
+    /// Access log: a file (reopened on SIGUSR1), or `-` for stderr (`log.access`).
+    #[arg(long, value_name = "PATH")]
+    access_log: Option<PathBuf>,
+    /// Access log format: combined or json [default: combined] (`log.access_format`).
+    #[arg(long, value_parser = ["combined", "json"])]
+    access_log_format: Option<String>,
     /// Accept client proxies' links (`wirefold client`); without --origin or --root,
     /// fetch from whatever origin each link request names.
     #[arg(long)]
@@ -231,6 +237,16 @@ impl ServeArgs {
                 LogFormat::Json
             } else {
                 LogFormat::Human
+            };
+        }
+        if let Some(path) = &self.access_log {
+            config.log.access = Some(path.clone());
+        }
+        if let Some(format) = &self.access_log_format {
+            config.log.access_format = if format == "json" {
+                AccessFormat::Json
+            } else {
+                AccessFormat::Combined
             };
         }
         Ok(config)
