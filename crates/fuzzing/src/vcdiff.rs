@@ -55,8 +55,7 @@ pub fn vcdiff_roundtrip(input: &[u8]) {
     let [options, split, rest @ ..] = input else {
         return;
     };
-    let (source, target) =
-        rest.split_at((usize::from(*split) * rest.len() / 256).min(rest.len()));
+    let (source, target) = rest.split_at((usize::from(*split) * rest.len() / 256).min(rest.len()));
     let options = EncodeOptions {
         window_size: if options & 1 == 0 { 4096 } else { 1 << 20 },
         target_copies: options & 2 == 0,
@@ -90,8 +89,8 @@ mod tests {
     fn xdelta3_seeds_decode_and_damaged_ones_fail() {
         for name in ["xdelta3-plain", "xdelta3-9-checksum", "no-source"] {
             let (source, delta) = seed(name);
-            let body = vcdiff::decode(&source, &delta, LIMIT)
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let body =
+                vcdiff::decode(&source, &delta, LIMIT).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(body.ends_with(b"tail"), "{name}");
         }
         for name in ["truncated", "flipped-byte"] {
