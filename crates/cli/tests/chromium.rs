@@ -917,13 +917,7 @@ fn in_place_title(v: u32) -> String {
 /// A real corpus script, version `v`, that writes its version into the page title.
 fn in_place_script(v: u32) -> Vec<u8> {
     let mut body = corpus_file(if v == 1 { SCRIPT_V1 } else { SCRIPT_V2 });
-    body.extend_from_slice(
-        format!(
-            "\n;document.title = \"{}\";\n",
-            in_place_title(v)
-        )
-        .as_bytes(),
-    );
+    body.extend_from_slice(format!("\n;document.title = \"{}\";\n", in_place_title(v)).as_bytes());
     body
 }
 

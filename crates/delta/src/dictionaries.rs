@@ -45,8 +45,11 @@ impl Destination {
             .to_ascii_lowercase();
         match essence.as_str() {
             "text/css" => Some(Destination::Style),
-            "application/javascript" | "text/javascript" | "application/x-javascript"
-            | "application/ecmascript" | "text/ecmascript" => Some(Destination::Script),
+            "application/javascript"
+            | "text/javascript"
+            | "application/x-javascript"
+            | "application/ecmascript"
+            | "text/ecmascript" => Some(Destination::Script),
             _ => None,
         }
     }
@@ -282,8 +285,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(link, None, "only registered content is derived from");
-        let url = publish_derived(&store, &hash, "a.example", "/page", Destination::Document)
-            .unwrap();
+        let url =
+            publish_derived(&store, &hash, "a.example", "/page", Destination::Document).unwrap();
         assert_eq!(url, format!("{DERIVED_PREFIX}{}", hash.to_hex()));
         let served = derived(&store, &hash, "a.example").unwrap().unwrap();
         assert_eq!(served.pattern, "/page");

@@ -449,7 +449,12 @@ pub const MAX_DERIVED_SUBRESOURCE_BYTES: usize = 4 << 20;
 fn page_url(request: &DeltaRequest<'_>) -> Option<String> {
     let authority = match request.uri.authority() {
         Some(authority) => authority.as_str().to_string(),
-        None => request.headers.get(header::HOST)?.to_str().ok()?.to_string(),
+        None => request
+            .headers
+            .get(header::HOST)?
+            .to_str()
+            .ok()?
+            .to_string(),
     };
     let url = format!("http://{authority}{}", request.uri.path());
     url::Url::parse(&url).ok().map(String::from)
@@ -517,8 +522,7 @@ impl Default for DictionaryAnnouncements {
         DictionaryAnnouncements {
             links: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY).expiring_after(PAGE_LINKS_TTL),
             use_as: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY),
-            published: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY)
-                .expiring_after(PAGE_LINKS_TTL),
+            published: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY).expiring_after(PAGE_LINKS_TTL),
         }
     }
 }

@@ -117,9 +117,7 @@ impl PageSubresources {
             return found;
         }
         let (html, url) = (html.clone(), page_url.to_string());
-        let found = Arc::new(
-            crate::blocking::run(move || text_subresources(&html, &url)).await,
-        );
+        let found = Arc::new(crate::blocking::run(move || text_subresources(&html, &url)).await);
         self.pages.insert(key, found.clone());
         found
     }

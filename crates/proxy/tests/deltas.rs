@@ -672,13 +672,29 @@ async fn pages_link_the_derived_dictionaries_of_their_instantly_stale_subresourc
         entry("/app.js", "application/javascript", "no-cache", &v1),
         entry("/site.css", "text/css", "max-age=0", &css),
         entry("/cached.js", "application/javascript", "max-age=3600", &v1),
-        entry("/private.js", "application/javascript", "private, no-cache", &v2),
-        entry("/other.html", "text/html", "no-cache", &corpus_file(PAGE_V1)),
+        entry(
+            "/private.js",
+            "application/javascript",
+            "private, no-cache",
+            &v2,
+        ),
+        entry(
+            "/other.html",
+            "text/html",
+            "no-cache",
+            &corpus_file(PAGE_V1),
+        ),
     ]));
     let origin = mutable_origin(files.clone()).await;
     let proxy = start_proxy(&origin.url(""), |_| {}).await;
     curl(&proxy.url("/"), &["--compressed"]).await;
-    for path in ["/app.js", "/site.css", "/cached.js", "/private.js", "/other.html"] {
+    for path in [
+        "/app.js",
+        "/site.css",
+        "/cached.js",
+        "/private.js",
+        "/other.html",
+    ] {
         assert_eq!(curl(&proxy.url(path), &["--compressed"]).await.status, 200);
     }
     let page = curl(&proxy.url("/"), &["--compressed"]).await;
@@ -686,7 +702,13 @@ async fn pages_link_the_derived_dictionaries_of_their_instantly_stale_subresourc
         .headers
         .iter()
         .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
-        .map(|(_, v)| v.trim_start_matches('<').split('>').next().unwrap().to_string())
+        .map(|(_, v)| {
+            v.trim_start_matches('<')
+                .split('>')
+                .next()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     let mut announced = Vec::new();
     for link in &links {
@@ -761,7 +783,12 @@ async fn subresource_dictionary_links_are_bounded() {
             ));
         }
     }
-    entries.push(("/".into(), "text/html", "max-age=60".into(), page.into_bytes()));
+    entries.push((
+        "/".into(),
+        "text/html",
+        "max-age=60".into(),
+        page.into_bytes(),
+    ));
     let files = Arc::new(Mutex::new(entries));
     let origin = mutable_origin(files).await;
     for (limit, expected) in [(4, 4), (0, 0)] {

@@ -198,11 +198,9 @@ async fn derived_dictionary(
         header::ETAG,
         etag_value(&EntityTag::strong(content_etag(&hash))),
     );
-    if let Some(value) = use_as_dictionary(
-        &dictionary.pattern,
-        &[dictionary.destination.token()],
-        None,
-    ) {
+    if let Some(value) =
+        use_as_dictionary(&dictionary.pattern, &[dictionary.destination.token()], None)
+    {
         headers.insert(USE_AS_DICTIONARY, value);
     }
     Ok(Instance {
