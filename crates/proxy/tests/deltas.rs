@@ -649,7 +649,8 @@ async fn a_configured_admin_token_is_required_to_train() {
 /// A `no-cache` script or stylesheet changed in place: the page referencing it links
 /// its derived dictionary (`match` its path, `match-dest` its destination), and the
 /// changed script is sent as dcz against it. Never linked: what a browser keeps by
-/// itself, what is not for everyone, what is on another site, an HTML reference.
+/// itself, what is not for everyone (private, or only asked for with a cookie), what
+/// is on another site, an HTML page referenced as a script (the page itself included).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_link_the_derived_dictionaries_of_their_instantly_stale_subresources() {
     let (v1, v2) = (corpus_file(SCRIPT_V1), corpus_file(SCRIPT_V2));
@@ -660,7 +661,8 @@ async fn pages_link_the_derived_dictionaries_of_their_instantly_stale_subresourc
         <link rel=stylesheet href=/site.css>\
         <script src=/cached.js></script><script src=/private.js></script>\
         <script src=http://cross.example/app.js></script>\
-        <script src=/other.html></script>\
+        <script src=/other.html></script><script src=/></script>\
+        <script src=/cookied.js></script>\
         </head><body>{}<script src=app.js></script></body></html>",
         "<p>Text of the page.</p>\n".repeat(64)
     );
@@ -684,6 +686,7 @@ async fn pages_link_the_derived_dictionaries_of_their_instantly_stale_subresourc
             "no-cache",
             &corpus_file(PAGE_V1),
         ),
+        entry("/cookied.js", "application/javascript", "no-cache", &v2),
     ]));
     let origin = mutable_origin(files.clone()).await;
     let proxy = start_proxy(&origin.url(""), |_| {}).await;
@@ -697,6 +700,13 @@ async fn pages_link_the_derived_dictionaries_of_their_instantly_stale_subresourc
     ] {
         assert_eq!(curl(&proxy.url(path), &["--compressed"]).await.status, 200);
     }
+    // Only ever asked for with a cookie: personal, never derived from.
+    let cookied = curl(
+        &proxy.url("/cookied.js"),
+        &["--compressed", "-H", "Cookie: session=1"],
+    )
+    .await;
+    assert_eq!(cookied.status, 200);
     let page = curl(&proxy.url("/"), &["--compressed"]).await;
     let links: Vec<String> = page
         .headers
@@ -735,6 +745,10 @@ async fn pages_link_the_derived_dictionaries_of_their_instantly_stale_subresourc
         assert_eq!(want.0, got.0, "{links:?}");
         assert!(want.1 == got.1, "{} serves the instance it names", want.0);
     }
+
+    // A dictionary the store does not hold is 404.
+    let unknown = format!("/.wirefold/dict/{}", "0".repeat(64));
+    assert_eq!(curl(&proxy.url(&unknown), &[]).await.status, 404);
 
     // The script changes in place: a request naming its derived dictionary gets dcz.
     files.lock().unwrap()[1].3 = v2.clone();
