@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs the reference tools the interop tests drive
-# (curl, gzip, brotli, zstd, xdelta3, headless chromium for tests/chromium.rs, and
-# ping and ip for the path emulator's checks in crates/testbed/tests/emulator.rs)
+# (curl, gzip, brotli, zstd, xdelta3, headless chromium for tests/chromium.rs, ping
+# and ip for the path emulator's checks in crates/testbed/tests/emulator.rs, and
+# dpkg-shlibdeps and strip for the package test, crates/cli/tests/package.rs)
 # when they are missing, on Debian; then clippy (warnings are errors) and rustfmt
 # (installing those components with rustup when missing), then the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for tool in curl gzip brotli zstd xdelta3 chromium ping ip; do
+for tool in curl gzip brotli zstd xdelta3 chromium ping ip dpkg-shlibdeps strip; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 # Tools whose Debian package has another name.
@@ -16,6 +17,8 @@ for i in "${!missing[@]}"; do
     case "${missing[$i]}" in
         ping) missing[$i]=iputils-ping ;;
         ip) missing[$i]=iproute2 ;;
+        dpkg-shlibdeps) missing[$i]=dpkg-dev ;;
+        strip) missing[$i]=binutils ;;
     esac
 done
 if ((${#missing[@]})); then

@@ -27,6 +27,10 @@ pub async fn run(listen: SocketAddr) -> Result<(), String> {
     );
     println!("  open     http://{}/", running.addr);
     println!("  origin   http://{site}/  (the same site without wirefold, to compare)");
+    println!(
+        "  status   http://{}/  (live bytes saved, hit rates, origin latency)",
+        running.admin_addr
+    );
     println!("  metrics  http://{}/metrics", running.admin_addr);
     println!(
         "  try      curl -s --compressed -o /dev/null -w '%{{size_download}} bytes\\n' http://{}/",

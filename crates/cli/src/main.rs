@@ -1,6 +1,7 @@
 //! The `wirefold` binary: parses the command line and hands over to the crates.
 
 mod demo;
+mod generate;
 mod lab;
 
 use std::net::SocketAddr;
@@ -8,9 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use client_proxy::ClientConfig;
-use proxy::config::{Config, ConfigError, LogFormat};
+use proxy::config::{AccessFormat, Config, ConfigError, LogFormat};
 use proxy::live::{ConfigLoader, LiveConfig};
 
 #[derive(Parser)]
@@ -132,7 +133,7 @@ struct ServeArgs {
     /// Listener address [default: 127.0.0.1:8080].
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Admin listener (metrics, health) [default: 127.0.0.1:9180].
+    /// Admin listener (status page, metrics, health) [default: 127.0.0.1:9180].
     #[arg(long)]
     admin: Option<SocketAddr>,
     /// Require this bearer token for admin changes (`wirefold dict train --admin-token`);
@@ -157,6 +158,12 @@ struct ServeArgs {
     /// Log format: human or json [default: human].
     #[arg(long, value_parser = ["human", "json"])]
     log_format: Option<String>,
+    /// Access log: a file (reopened on SIGUSR1), or `-` for stderr (`log.access`).
+    #[arg(long, value_name = "PATH")]
+    access_log: Option<PathBuf>,
+    /// Access log format: combined or json [default: combined] (`log.access_format`).
+    #[arg(long, value_parser = ["combined", "json"])]
+    access_log_format: Option<String>,
     /// Accept client proxies' links (`wirefold client`); without --origin or --root,
     /// fetch from whatever origin each link request names.
     #[arg(long)]
@@ -232,6 +239,16 @@ impl ServeArgs {
                 LogFormat::Human
             };
         }
+        if let Some(path) = &self.access_log {
+            config.log.access = Some(path.clone());
+        }
+        if let Some(format) = &self.access_log_format {
+            config.log.access_format = if format == "json" {
+                AccessFormat::Json
+            } else {
+                AccessFormat::Combined
+            };
+        }
         Ok(config)
     }
 }
@@ -249,7 +266,11 @@ fn init_logging(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = generate::attach(Cli::command()).get_matches();
+    if let Some(generated) = generate::run(&matches, Cli::command()) {
+        return exit_code(generated);
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -272,6 +293,10 @@ fn main() -> ExitCode {
         Command::Get(args) => runtime.block_on(get(args)),
         Command::Reload { admin, admin_token } => runtime.block_on(reload(admin, admin_token)),
     };
+    exit_code(result)
+}
+
+fn exit_code(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

@@ -1107,3 +1107,203 @@ async fn chromium_gets_a_script_changed_in_place_as_a_delta_from_a_root() {
 async fn chromium_gets_a_script_changed_in_place_as_a_delta_through_an_origin() {
     script_changed_in_place(Serving::Origin).await;
 }
+
+/// Loads `url` in headless Chromium at `width`×`height` and writes a PNG of it to `png`.
+async fn screenshot(exe: &Path, profile: &Path, url: &str, png: &Path, size: (u32, u32)) {
+    let mut cmd = chromium_command(exe, profile);
+    cmd.arg(format!("--window-size={},{}", size.0, size.1))
+        .arg("--hide-scrollbars")
+        .arg("--virtual-time-budget=3000")
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(url);
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} starts: {e}", exe.display()));
+    let group = child.id().expect("chromium has a pid");
+    let outcome = tokio::time::timeout(RUN_LIMIT, child.wait_with_output()).await;
+    signal_group(group, "KILL");
+    let out = match outcome {
+        Ok(out) => out.expect("chromium runs"),
+        Err(_) => panic!("chromium did not take a screenshot of {url} within {RUN_LIMIT:?}"),
+    };
+    assert!(
+        out.status.success(),
+        "chromium --screenshot {url}: {}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn is_png(data: &[u8]) -> bool {
+    data.starts_with(b"\x89PNG\r\n\x1a\n")
+}
+
+/// The status page on the admin listener, after traffic through most mechanisms
+/// (br, gzip, zstd, dcz against a held script, a 226 vcdiff, cache hits, a 304,
+/// link requests): Chromium runs its script, which draws each chart as SVG paths of
+/// the minutes' savings. A screenshot is kept as docs/status-page.png; the test
+/// refreshes it only when WIREFOLD_UPDATE_SCREENSHOT=1, so a run never dirties the tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_draws_the_status_pages_charts() {
+    let Some(exe) = chromium() else { return };
+    let _one = BROWSER.lock().await;
+    let version = Arc::new(Mutex::new(1u32));
+    let state = version.clone();
+    let (page1, page2) = (document_page(1), document_page(2));
+    let (js1, js2) = (script(1), script(2));
+    let css = corpus_file("assets/google__styleguide/javaguide-css/006.css");
+    let json = format!(
+        "[{}]",
+        (0..400)
+            .map(|i| format!("{{\"id\":{i},\"name\":\"item {i}\",\"tags\":[\"a\",\"b\"]}}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let origin = origin(move |req| {
+        let (content_type, cache, body) = match req.uri().path() {
+            "/spec.html" => {
+                let body = if *state.lock().unwrap() == 1 {
+                    page1.clone()
+                } else {
+                    page2.clone()
+                };
+                ("text/html; charset=utf-8", "no-cache", body)
+            }
+            "/js/app.v1.js" => ("application/javascript", "max-age=3600", js1.clone()),
+            "/js/app.v2.js" => ("application/javascript", "max-age=3600", js2.clone()),
+            "/style.css" => ("text/css", "max-age=3600", css.clone()),
+            "/data.json" => ("application/json", "no-store", json.clone().into_bytes()),
+            "/logo.png" => ("image/png", "max-age=3600", vec![0x89; 20_000]),
+            _ => return response(404, &[("content-type", "text/plain")], "not found"),
+        };
+        let etag = format!("\"{}\"", hex::encode(&sha2::Sha256::digest(&body)[..8]));
+        let matches = req
+            .headers()
+            .get("if-none-match")
+            .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+        let fields = [
+            ("content-type", content_type),
+            ("cache-control", cache),
+            ("etag", etag.as_str()),
+        ];
+        if matches {
+            return response(304, &fields[1..], "");
+        }
+        response(200, &fields, body)
+    })
+    .await;
+    let data = tempfile::tempdir().unwrap();
+    let mut config = test_config(data.path());
+    config.origin = Some(origin.url(""));
+    config.link.enabled = true;
+    let proxy = Proxy {
+        running: start_link_server(config).await,
+        data,
+    };
+
+    let mut requests = 0;
+    let mut get = async |path: &str, args: &[&str]| {
+        requests += 1;
+        curl(&proxy.url(path), args).await
+    };
+    for coding in ["br", "gzip", "zstd", "br"] {
+        let ae = format!("Accept-Encoding: {coding}");
+        get("/spec.html", &["-H", &ae]).await;
+        get("/style.css", &["-H", &ae]).await;
+        get("/data.json", &["-H", &ae]).await;
+        get("/logo.png", &["-H", &ae]).await;
+    }
+    let first = get("/spec.html", &["-H", "A-IM: vcdiff"]).await;
+    let held = first.header("etag").unwrap().to_string();
+    *version.lock().unwrap() = 2;
+    let delta = get(
+        "/spec.html",
+        &[
+            "-H",
+            "A-IM: vcdiff",
+            "-H",
+            &format!("If-None-Match: {held}"),
+        ],
+    )
+    .await;
+    assert_eq!(delta.status, 226);
+    let js1 = get("/js/app.v1.js", &["-H", "Accept-Encoding: br"]).await;
+    let available = format!("Available-Dictionary: :{}:", sha256_b64(&script(1)));
+    let dcz = get(
+        "/js/app.v2.js",
+        &["-H", "Accept-Encoding: br, dcz", "-H", &available],
+    )
+    .await;
+    assert_eq!(dcz.header("content-encoding"), Some("dcz"));
+    let etag = js1.header("etag").unwrap().to_string();
+    let unchanged = get(
+        "/js/app.v1.js",
+        &[
+            "-H",
+            "Accept-Encoding: br",
+            "-H",
+            &format!("If-None-Match: {etag}"),
+        ],
+    )
+    .await;
+    assert_eq!(unchanged.status, 304);
+    for path in ["/spec.html", "/style.css"] {
+        let linked = get(path, &["--http2-prior-knowledge", "-H", "wirefold-link: 1"]).await;
+        assert_eq!(linked.status, 200);
+    }
+
+    // Each record is in once its response's body has ended.
+    let started = std::time::Instant::now();
+    loop {
+        let status = curl(&proxy.admin_url("/status.json"), &[]).await;
+        let status: serde_json::Value = serde_json::from_slice(&status.body).unwrap();
+        if status["requests"] == requests {
+            break;
+        }
+        assert!(
+            started.elapsed() < RUN_LIMIT,
+            "{requests} requests: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let profile = tempfile::tempdir().unwrap();
+    let page = proxy.admin_url("/");
+    let dom = dump_dom(&exe, profile.path(), &page, 2000).await;
+    let drawn = dom
+        .split("data-drawn=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|n| n.parse::<usize>().ok());
+    assert!(
+        drawn.is_some_and(|n| n >= 2),
+        "the script drew both charts: {drawn:?}\n{dom}"
+    );
+    for series in ["br", "gzip", "zstd", "dcz", "vcdiff", "html", "css", "json"] {
+        let path = dom
+            .split(&format!("data-series=\"{series}\""))
+            .next()
+            .and_then(|before| before.rsplit("<path").next())
+            .unwrap_or_default();
+        assert!(
+            path.contains(" d=\"M"),
+            "a path with data for {series}:\n{dom}"
+        );
+    }
+    assert!(dom.contains("/spec.html"), "top resources are listed");
+    assert!(dom.contains("link-full"), "link outcomes are listed");
+
+    let shots = tempfile::tempdir().unwrap();
+    let shot = shots.path().join("status-page.png");
+    let profile = shots.path().join("profile");
+    screenshot(&exe, &profile, &page, &shot, (1280, 2000)).await;
+    let png = std::fs::read(&shot).expect("the screenshot was written");
+    assert!(is_png(&png) && png.len() > 10_000, "{} bytes", png.len());
+    let kept = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/status-page.png");
+    if std::env::var("WIREFOLD_UPDATE_SCREENSHOT").is_ok_and(|v| v == "1") {
+        std::fs::write(&kept, &png).unwrap();
+        eprintln!("refreshed {}", kept.display());
+    }
+    let kept = std::fs::read(&kept).expect("docs/status-page.png is kept in the repository");
+    assert!(is_png(&kept));
+}

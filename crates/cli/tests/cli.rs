@@ -225,9 +225,10 @@ fn a_corrupt_store_refuses_to_start_and_names_the_file() {
 }
 
 #[test]
-fn demo_serves_its_sample_site_compressed() {
-    let mut started = start(&["demo", "--listen", "127.0.0.1:0"], "open");
-    let base = url_in(&started.first_line);
+fn demo_serves_its_sample_site_compressed_and_prints_its_status_page() {
+    let mut started = start(&["demo", "--listen", "127.0.0.1:0"], "status");
+    let open = started.earlier.iter().find(|l| l.contains("open")).unwrap();
+    let base = url_in(open);
     let page = curl(
         &format!("{base}/"),
         &["--compressed", "-H", "Accept-Encoding: br"],
@@ -251,8 +252,164 @@ fn demo_serves_its_sample_site_compressed() {
             .contains("content-encoding: br"),
         "{headers}"
     );
+    let status_page = curl(&format!("{}/", url_in(&started.first_line)), &[]);
+    assert!(
+        status_page.contains("<title>wirefold status</title>"),
+        "{status_page}"
+    );
     let status = terminate(&mut started);
     assert!(status.success());
+}
+
+/// The complete lines of a file (none while it does not exist).
+fn lines_of(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .map(|l| l.trim_end().to_string())
+        .collect()
+}
+
+/// Waits (at most 20 s, not a measurement) until `done` holds.
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..400 {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("gave up waiting for {what}");
+}
+
+fn signal(started: &Started, name: &str) {
+    let pid = started.child.id().to_string();
+    let sent = Command::new("kill").args([name, &pid]).status().unwrap();
+    assert!(sent.success(), "kill {name} {pid}");
+}
+
+/// A served directory and the arguments that serve it on free ports with `extra`.
+fn serve_args(dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
+    let root = dir.join("site");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("index.html"), "<h1>hello</h1>".repeat(100)).unwrap();
+    let mut args: Vec<String> = ["serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
+        .map(String::from)
+        .to_vec();
+    for (flag, value) in [("--root", root), ("--data-dir", dir.join("data"))] {
+        args.push(flag.into());
+        args.push(value.to_str().unwrap().into());
+    }
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+#[test]
+fn sigusr1_reopens_the_access_log_after_logrotate_moved_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let args = serve_args(dir.path(), &["--access-log", log.to_str().unwrap()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut started = start(&args, "listening on");
+    let base = url_in(&started.first_line);
+    curl(&format!("{base}/?before"), &[]);
+    wait_for("the first line", || lines_of(&log).len() == 1);
+
+    let rotated = dir.path().join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    signal(&started, "-USR1");
+    // The reopen creates the file anew before any line goes to it.
+    wait_for("the log to be reopened", || log.exists());
+    curl(&format!("{base}/?after"), &[]);
+    wait_for("a line in the new file", || lines_of(&log).len() == 1);
+
+    let old = lines_of(&rotated);
+    assert_eq!(old.len(), 1, "{old:?}");
+    assert!(old[0].contains("GET /?before HTTP/1.1\" 200"), "{old:?}");
+    let new = lines_of(&log);
+    assert!(new[0].contains("GET /?after HTTP/1.1\" 200"), "{new:?}");
+    assert!(terminate(&mut started).success());
+}
+
+#[test]
+fn a_reopen_that_fails_is_warned_about_once_and_the_log_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let log = logs.join("access.log");
+    let args = serve_args(dir.path(), &["--access-log", log.to_str().unwrap()]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirefold"))
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let collected = stderr.clone();
+    let errors = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in errors.lines().map_while(Result::ok) {
+            collected.lock().unwrap().push(line);
+        }
+    });
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first_line = stdout.next().unwrap().unwrap();
+    let mut started = Started {
+        child,
+        first_line,
+        earlier: Vec::new(),
+    };
+    let base = url_in(&started.first_line);
+    let admin = started
+        .first_line
+        .rsplit("admin http://")
+        .next()
+        .unwrap()
+        .trim_end_matches(')')
+        .to_string();
+    let failures = || {
+        let metrics = curl(&format!("http://{admin}/metrics"), &[]);
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("wirefold_access_log_reopen_failures_total "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap()
+    };
+
+    // The log's directory goes away: reopening by name cannot work.
+    let moved = dir.path().join("moved");
+    std::fs::rename(&logs, &moved).unwrap();
+    for attempt in 1..=2 {
+        signal(&started, "-USR1");
+        wait_for("the reopen to fail", || failures() == attempt);
+    }
+    curl(&format!("{base}/?after"), &[]);
+    let kept = moved.join("access.log");
+    wait_for("the line in the file open before", || {
+        lines_of(&kept).iter().any(|l| l.contains("GET /?after"))
+    });
+    let warnings = stderr
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("cannot reopen the access log"))
+        .count();
+    assert_eq!(warnings, 1, "{:?}", stderr.lock().unwrap());
+    assert!(terminate(&mut started).success());
+}
+
+#[test]
+fn an_access_log_that_cannot_be_opened_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("no-such-dir/access.log");
+    let args = serve_args(dir.path(), &["--access-log", log.to_str().unwrap()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = wirefold(&args);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`log.access`: cannot open") && err.contains(log.to_str().unwrap()),
+        "{err}"
+    );
 }
 
 #[test]

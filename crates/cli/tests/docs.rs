@@ -131,6 +131,95 @@ fn every_server_config_key_is_documented_and_every_documented_key_exists() {
     assert_same_keys("wirefold serve", &in_code, &keys_in_doc(server_part));
 }
 
+/// The configuration the package installs as `/etc/wirefold/wirefold.toml`
+/// (`packaging/wirefold.toml`) shows every key of `wirefold serve`'s configuration
+/// commented out (`#key = value`) with its default, or with an example of the right
+/// type when the key has no default; as shipped, it reads as the defaults.
+#[test]
+fn the_shipped_config_shows_every_key_with_its_default() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/wirefold.toml");
+    let shipped =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    // As shipped it sets nothing: its tables are empty.
+    let as_shipped: toml::Table = toml::from_str(&shipped).expect("the shipped file parses");
+    let set: Vec<_> = as_shipped
+        .iter()
+        .filter(|(_, value)| value.as_table().is_none_or(|table| !table.is_empty()))
+        .collect();
+    assert!(
+        set.is_empty(),
+        "packaging/wirefold.toml sets {set:?}: comment it out"
+    );
+
+    // Every setting taken in: `#key = …` and `#[[table]]` lose their `#`; prose
+    // comments (`# …`) stay.
+    let uncommented: Vec<&str> = shipped
+        .lines()
+        .map(|line| match line.strip_prefix('#') {
+            Some(setting) if setting.starts_with(|c: char| c.is_ascii_lowercase() || c == '[') => {
+                setting
+            }
+            _ => line,
+        })
+        .collect();
+    let uncommented = uncommented.join("\n");
+    // Parsing as `Config` checks the examples' types and that no key is unknown.
+    if let Err(e) = toml::from_str::<Config>(&uncommented) {
+        panic!("packaging/wirefold.toml with every setting uncommented: {e}");
+    }
+    let settings: toml::Table = toml::from_str(&uncommented).unwrap();
+    let mut problems = Vec::new();
+    compare_with_defaults(
+        &serde_json::to_value(Config::default()).unwrap(),
+        &serde_json::to_value(settings).unwrap(),
+        "",
+        &mut problems,
+    );
+    assert!(
+        problems.is_empty(),
+        "packaging/wirefold.toml: {problems:#?}"
+    );
+}
+
+/// Where the tables of a configuration file, `settings`, fall short of showing
+/// `defaults`: a key absent, or a value other than its default (a key whose default
+/// is unset may show any value).
+fn compare_with_defaults(
+    defaults: &Value,
+    settings: &Value,
+    prefix: &str,
+    problems: &mut Vec<String>,
+) {
+    let Value::Object(defaults) = defaults else {
+        panic!("defaults serialize to a table");
+    };
+    for (key, default) in defaults {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match (default, settings.get(key)) {
+            (_, None) => problems.push(format!("`{path}` is not shown")),
+            (Value::Null, Some(_)) => {}
+            (Value::Object(_), Some(table)) => {
+                compare_with_defaults(default, table, &path, problems)
+            }
+            (Value::Array(default), Some(Value::Array(shown)))
+                if default.len() == shown.len() && default.iter().all(Value::is_object) =>
+            {
+                for (i, (default, shown)) in default.iter().zip(shown).enumerate() {
+                    compare_with_defaults(default, shown, &format!("{path}[{i}]"), problems);
+                }
+            }
+            (default, Some(shown)) if shown != default => {
+                problems.push(format!("`{path}` shows {shown}; its default is {default}"))
+            }
+            _ => {}
+        }
+    }
+}
+
 /// The same for `wirefold client`'s file (`ClientConfig`), against the TOML blocks of
 /// docs/configuration.md's `wirefold client` section.
 #[test]

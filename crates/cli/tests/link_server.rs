@@ -296,6 +296,82 @@ async fn full_then_confirm_then_delta_against_what_the_client_holds() {
     );
 }
 
+/// Every link request is a line of the access log, with the browser's status, the
+/// frame bytes, and `link-` and how the answer ended; the status page shows the
+/// link's round trip as the kernel measured it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn link_requests_are_logged_with_how_their_answers_ended() {
+    let site = versioned_origin(Duration::ZERO, NO_CACHE).await;
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("access.log");
+    let server = link_server(|c| {
+        c.log.access = Some(log.clone());
+        c.log.access_format = proxy::config::AccessFormat::Json;
+    })
+    .await;
+    let mut link = Link::connect(&server).await;
+    let url = site.origin.url("/page");
+    let (_, frames) = link.get(&url, &[], &[]).await;
+    let v1 = decode_full(&frames);
+    let (_, frames) = link.get(&url, &[Hash::of(&v1)], &[]).await;
+    assert_eq!(names(&frames), ["HEADERS", "CONFIRM"]);
+    site.version.store(2, Ordering::SeqCst);
+    let (_, frames) = link.get(&url, &[Hash::of(&v1)], &[]).await;
+    assert_eq!(names(&frames), ["HEADERS", "DELTA", "DATA", "END"]);
+    let dead = "http://127.0.0.1:9/x";
+    link.get(dead, &[], &[]).await;
+
+    let started = std::time::Instant::now();
+    let lines: Vec<serde_json::Value> = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.lines().count() >= 4 {
+            break text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (v1_len, v2_len) = (page(1).len() as u64, page(2).len() as u64);
+    let expected = [
+        (url.as_str(), 200, "link-full", Some("miss"), v1_len),
+        (
+            url.as_str(),
+            200,
+            "link-confirm",
+            Some("revalidated"),
+            v1_len,
+        ),
+        (url.as_str(), 200, "link-delta", Some("miss"), v2_len),
+        (dead, 502, "link-relayed", None, 0),
+    ];
+    for (line, (target, status, mechanism, cache, original)) in lines.iter().zip(expected) {
+        assert_eq!(line["target"], target, "{line}");
+        assert_eq!(line["protocol"], "HTTP/2.0", "{line}");
+        assert_eq!(line["status"], status, "{line}");
+        assert_eq!(line["mechanism"], mechanism, "{line}");
+        assert_eq!(line["cache"].as_str(), cache, "{line}");
+        let sent = line["bytes_sent"].as_u64().unwrap();
+        assert!(sent > 0, "frames went: {line}");
+        if original > 0 {
+            assert_eq!(line["original_bytes"], original, "{line}");
+            assert!(sent < original / 10, "{line}");
+            assert!(line["origin_seconds"].is_f64(), "{line}");
+            assert_eq!(line["content_type"], "text/html", "the instance's: {line}");
+        }
+    }
+
+    let status = curl(&server.admin_url("/status.json"), &[]).await;
+    let status: serde_json::Value = serde_json::from_slice(&status.body).unwrap();
+    let link_status = &status["link"];
+    assert_eq!(link_status["exchanges"], 4, "{link_status}");
+    assert!(
+        link_status["latest"]["rtt_ms"].as_f64().unwrap() > 0.0,
+        "the kernel's RTT of the link socket: {link_status}"
+    );
+}
+
 #[tokio::test]
 async fn a_slow_origin_gets_the_stale_instance_streamed_then_patched_or_confirmed() {
     let site = versioned_origin(Duration::from_millis(700), NO_CACHE).await;

@@ -636,8 +636,8 @@ fn finish(client: &Client, response: Response<Body>) -> Response<Body> {
         .headers
         .append(VIA, HeaderValue::from_static(VIA_VALUE));
     let metrics = client.metrics.clone();
-    let body = body::counted(body, move |bytes| {
-        metrics.browser_bytes_delivered.inc_by(bytes);
+    let body = body::counted(body, move |sent| {
+        metrics.browser_bytes_delivered.inc_by(sent.bytes);
     });
     Response::from_parts(parts, body)
 }

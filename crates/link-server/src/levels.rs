@@ -1,8 +1,12 @@
 //! How much compression the link affords: the link connection's own delivery rate
-//! (the kernel's TCP_INFO estimate, passive) put through the cost model.
+//! (the kernel's TCP_INFO estimate, passive) put through the cost model; and that
+//! measurement itself, which the request's record carries to the status page.
+
+use std::time::Duration;
 
 use codec::cost::{cpu_seconds, NetworkPath, Work};
 use codec::dictionary::DictionaryCoding;
+use proxy::record::LinkSample;
 use wirefold_http::ContentCoding;
 
 /// Stream codings tried, best ratio first (`wirefold lab codecs` on the corpus).
@@ -54,10 +58,10 @@ pub fn levels(link: NetworkPath, len: u64) -> Levels {
     Levels { stream, delta }
 }
 
-/// The link's rate: the socket's delivery rate when the kernel has measured one,
-/// else `assumed_bps`.
-pub fn link_for(socket: Option<std::os::fd::RawFd>, assumed_bps: u64) -> NetworkPath {
-    match socket.and_then(delivery_rate) {
+/// The link's rate: the delivery rate the kernel measured (see [`measure`]), else
+/// `assumed_bps`.
+pub fn link_for(measured: Option<LinkSample>, assumed_bps: u64) -> NetworkPath {
+    match measured.and_then(|m| m.delivery_rate) {
         Some(bytes_per_second) if bytes_per_second > 0 => NetworkPath {
             bytes_per_second: bytes_per_second as f64,
         },
@@ -65,11 +69,15 @@ pub fn link_for(socket: Option<std::os::fd::RawFd>, assumed_bps: u64) -> Network
     }
 }
 
-/// `tcpi_delivery_rate` (bytes per second, Linux 4.9+): the most recent rate sample.
-/// libc's `tcp_info` stops short of it, so the field is read at its ABI offset.
+/// What the kernel has measured of a link connection (TCP_INFO, passive): its most
+/// recent delivery rate sample (`tcpi_delivery_rate`, Linux 4.9+) and smoothed RTT
+/// (`tcpi_rtt`). Either is `None` until the kernel has one. libc's `tcp_info` stops
+/// short of the delivery rate, so the fields are read at their ABI offsets.
 #[allow(unsafe_code)] // std has no getsockopt
-fn delivery_rate(fd: std::os::fd::RawFd) -> Option<u64> {
+pub fn measure(socket: Option<std::os::fd::RawFd>) -> Option<LinkSample> {
+    const RTT_OFFSET: usize = 68;
     const DELIVERY_RATE_OFFSET: usize = 160;
+    let fd = socket?;
     let mut info = [0u8; 256];
     let mut len = info.len() as libc::socklen_t;
     // SAFETY: the buffer is valid for `len` bytes and the kernel writes at most that;
@@ -83,11 +91,22 @@ fn delivery_rate(fd: std::os::fd::RawFd) -> Option<u64> {
             &mut len,
         )
     };
-    if rc != 0 || (len as usize) < DELIVERY_RATE_OFFSET + 8 {
+    if rc != 0 {
         return None;
     }
-    let field = info[DELIVERY_RATE_OFFSET..].first_chunk::<8>()?;
-    Some(u64::from_ne_bytes(*field))
+    let filled = &info[..(len as usize).min(info.len())];
+    let rtt = filled
+        .get(RTT_OFFSET..)
+        .and_then(|rest| rest.first_chunk::<4>())
+        .map(|field| u32::from_ne_bytes(*field))
+        .filter(|&micros| micros > 0)
+        .map(|micros| Duration::from_micros(u64::from(micros)));
+    let delivery_rate = filled
+        .get(DELIVERY_RATE_OFFSET..)
+        .and_then(|rest| rest.first_chunk::<8>())
+        .map(|field| u64::from_ne_bytes(*field))
+        .filter(|&rate| rate > 0);
+    Some(LinkSample { delivery_rate, rtt })
 }
 
 #[cfg(test)]
@@ -114,7 +133,7 @@ mod tests {
     }
 
     #[test]
-    fn a_connected_socket_reports_a_delivery_rate() {
+    fn a_connected_socket_reports_its_delivery_rate_and_rtt() {
         use std::io::{Read, Write};
         use std::os::fd::AsRawFd;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -127,7 +146,10 @@ mod tests {
         });
         server.write_all(&payload).unwrap();
         reader.join().unwrap();
-        assert!(delivery_rate(server.as_raw_fd()).unwrap() > 0);
-        assert_eq!(delivery_rate(-1), None);
+        let measured = measure(Some(server.as_raw_fd())).unwrap();
+        assert!(measured.delivery_rate.unwrap() > 0, "{measured:?}");
+        assert!(measured.rtt.is_some(), "{measured:?}");
+        assert_eq!(measure(Some(-1)), None);
+        assert_eq!(measure(None), None);
     }
 }

@@ -13,6 +13,7 @@
 //! bases, the stale stream stops as soon as finishing it plus the delta would cost
 //! more than the alternatives, and per-host origin waits skip optimism that cannot pay.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -45,20 +46,14 @@ use proxy::body::{self, Body};
 use proxy::decode::Windows;
 use proxy::model::{
     ConnInfo, Instance, InstanceBody, OriginEvent, OriginObserver, Provenance, RequestContext,
-    StreamCoding,
+    StreamCoding, CLIENT_CLOSED,
 };
 use proxy::pipeline::{fetch, remember, Pipeline};
+use proxy::record::{Delivery, OpenRecord, RequestRecord};
 use proxy::server::LinkEndpoint;
 
 /// A text body's typical compressed share, for estimates before measuring.
 const TYPICAL_RATIO: f64 = 0.2;
-
-/// nginx's "client closed request": the browser's status when the answer did not get
-/// through. (Checked when compiling: a const cannot fail at run time.)
-const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
-    Ok(status) => status,
-    Err(_) => panic!("499 is a status code"),
-};
 
 /// The server proxy's end of the link: the pipeline it runs exchanges through, and
 /// the state the link keeps beside it.
@@ -164,7 +159,9 @@ impl Drop for PendingWrite<'_> {
 
 /// Answers a link request: a `200` whose body is the frame sequence, produced by a
 /// task so that frames flow while the origin is consulted. Requests refused as a
-/// whole get an ordinary error response.
+/// whole get an ordinary error response. The request's record has the status the
+/// browser gets, the frame bytes sent, and `link-` and how the answer ended as its
+/// mechanism.
 pub async fn handle(
     server: &Arc<LinkServer>,
     mut req: Request<Body>,
@@ -173,9 +170,15 @@ pub async fn handle(
     let p = &server.pipeline;
     let started = Instant::now();
     let method = req.method().clone();
+    let record = OpenRecord::new(
+        RequestRecord::arriving(&req, conn),
+        started,
+        p.records.clone(),
+    );
     let refuse = |status: StatusCode, message: &str| {
         p.metrics.record_request(&method, status, started.elapsed());
-        error_response(status, message)
+        record.deliver(Delivery::error(None));
+        record.watch(error_response(status, message))
     };
     let config = p.config();
     let config = &config.link;
@@ -222,8 +225,23 @@ pub async fn handle(
         Ok(ctx) => ctx,
         Err(message) => return refuse(StatusCode::BAD_REQUEST, &message),
     };
-    let link = levels::link_for(conn.socket, config.assumed_bandwidth_bps);
+    let measured = levels::measure(conn.socket);
+    let link = levels::link_for(measured, config.assumed_bandwidth_bps);
+    record.update(|r| {
+        r.resource = Some(ctx.resource.clone());
+        r.link = measured;
+    });
     let (tx, body) = body::channel(1);
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(frame::CONTENT_TYPE),
+    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Watched before the exchange starts, so its status (the browser's) is the last word.
+    let response = record.watch(response);
     let exchange = Exchange {
         p: p.clone(),
         server: server.clone(),
@@ -236,10 +254,11 @@ pub async fn handle(
             std::time::Duration::from_millis(config.idle_client_timeout_ms),
         ),
         status: Arc::default(),
+        record,
     };
     tokio::spawn(async move {
         let (p, status) = (exchange.p.clone(), exchange.status.clone());
-        let tx = exchange.tx.clone();
+        let (tx, record) = (exchange.tx.clone(), exchange.record.clone());
         let status = match exchange.run(req).await {
             Ok(()) => StatusCode::from_u16(status.load(Ordering::Relaxed)).unwrap_or(CLIENT_CLOSED),
             Err(Stopped::Gone) => {
@@ -248,32 +267,34 @@ pub async fn handle(
             }
             Err(Stopped::Oversized(oversized)) => {
                 tracing::warn!(error = %oversized, "a link answer does not fit its frames");
-                fail_oversized(&p, &tx, &oversized)
+                fail_oversized(&p, &record, &tx, &oversized)
                     .await
                     .unwrap_or(CLIENT_CLOSED)
             }
         };
         p.metrics.record_request(&method, status, started.elapsed());
+        record.update(|r| r.status = status);
     });
-    let mut response = Response::new(body);
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(frame::CONTENT_TYPE),
-    );
     response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+}
+
+/// How a link answer ended, for the metrics and the request's record: `original` is
+/// the instance's decoded length when all of it reached the client proxy.
+fn record_ending(p: &Pipeline, record: &OpenRecord, outcome: &'static str, original: Option<u64>) {
+    p.metrics.link_outcome(outcome);
+    record.update(|r| r.mechanism = Some(Cow::Owned(format!("link-{outcome}"))));
+    record.set_original_len(original);
 }
 
 /// Ends an exchange whose answer does not fit the link with a 502 ERROR (ERROR may
 /// follow any frame); the status the browser gets, `None` if it did not get through.
 async fn fail_oversized(
     p: &Pipeline,
+    record: &OpenRecord,
     tx: &FrameSender,
     oversized: &OversizedFrame,
 ) -> Option<StatusCode> {
-    p.metrics.link_outcome("error");
+    record_ending(p, record, "error", None);
     let status = StatusCode::BAD_GATEWAY;
     let error = Frame::Error {
         status,
@@ -318,6 +339,8 @@ struct Exchange {
     tx: FrameSender,
     /// The status sent in HEADERS, for the request metrics.
     status: Arc<AtomicU16>,
+    /// The request's record, completed as the exchange and its frames end.
+    record: OpenRecord,
 }
 
 /// One way to end the answer, and what it costs on the link.
@@ -393,6 +416,10 @@ impl Exchange {
             }
         };
         drop(tapped);
+        self.record.update(|r| {
+            r.origin_wait = self.ctx.origin_wait.get();
+            r.cache = fetched.as_ref().ok().map(|f| f.instance.provenance);
+        });
         let fetched = match fetched {
             Ok(fetched) => fetched,
             Err(response) => {
@@ -691,7 +718,7 @@ impl Exchange {
 
     /// HEADERS, then an empty FULL body.
     async fn send_empty(&self, status: StatusCode, fields: HeaderMap) -> Result<(), Stopped> {
-        self.p.metrics.link_outcome("empty");
+        record_ending(&self.p, &self.record, "empty", Some(0));
         let full = Frame::Full {
             coding: LinkCoding::Identity,
         };
@@ -718,7 +745,7 @@ impl Exchange {
                 Frame::Confirm { hash }.encode()?,
             ])
             .await?;
-            metrics.link_outcome("confirm");
+            record_ending(&self.p, &self.record, "confirm", Some(bytes.len() as u64));
             metrics.record_body("link-confirm", &content_type, bytes.len() as u64, 0);
             return Ok(());
         }
@@ -729,7 +756,12 @@ impl Exchange {
                 Frame::Confirm { hash }.encode()?,
             ])
             .await?;
-            metrics.link_outcome("stale-confirmed");
+            record_ending(
+                &self.p,
+                &self.record,
+                "stale-confirmed",
+                Some(bytes.len() as u64),
+            );
             metrics.record_body(
                 "link-stale-confirmed",
                 &content_type,
@@ -804,7 +836,7 @@ impl Exchange {
         let head = [self.head(status, fields)?, opening.encode()?];
         let frames = head.into_iter().chain(frame::data_frames(&body));
         self.send_together(frames.chain([end.encode()?])).await?;
-        metrics.link_outcome(outcome);
+        record_ending(&self.p, &self.record, outcome, Some(bytes.len() as u64));
         metrics.record_body(
             &format!("link-{outcome}"),
             &content_type,
@@ -913,7 +945,7 @@ impl Exchange {
         let end = Frame::End { hash, length };
         self.send_together(frames.into_iter().chain([end.encode()?]))
             .await?;
-        self.p.metrics.link_outcome(outcome);
+        record_ending(&self.p, &self.record, outcome, Some(length));
         Ok(())
     }
 
@@ -928,7 +960,7 @@ impl Exchange {
     }
 
     async fn fail(&self, status: StatusCode, message: &str) -> Result<(), Stopped> {
-        self.p.metrics.link_outcome("error");
+        record_ending(&self.p, &self.record, "error", None);
         self.status.store(status.as_u16(), Ordering::Relaxed);
         let error = Frame::Error {
             status,
@@ -991,9 +1023,12 @@ impl Exchange {
         }
     }
 
-    /// HEADERS, encoded; the status is kept for the request's metrics.
+    /// HEADERS, encoded; the status is kept for the request's metrics, and the media
+    /// type for its record (the link response's own is the frames').
     fn head(&self, status: StatusCode, fields: HeaderMap) -> Result<Bytes, OversizedFrame> {
         self.status.store(status.as_u16(), Ordering::Relaxed);
+        let content_type = fields.get(header::CONTENT_TYPE).cloned();
+        self.record.update(|r| r.content_type = content_type);
         Frame::Headers { status, fields }.encode()
     }
 

@@ -279,12 +279,21 @@ impl<F: Fn(Tap<'_>) + Unpin> HttpBody for Tapped<F> {
     }
 }
 
-/// Calls `done` with the number of data bytes that went through, once the body ends
-/// or is dropped (a client that disconnects is counted for what it received).
-pub fn counted(body: Body, done: impl FnOnce(u64) + Send + 'static) -> Body {
+/// How much of a body went through [`counted`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    /// Data bytes.
+    pub bytes: u64,
+    /// The body reached its end (not dropped midway: a client that left).
+    pub complete: bool,
+}
+
+/// Calls `done` with what went through, once the body ends or is dropped (a client
+/// that disconnects is counted for what it received).
+pub fn counted(body: Body, done: impl FnOnce(Sent) + Send + 'static) -> Body {
     Counted {
         inner: body,
-        bytes: 0,
+        sent: Sent::default(),
         done: Some(Box::new(done)),
     }
     .boxed_unsync()
@@ -292,8 +301,8 @@ pub fn counted(body: Body, done: impl FnOnce(u64) + Send + 'static) -> Body {
 
 struct Counted {
     inner: Body,
-    bytes: u64,
-    done: Option<Box<dyn FnOnce(u64) + Send>>,
+    sent: Sent,
+    done: Option<Box<dyn FnOnce(Sent) + Send>>,
 }
 
 impl HttpBody for Counted {
@@ -304,12 +313,19 @@ impl HttpBody for Counted {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled {
-            if let Some(data) = frame.data_ref() {
-                self.bytes += data.len() as u64;
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.sent.bytes += data.len() as u64;
+                }
             }
+            Poll::Ready(None) => self.sent.complete = true,
+            _ => {}
         }
         polled
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
     }
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
@@ -319,7 +335,9 @@ impl HttpBody for Counted {
 impl Drop for Counted {
     fn drop(&mut self) {
         if let Some(done) = self.done.take() {
-            done(self.bytes);
+            // A connection stops polling a body that says it has ended.
+            self.sent.complete |= self.inner.is_end_stream();
+            done(self.sent);
         }
     }
 }

@@ -3,6 +3,8 @@
 //! Every field has a default, so an empty file is valid. `Config::check` validates
 //! the whole document and names the offending key in every error.
 
+// The `[log]` section is the access log's own.
+pub use crate::access_log::{AccessFormat, LogConfig};
 use crate::destinations::Destinations;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -39,6 +41,7 @@ pub struct Config {
     pub delta: DeltaConfig,
     pub files: FilesConfig,
     pub link: LinkConfig,
+    pub log: LogConfig,
 }
 
 impl Default for Config {
@@ -59,6 +62,7 @@ impl Default for Config {
             delta: DeltaConfig::default(),
             files: FilesConfig::default(),
             link: LinkConfig::default(),
+            log: LogConfig::default(),
         }
     }
 }
@@ -717,6 +721,7 @@ impl Config {
                 }
             }
         }
+        problems.extend(self.log.check().err());
         problems
     }
 }
@@ -861,6 +866,18 @@ mod tests {
             c.check().is_ok(),
             "no link: plain HTTP on the network is fine"
         );
+    }
+
+    #[test]
+    fn an_unknown_access_log_format_names_the_key_and_the_choices() {
+        let err = toml::from_str::<Config>("[log]\naccess_format = \"xml\"").unwrap_err();
+        let err = err.to_string();
+        assert!(
+            err.contains("access_format") && err.contains("combined") && err.contains("json"),
+            "{err}"
+        );
+        let err = toml::from_str::<Config>("[log]\naccess_file = \"a.log\"").unwrap_err();
+        assert!(err.to_string().contains("access_file"), "{err}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //!
 //! Start with [`server::start`]; read [`pipeline`] for what happens to a request.
 
+pub mod access_log;
 mod background;
 pub mod body;
 pub mod cache;
@@ -17,9 +18,11 @@ pub mod metrics;
 pub mod model;
 pub mod origin;
 pub mod pipeline;
+pub mod record;
 mod scan;
 pub mod secret;
 pub mod server;
+pub mod status;
 pub mod tls;
 mod upgrade;
 

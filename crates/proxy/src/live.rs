@@ -2,7 +2,8 @@
 //! listener, `wirefold reload`). A reloaded configuration is validated whole before
 //! anything changes; it then applies to what happens after it: new requests, new
 //! connections, the next scan. What was built from the configuration at start (the
-//! listeners, the store, the origin client, the TLS acceptor, the log format) stays:
+//! listeners, the store, the origin client, the TLS acceptor, the log format, the
+//! access log) stays:
 //! a changed key among those is named as needing a restart and keeps its running value.
 
 use std::collections::BTreeMap;
@@ -99,6 +100,7 @@ fn keep_what_needs_a_restart(running: &Config, new: &mut Config) {
     new.origin = running.origin.clone();
     new.root = running.root.clone();
     new.log_format = running.log_format;
+    new.log = running.log.clone();
     new.tls = running.tls.clone();
     new.upstream = running.upstream.clone();
     new.cache.enabled = running.cache.enabled;
@@ -200,6 +202,7 @@ mod tests {
         new.limits.max_buffered_body += 1;
         new.upstream.connect_timeout_ms += 1;
         new.link.destinations = crate::destinations::Destinations::Any;
+        new.log.access_buffer += 1;
         let reloaded = live.replace(new);
         assert!(reloaded.applied.is_empty(), "{reloaded:?}");
         assert_eq!(
@@ -209,6 +212,7 @@ mod tests {
                 "data_dir",
                 "limits.max_buffered_body",
                 "link.destinations",
+                "log.access_buffer",
                 "upstream.connect_timeout_ms"
             ]
         );

@@ -1,5 +1,7 @@
 //! What every mechanism saved or cost, in Prometheus text format.
 
+use crate::access_log::AccessLogCounters;
+use crate::model::CLIENT_CLOSED;
 use delta::derived::{DerivedCounters, LookupResult};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -18,10 +20,6 @@ pub struct RequestLabels {
     pub status: StatusLabel,
 }
 
-/// nginx's "client closed request", which wirefold records for answers that did not
-/// get through; not a registered status, but one of ours.
-const CLIENT_CLOSED: u16 = 499;
-
 /// The `status` label: a registered status (or [`CLIENT_CLOSED`]) by its code
 /// (`404`), any other by its class (`5xx`). Origins choose statuses, and each label value is a series kept for
 /// the life of the process: an origin answering 599, 598, … must not grow `/metrics`.
@@ -34,7 +32,7 @@ pub enum StatusLabel {
 impl StatusLabel {
     pub fn of(status: http::StatusCode) -> Self {
         let code = status.as_u16();
-        if status.canonical_reason().is_some() || code == CLIENT_CLOSED {
+        if status.canonical_reason().is_some() || status == CLIENT_CLOSED {
             StatusLabel::Registered(code)
         } else {
             StatusLabel::Class(code / 100)
@@ -78,6 +76,21 @@ pub fn method_label(method: &http::Method) -> &'static str {
         _ => "other",
     }
 }
+
+/// Every value [`content_type_family`] gives, `other` last.
+pub const CONTENT_TYPE_FAMILIES: [&str; 11] = [
+    "html",
+    "css",
+    "javascript",
+    "json",
+    "xml",
+    "text",
+    "image",
+    "font",
+    "wasm",
+    "media",
+    "other",
+];
 
 /// The `content_type` label: the family of a media type (`html`, `css`, `javascript`,
 /// `json`, `xml`, `text`, `image`, `font`, `wasm`, `media`, `other`). Content types
@@ -141,6 +154,8 @@ pub struct Metrics {
     pub decodes_unheld: Family<ReasonLabels, Counter>,
     /// Configuration reloads, `applied` or `refused`.
     pub config_reloads: Family<ResultLabels, Counter>,
+    /// Access log lines dropped (queue full) and failed writes.
+    pub access_log: AccessLogCounters,
     /// Totals kept beside the families so the demo can print a summary cheaply.
     totals: Totals,
 }
@@ -254,9 +269,26 @@ impl Metrics {
             "Configuration reloads (SIGHUP, POST /reload), by result: applied or refused",
             config_reloads.clone(),
         );
+        let access_log = AccessLogCounters::default();
+        registry.register(
+            "access_log_dropped",
+            "Access log lines dropped because the writer was behind (log.access_buffer full)",
+            access_log.dropped.clone(),
+        );
+        registry.register(
+            "access_log_write_errors",
+            "Access log writes that failed (their lines are lost)",
+            access_log.write_errors.clone(),
+        );
+        registry.register(
+            "access_log_reopen_failures",
+            "Access log reopens (SIGUSR1) that failed; the log goes on in the file open before",
+            access_log.reopen_failures.clone(),
+        );
         Metrics {
             registry,
             config_reloads,
+            access_log,
             decode_memory,
             decode_memory_peak,
             decodes_unheld,
@@ -390,6 +422,7 @@ mod tests {
             ("", "other"),
         ] {
             assert_eq!(content_type_family(content_type), family, "{content_type}");
+            assert!(CONTENT_TYPE_FAMILIES.contains(&family), "{family}");
         }
     }
 }

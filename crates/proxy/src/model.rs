@@ -3,6 +3,7 @@
 //! service, so every stage and every caller of the pipeline may use it.
 
 use std::net::SocketAddr;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -82,6 +83,26 @@ pub struct RequestContext {
     pub resource: String,
     pub conn: ConnInfo,
     pub started: Instant,
+    /// How long the origin took to answer, set by `fetch` for the request's record.
+    pub origin_wait: OriginWait,
+}
+
+/// The time from sending this request's exchange upstream to the origin's response
+/// head, summed when one request makes several (never more than one today). `fetch`
+/// records it; the request's record (access log, status page) reads it.
+#[derive(Debug, Default)]
+pub struct OriginWait(Mutex<Option<Duration>>);
+
+impl OriginWait {
+    pub fn add(&self, wait: Duration) {
+        let mut total = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *total = Some(total.unwrap_or_default() + wait);
+    }
+
+    /// `None` when no origin was asked (a cache hit, a file, a refusal).
+    pub fn get(&self) -> Option<Duration> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// What an [`OriginObserver`] sees: the instance's head (as `fetch` will hand it on),
@@ -166,6 +187,28 @@ pub enum Provenance {
     /// Read from the file root.
     File,
 }
+
+impl Provenance {
+    /// Its name in the access log and on the status page.
+    pub fn label(self) -> &'static str {
+        match self {
+            Provenance::Hit { .. } => "hit",
+            Provenance::Revalidated { .. } => "revalidated",
+            Provenance::Stale { .. } => "stale",
+            Provenance::Fetched { .. } => "miss",
+            Provenance::Bypass => "bypass",
+            Provenance::File => "file",
+        }
+    }
+}
+
+/// nginx's "client closed request": the status of an answer that did not get through
+/// (the client left first). Not a registered status, but one of ours. (Checked when
+/// compiling: a const cannot fail at run time.)
+pub const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
+    Ok(status) => status,
+    Err(_) => panic!("499 is a status code"),
+};
 
 /// A strong validator naming exact content: the first 128 bits of its SHA-256.
 pub fn content_etag(hash: &Hash) -> String {

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 
 use wirefold_http::host::request_host;
 
+use crate::access_log::{AccessLog, AccessLogError};
 use crate::body::{self, Body};
 use crate::config::Config;
 use crate::files::FileSource;
@@ -30,12 +31,16 @@ use crate::model::ConnInfo;
 use crate::origin::Origin;
 use crate::pipeline::fetch::Source;
 use crate::pipeline::Pipeline;
+use crate::record::{Delivery, OpenRecord, Records, RequestRecord};
+use crate::status::StatusBoard;
 
 /// Why the server could not start; each names what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    AccessLog(#[from] AccessLogError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -83,7 +88,8 @@ impl Running {
     }
 
     /// Stops accepting, lets in-flight requests and background work (encodes, store
-    /// writes) finish within the grace period, then returns with the store closed.
+    /// writes) finish within the grace period, then returns with the store closed and
+    /// the access log written out.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for t in self.tasks {
@@ -94,6 +100,11 @@ impl Running {
             .is_err()
         {
             tracing::warn!("background work still running at the end of the grace period");
+        }
+        if let Some(log) = self.pipeline.records.access_log() {
+            if !log.flush(self.grace).await {
+                tracing::warn!("the access log was not written out within the grace period");
+            }
         }
     }
 }
@@ -151,6 +162,8 @@ pub async fn start_with(
     let config = live.current();
     config.check()?;
     let metrics = Arc::new(Metrics::new());
+    let access_log = AccessLog::start(&config.log, metrics.access_log.clone())?;
+    let records = Arc::new(Records::new(StatusBoard::default(), access_log.clone()));
     let store = if config.cache.enabled {
         let store_config = store::StoreConfig {
             max_bytes: config.cache.max_bytes,
@@ -214,7 +227,13 @@ pub async fn start_with(
             source,
         })?;
 
-    let pipeline = Arc::new(Pipeline::new(live, source, store, metrics.clone()));
+    let pipeline = Arc::new(Pipeline::new(
+        live,
+        source,
+        store,
+        metrics.clone(),
+        records.clone(),
+    ));
     let background = pipeline.background.clone();
     let grace = Duration::from_millis(config.limits.shutdown_grace_ms);
     let (stop, stopped) = watch::channel(false);
@@ -233,6 +252,10 @@ pub async fn start_with(
     ));
     let admin_header_timeout = Duration::from_millis(config.limits.header_timeout_ms);
     let reloads = pipeline.clone();
+    let mut tasks = Vec::with_capacity(3);
+    let reopening =
+        access_log.and_then(|log| crate::access_log::reopen_on_signal(log, stopped.clone()));
+    tasks.extend(reopening);
     let admin = tokio::spawn(admin_loop(
         admin_listener,
         admin_header_timeout,
@@ -242,6 +265,7 @@ pub async fn start_with(
             async move { admin(&pipeline, req).await }
         },
     ));
+    tasks.extend([main, admin]);
     Ok(Running {
         addr,
         admin_addr,
@@ -249,7 +273,7 @@ pub async fn start_with(
         metrics,
         pipeline: reloads,
         stop,
-        tasks: vec![main, admin],
+        tasks,
         background,
         grace,
     })
@@ -365,13 +389,20 @@ async fn accept_loop(
 
 async fn dispatch(front: &Front, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
     let pipeline = &front.pipeline;
+    // What the pipeline (or the link) does not answer is recorded here.
+    let outside = |req: &Request<Incoming>, delivery: Delivery| {
+        let record = RequestRecord::arriving(req, conn);
+        let record = OpenRecord::new(record, Instant::now(), pipeline.records.clone());
+        record.deliver(delivery);
+        record
+    };
     if req
         .headers()
         .contains_key(link_protocol::frame::LINK_HEADER)
     {
         return match &front.link {
             Some(link) => link.clone().serve(req.map(body::boxed), conn).await,
-            None => refuse_link(pipeline, &req),
+            None => outside(&req, Delivery::error(None)).watch(refuse_link(pipeline, &req)),
         };
     }
     match pipeline.fetcher.source() {
@@ -380,15 +411,18 @@ async fn dispatch(front: &Front, req: Request<Incoming>, conn: ConnInfo) -> Resp
         {
             // Upgrades skip the pipeline, not its host rule (RFC 9112 §3.2).
             if let Err(e) = request_host(req.version(), req.uri(), req.headers()) {
-                return crate::body::error_response(StatusCode::BAD_REQUEST, &e.to_string());
+                let refused = crate::body::error_response(StatusCode::BAD_REQUEST, &e.to_string());
+                return outside(&req, Delivery::error(None)).watch(refused);
             }
-            return crate::upgrade::pass_through(origin, req, conn).await;
+            let record = outside(&req, Delivery::default());
+            return record.watch(crate::upgrade::pass_through(origin, req, conn).await);
         }
         Source::Forward(_) => {
-            return crate::body::error_response(
+            let refused = crate::body::error_response(
                 StatusCode::BAD_REQUEST,
                 "this server proxy answers link requests (wirefold-link) only",
             );
+            return outside(&req, Delivery::error(None)).watch(refused);
         }
         _ => {}
     }
@@ -469,6 +503,33 @@ fn refuse_change(pipeline: &Pipeline, req: &Request<Incoming>) -> Option<Respons
 
 async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
     match req.uri().path() {
+        "/" => {
+            let page = crate::status::page(
+                pipeline.records.board(),
+                &pipeline.metrics,
+                &pipeline.config(),
+            );
+            let mut page = text(StatusCode::OK, "text/html; charset=utf-8", page);
+            page.headers_mut().insert(
+                http::header::CONTENT_SECURITY_POLICY,
+                http::HeaderValue::from_static(crate::status::PAGE_POLICY),
+            );
+            page
+        }
+        "/status.js" => text(
+            StatusCode::OK,
+            "text/javascript; charset=utf-8",
+            crate::status::PAGE_SCRIPT.into(),
+        ),
+        "/status.json" => text(
+            StatusCode::OK,
+            "application/json",
+            crate::status::status_json(
+                pipeline.records.board(),
+                &pipeline.metrics,
+                &pipeline.config(),
+            ),
+        ),
         "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
         "/metrics" => {
             if let Some(store) = pipeline.store().cloned() {
@@ -526,7 +587,7 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /metrics, /healthz, POST /dictionaries/train or POST /reload\n".into(),
+            "not found: try / (status page), /status.json, /metrics, /healthz, POST /dictionaries/train or POST /reload\n".into(),
         ),
     }
 }

@@ -20,6 +20,8 @@ pub struct Started {
     pub child: Child,
     /// The first line it printed that contained the marker asked for.
     pub first_line: String,
+    /// The lines it printed before that one.
+    pub earlier: Vec<String>,
 }
 
 impl Drop for Started {
@@ -43,12 +45,21 @@ pub fn start_logging_to(args: &[&str], marker: &str, log: impl Into<Stdio>) -> S
         .spawn()
         .expect("wirefold starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first_line = lines
-        .find_map(|l| l.ok().filter(|l| l.contains(marker)))
-        .unwrap_or_else(|| panic!("wirefold printed no line containing {marker:?}"));
+    let mut earlier = Vec::new();
+    let first_line = loop {
+        match lines.next() {
+            Some(Ok(line)) if line.contains(marker) => break line,
+            Some(Ok(line)) => earlier.push(line),
+            _ => panic!("wirefold printed no line containing {marker:?}: {earlier:?}"),
+        }
+    };
     // Keep draining stdout so the process never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    Started { child, first_line }
+    Started {
+        child,
+        first_line,
+        earlier,
+    }
 }
 
 /// The first `http://` URL in a line, without a trailing slash or parenthesis.

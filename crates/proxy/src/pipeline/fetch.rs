@@ -31,7 +31,7 @@ use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::model::{
     content_etag, etag_value, ClientProfile, ConnInfo, Instance, InstanceBody, OriginEvent,
-    OriginObserver, Provenance, RequestContext, StreamCoding,
+    OriginObserver, OriginWait, Provenance, RequestContext, StreamCoding,
 };
 use crate::origin::{clean_response_head, Origin, OriginError};
 use delta::dictionaries::{self, DERIVED_PREFIX};
@@ -349,7 +349,7 @@ async fn fetch_origin<'a>(
         && !is_upgrade;
     if !uses_cache {
         let unsafe_method = !profile.method.is_safe();
-        let fetched = pass_through(f, origin, ctx.conn, req).await?;
+        let fetched = pass_through(f, origin, ctx.into(), req).await?;
         if unsafe_method
             && (fetched.instance.status.is_success() || fetched.instance.status.is_redirection())
         {
@@ -395,7 +395,7 @@ async fn fetch_origin<'a>(
                     &key,
                     &stored,
                     &profile.headers,
-                    ctx.conn,
+                    ctx.into(),
                     observer,
                 )
                 .await
@@ -439,7 +439,7 @@ async fn fetch_origin<'a>(
     // A range or a HEAD on a miss goes upstream as asked; the next full GET fills the cache.
     if profile.wants_range || profile.method == Method::HEAD {
         f.metrics.cache_result("bypass");
-        return pass_through(f, origin, ctx.conn, req).await;
+        return pass_through(f, origin, ctx.into(), req).await;
     }
     let leader = match f.cache.inflight.join(&key) {
         Role::Leader(guard) => Some(guard),
@@ -464,7 +464,7 @@ async fn fetch_origin<'a>(
     f.metrics.cache_result("miss");
     let upstream = cache_fill_request(&profile.headers, &profile.uri, None);
     let request_time = SystemTime::now();
-    let (response, latency) = send(f, origin, upstream, ctx.conn)
+    let response = send(f, origin, upstream, ctx.into())
         .await
         .map_err(|e| origin_failure(&e))?;
     let mut fetched = admit(
@@ -477,7 +477,6 @@ async fn fetch_origin<'a>(
         observer,
     )
     .await?;
-    f.metrics.origin_latency.observe(latency.as_secs_f64());
     fetched.leader = leader;
     Ok(fetched)
 }
@@ -549,33 +548,57 @@ fn cache_fill_request(
     req
 }
 
+/// Whom an origin exchange is for: the client's connection (for `X-Forwarded-*`) and
+/// where the origin's wait is recorded (the request's own, or a background refresh's).
+#[derive(Clone, Copy)]
+struct Requester<'a> {
+    conn: ConnInfo,
+    wait: &'a OriginWait,
+}
+
+impl<'a> From<&'a RequestContext> for Requester<'a> {
+    fn from(ctx: &'a RequestContext) -> Self {
+        Requester {
+            conn: ctx.conn,
+            wait: &ctx.origin_wait,
+        }
+    }
+}
+
+/// Sends a request upstream; counts a failure (of the exchange, or later of its body),
+/// and the wait for the response head in the latency histogram and the requester's
+/// record.
 async fn send(
     f: &Fetcher,
     origin: &Origin,
     req: Request<Body>,
-    conn: ConnInfo,
-) -> Result<(Response<Body>, Duration), OriginError> {
-    let result = origin.send(origin.prepare(req, conn)).await;
-    if let Some(kind) = result.as_ref().err().and_then(OriginError::origin_kind) {
-        f.metrics.origin_error(kind);
-    }
+    requester: Requester<'_>,
+) -> Result<Response<Body>, OriginError> {
+    let (response, latency) = match origin.send(origin.prepare(req, requester.conn)).await {
+        Ok(answered) => answered,
+        Err(e) => {
+            if let Some(kind) = e.origin_kind() {
+                f.metrics.origin_error(kind);
+            }
+            return Err(e);
+        }
+    };
+    f.metrics.origin_latency.observe(latency.as_secs_f64());
+    requester.wait.add(latency);
     // A body that fails is counted here, once, whether it was being buffered or had
     // already been streamed on to the client (whose transfer is then aborted).
     let metrics = f.metrics.clone();
-    result.map(|(response, latency)| {
-        let response = response.map(|b| {
-            body::tapped(b, move |tap| {
-                if let Tap::Failed(e) = tap {
-                    metrics.origin_error(if e.is::<IdleTimedOut>() {
-                        "body_timeout"
-                    } else {
-                        "body"
-                    });
-                }
-            })
-        });
-        (response, latency)
-    })
+    Ok(response.map(|b| {
+        body::tapped(b, move |tap| {
+            if let Tap::Failed(e) = tap {
+                metrics.origin_error(if e.is::<IdleTimedOut>() {
+                    "body_timeout"
+                } else {
+                    "body"
+                });
+            }
+        })
+    }))
 }
 
 /// The response for a failed origin exchange (already counted by `send`).
@@ -591,16 +614,15 @@ fn origin_failure(e: &OriginError) -> Response<Body> {
 async fn pass_through<'a>(
     f: &Fetcher,
     origin: &Origin,
-    conn: ConnInfo,
+    requester: Requester<'_>,
     req: Request<Body>,
 ) -> Result<Fetched<'a>, Response<Body>> {
     let request_headers = req.headers().clone();
     let method = req.method().clone();
     let request_time = SystemTime::now();
-    let (response, latency) = send(f, origin, req, conn)
+    let response = send(f, origin, req, requester)
         .await
         .map_err(|e| origin_failure(&e))?;
-    f.metrics.origin_latency.observe(latency.as_secs_f64());
     let mut fetched = admit(
         f,
         method,
@@ -623,7 +645,7 @@ async fn revalidate<'a>(
     key: &str,
     stored: &StoredResponse,
     client: &HeaderMap,
-    conn: ConnInfo,
+    requester: Requester<'_>,
     observer: Option<&Arc<dyn OriginObserver>>,
 ) -> Result<Fetched<'a>, OriginError> {
     let stored_headers = stored.headers();
@@ -635,8 +657,7 @@ async fn revalidate<'a>(
         .unwrap_or_else(|_| http::Uri::from_static("/"));
     let upstream = cache_fill_request(client, &uri, Some(&stored_headers));
     let request_time = SystemTime::now();
-    let (response, latency) = send(f, origin, upstream, conn).await?;
-    f.metrics.origin_latency.observe(latency.as_secs_f64());
+    let response = send(f, origin, upstream, requester).await?;
     if response.status() != StatusCode::NOT_MODIFIED {
         f.metrics.cache_result("miss");
         return admit(
@@ -730,7 +751,12 @@ fn spawn_revalidation(
             Role::Leader(guard) => guard,
             Role::Follower(_) => return, // someone is already refreshing it
         };
-        match revalidate(&f, &origin, &key, &stored, &client, conn, None).await {
+        // Nobody waits for a background refresh: its origin wait goes in no record.
+        let requester = Requester {
+            conn,
+            wait: &OriginWait::default(),
+        };
+        match revalidate(&f, &origin, &key, &stored, &client, requester, None).await {
             Ok(mut fetched) => {
                 fetched.leader = Some(leader);
                 // Drain a streamed body so a storable one completes; the client got the stale copy.

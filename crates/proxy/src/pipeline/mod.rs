@@ -15,11 +15,13 @@
 //! | [`adapt`] | on every instance | the context | the instance's fidelity (passes through until adaptive fidelity lands) | an instance |
 //! | [`hint`] | on every instance | the context | hints about what the client will need (passes through until inline download lands) | an instance |
 //! | [`encode`] | on every instance | [`DerivedBodies`](delta::derived::DerivedBodies), [`DeltaEngine`](delta::DeltaEngine) | the representation's coding, `Use-As-Dictionary` and dictionary links | a [`Representation`](encode::Representation) |
-//! | [`respond`] | last | metrics | status (304, 206, 412, 416), validators, `Vary`, `Cache-Status` | the response |
+//! | [`respond`] | last | metrics | status (304, 206, 412, 416), validators, `Vary`, `Cache-Status` | the response, and what it delivers for the request's record |
 //!
 //! Stages share nothing but the [`RequestContext`](crate::model::RequestContext) and the
 //! values they hand on. The values are in [`crate::model`], a leaf every caller of a
 //! stage may use; a server proxy's link exchange runs `fetch` and `remember` itself.
+//! Every answer, error or not, completes the request's
+//! [`RequestRecord`](crate::record::RequestRecord) as its body is sent.
 
 pub mod adapt;
 pub mod classify;
@@ -42,6 +44,7 @@ use crate::config::Config;
 use crate::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
 use crate::model::{ConnInfo, RequestContext};
+use crate::record::{Delivery, OpenRecord, Records, RequestRecord};
 use delta::derived::DerivedBodies;
 use delta::DeltaEngine;
 use fetch::{Fetcher, Source};
@@ -55,6 +58,8 @@ pub struct Pipeline {
     pub deltas: Arc<DeltaEngine>,
     pub bodies: Arc<DerivedBodies>,
     pub metrics: Arc<Metrics>,
+    /// Where each request's record goes: the access log and the status page.
+    pub records: Arc<Records>,
     /// Work that outlives a request (revalidations, encodings at the kept level),
     /// waited for at shutdown.
     pub background: Background,
@@ -66,6 +71,7 @@ impl Pipeline {
         source: Source,
         store: Option<Store>,
         metrics: Arc<Metrics>,
+        records: Arc<Records>,
     ) -> Pipeline {
         let background = Background::default();
         let cache = Arc::new(Cache::new(store.clone()));
@@ -94,6 +100,7 @@ impl Pipeline {
             deltas,
             bodies,
             metrics,
+            records,
             background,
         }
     }
@@ -135,14 +142,20 @@ impl Pipeline {
         self.cache.store.as_ref()
     }
 
-    /// Answers one request. Never fails: every error becomes a response.
+    /// Answers one request. Never fails: every error becomes a response. The
+    /// request's record is completed as the response's body is sent.
     pub async fn handle(self: &Arc<Self>, req: Request<Body>, conn: ConnInfo) -> Response<Body> {
         let started = Instant::now();
         let method = req.method().clone();
-        let response = self.run_stages(req, conn, started).await;
+        let record = OpenRecord::new(
+            RequestRecord::arriving(&req, conn),
+            started,
+            self.records.clone(),
+        );
+        let response = self.run_stages(req, conn, started, &record).await;
         self.metrics
             .record_request(&method, response.status(), started.elapsed());
-        response
+        record.watch(response)
     }
 
     async fn run_stages(
@@ -150,14 +163,24 @@ impl Pipeline {
         req: Request<Body>,
         conn: ConnInfo,
         started: Instant,
+        record: &OpenRecord,
     ) -> Response<Body> {
         let ctx = match self.context(&req, conn, started) {
             Ok(ctx) => ctx,
-            Err(message) => return crate::body::error_response(StatusCode::BAD_REQUEST, &message),
+            Err(message) => {
+                record.deliver(Delivery::error(None));
+                return crate::body::error_response(StatusCode::BAD_REQUEST, &message);
+            }
         };
-        let fetched = match fetch::fetch(&self.fetcher, &ctx, req, None).await {
+        record.update(|r| r.resource = Some(ctx.resource.clone()));
+        let fetched = fetch::fetch(&self.fetcher, &ctx, req, None).await;
+        record.update(|r| r.origin_wait = ctx.origin_wait.get());
+        let fetched = match fetched {
             Ok(fetched) => fetched,
-            Err(response) => return response,
+            Err(response) => {
+                record.deliver(Delivery::error(None));
+                return response;
+            }
         };
         let instance = remember::remember(&self.cache, &self.deltas, &self.metrics, fetched).await;
         let instance = adapt::adapt(&ctx, instance);
@@ -165,7 +188,9 @@ impl Pipeline {
         let config = self.config();
         let representation =
             encode::encode(&config, &self.bodies, &self.deltas, &ctx, instance).await;
-        respond::respond(&self.metrics, &ctx, representation)
+        let (response, delivery) = respond::respond(&self.metrics, &ctx, representation);
+        record.deliver(delivery);
+        response
     }
 
     /// Classifies the request and names its site and resource. A forwarded request
@@ -185,6 +210,7 @@ impl Pipeline {
             resource,
             conn,
             started,
+            origin_wait: Default::default(),
         })
     }
 }

@@ -1,7 +1,9 @@
 //! Stage 7, respond: status, fields and body on the wire. Owns the representation's
 //! validators (`ETag` per coding), `Vary`, conditional requests (304/412), single
-//! byte ranges (206/416), `Age`, `Cache-Status`, and the byte accounting.
+//! byte ranges (206/416), `Age`, `Cache-Status`, the byte accounting, and what the
+//! request's record learns of the answer ([`Delivery`]).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Response, StatusCode};
 use wirefold_http::conditional::{EntityTag, IfNoneMatch, Precondition, Preconditions};
 use wirefold_http::delta::{DELTA_BASE, IM};
+use wirefold_http::dictionary::USE_AS_DICTIONARY;
 use wirefold_http::digest::{digest_value, WIREFOLD_DIGEST};
 use wirefold_http::range::{content_range, unsatisfied_range, RangeFields, RangeRequest};
 use wirefold_http::vary::add_field;
@@ -19,6 +22,7 @@ use super::encode::{Representation, RepresentationBody, SentCoding};
 use crate::body::{self, error_response, Body};
 use crate::metrics::Metrics;
 use crate::model::{etag_value, Provenance, RequestContext};
+use crate::record::Delivery;
 
 /// Fields a 304 carries over from the full response (RFC 9110 §15.4.5), and the
 /// instance digest, which names the instance the client is to keep using.
@@ -36,13 +40,13 @@ const NOT_MODIFIED_FIELDS: [HeaderName; 8] = [
 /// Runs last, on every representation: sets validators (a coded representation's
 /// `ETag` is its own), `Vary`, `Cache-Status` and `Age`, the instance digest, then
 /// answers a conditional request (304, 412) or a range (206, 416) from what
-/// `encode` chose. Returns the response; its body is counted into the metrics as it
-/// is sent.
+/// `encode` chose. Returns the response, whose body is counted into the metrics as it
+/// is sent, and what it delivers, for the request's record.
 pub fn respond(
     metrics: &Arc<Metrics>,
     ctx: &RequestContext,
     rep: Representation,
-) -> Response<Body> {
+) -> (Response<Body>, Delivery) {
     let Representation {
         status,
         mut headers,
@@ -70,6 +74,18 @@ pub fn respond(
         add_field(&mut headers, "available-dictionary");
     }
     add_cache_status(&mut headers, provenance);
+    let is_head = request.method == Method::HEAD;
+    let mut delivery = Delivery {
+        mechanism: Some(Cow::Borrowed(coding.mechanism())),
+        // HEAD sends no body, so nothing of one is saved.
+        original_len: original_len.filter(|_| !is_head),
+        cache: Some(provenance),
+        dictionary_announced: announces_dictionary(&headers),
+        dictionary_used: match coding {
+            SentCoding::Dictionary(_) => request.available_dictionary,
+            _ => None,
+        },
+    };
 
     if status == StatusCode::OK {
         // An RFC 3229 client lists the instances it holds: holding this one in another
@@ -86,9 +102,17 @@ pub fn respond(
             last_modified,
         ) {
             Precondition::Proceed => {}
-            Precondition::NotModified => return not_modified(&headers, held),
+            Precondition::NotModified => {
+                let nothing = Delivery {
+                    mechanism: None,
+                    original_len: None,
+                    ..delivery
+                };
+                return (not_modified(&headers, held), nothing);
+            }
             Precondition::Failed => {
-                return error_response(StatusCode::PRECONDITION_FAILED, "precondition failed")
+                let failed = error_response(StatusCode::PRECONDITION_FAILED, "precondition failed");
+                return (failed, Delivery::error(Some(provenance)));
             }
         }
     }
@@ -146,7 +170,6 @@ pub fn respond(
         content_type,
         original_len,
     };
-    let is_head = request.method == Method::HEAD;
 
     let (status, body, length) = match body {
         RepresentationBody::Empty => (status, body::empty(), None),
@@ -172,7 +195,12 @@ pub fn respond(
                     accounting.record(n);
                     (StatusCode::PARTIAL_CONTENT, body::full(part), Some(n))
                 }
-                Some(_) => return range_not_satisfiable(len),
+                Some(_) => {
+                    return (
+                        range_not_satisfiable(len),
+                        Delivery::error(Some(provenance)),
+                    )
+                }
                 None => {
                     accounting.record(len);
                     (status, body::full(bytes), Some(len))
@@ -201,7 +229,12 @@ pub fn respond(
                         Some(n),
                     )
                 }
-                Some(_) => return range_not_satisfiable(len),
+                Some(_) => {
+                    return (
+                        range_not_satisfiable(len),
+                        Delivery::error(Some(provenance)),
+                    )
+                }
                 None => {
                     accounting.record(len);
                     (status, body::file(file, 0, len), Some(len))
@@ -218,7 +251,21 @@ pub fn respond(
     let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;
-    response
+    if status == StatusCode::PARTIAL_CONTENT {
+        // A part is counted as it is: identity, nothing saved.
+        delivery.original_len = None;
+    }
+    (response, delivery)
+}
+
+/// Whether a response offers the client a dictionary: itself (`Use-As-Dictionary`)
+/// or another (`Link: <…>; rel="compression-dictionary"`).
+fn announces_dictionary(headers: &HeaderMap) -> bool {
+    headers.contains_key(USE_AS_DICTIONARY)
+        || headers.get_all(header::LINK).iter().any(|link| {
+            link.to_str()
+                .is_ok_and(|l| l.contains("compression-dictionary"))
+        })
 }
 
 /// The representation's validator: an encoding wirefold produced gets the coding
@@ -359,6 +406,6 @@ impl Accounting {
 
     /// Wraps a stream so its size is recorded when it ends (or is dropped).
     fn count(self, body: Body) -> Body {
-        body::counted(body, move |sent| self.record(sent))
+        body::counted(body, move |sent| self.record(sent.bytes))
     }
 }
