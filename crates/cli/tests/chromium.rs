@@ -1003,6 +1003,10 @@ async fn script_changed_in_place(serving: Serving) {
                 && e.status == 200
                 && e.response("use-as-dictionary")
                     == Some("match=\"/app.js\", match-dest=(\"script\")")
+                // Whole: the relay has seen every byte of the body.
+                && (e.response("transfer-encoding").is_some()
+                    || Some(e.body_len)
+                        == e.response("content-length").and_then(|v| v.parse().ok()))
         })
     };
     let fetched = session
@@ -1032,8 +1036,9 @@ async fn script_changed_in_place(serving: Serving) {
         "the page linked {}: {links:?}",
         dictionary.target
     );
-    // Storing the dictionary follows the fetch; give it a moment.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Storing the dictionary follows the fetch; give it a moment (more than a page's:
+    // the test may share the machine with builds).
+    tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The script changes in place.
     match serving {
