@@ -899,6 +899,220 @@ async fn chromium_through_the_proxy_pair_renders_the_current_instance() {
     );
 }
 
+/// Where the in-place scenario's site comes from.
+#[derive(Clone, Copy, Debug)]
+enum Serving {
+    /// `wirefold serve --root DIR`: the files change on disk.
+    Root,
+    /// `wirefold serve --origin URL`: the origin's answers change.
+    Origin,
+}
+
+/// A page title of the in-place script's version `v`: the script sets it when it
+/// runs, so the DevTools tab list shows which version ran.
+fn in_place_title(v: u32) -> String {
+    format!("app-v{v}")
+}
+
+/// A real corpus script, version `v`, that writes its version into the page title.
+fn in_place_script(v: u32) -> Vec<u8> {
+    let mut body = corpus_file(if v == 1 { SCRIPT_V1 } else { SCRIPT_V2 });
+    body.extend_from_slice(format!("\n;document.title = \"{}\";\n", in_place_title(v)).as_bytes());
+    body
+}
+
+/// The page that loads `/app.js` from its own site; above `compression.min_size`
+/// (smaller bodies are sent as they are, without dictionary links).
+fn in_place_page() -> String {
+    format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>loading</title></head>\n\
+         <body><h1>App</h1>\n{}<script src=\"/app.js\"></script>\n</body></html>\n",
+        "<p>Loads its unversioned script.</p>\n".repeat(40)
+    )
+}
+
+/// The issue's second scenario: `/app.js` is `no-cache` (its name carries no version)
+/// and changes in place. The page referencing it links a derived dictionary of the
+/// script (`match="/app.js"`, `match-dest=("script")`); Chromium fetches it, and
+/// after the change the next load gets the script as `coding` against it and runs
+/// the new version. One browser session for every load, as for the page's derived
+/// dictionary.
+async fn script_changed_in_place(serving: Serving) {
+    let Some(exe) = chromium() else { return };
+    let _one_at_a_time = BROWSER.lock().await;
+
+    let version = Arc::new(Mutex::new(1u32));
+    let root = tempfile::tempdir().unwrap();
+    let (_origin, proxy) = match serving {
+        Serving::Root => {
+            std::fs::write(root.path().join("index.html"), in_place_page()).unwrap();
+            std::fs::write(root.path().join("app.js"), in_place_script(1)).unwrap();
+            (None, start_root(root.path(), |_| {}).await)
+        }
+        Serving::Origin => {
+            let state = version.clone();
+            let origin = origin(move |req| match req.uri().path() {
+                "/" => response(
+                    200,
+                    &[
+                        ("content-type", "text/html; charset=utf-8"),
+                        ("cache-control", "no-cache"),
+                    ],
+                    in_place_page(),
+                ),
+                "/app.js" => response(
+                    200,
+                    &[
+                        ("content-type", "text/javascript"),
+                        ("cache-control", "no-cache"),
+                    ],
+                    in_place_script(*state.lock().unwrap()),
+                ),
+                _ => response(404, &[("content-type", "text/plain")], "not found"),
+            })
+            .await;
+            let proxy = start_proxy(&origin.url(""), |_| {}).await;
+            (Some(origin), proxy)
+        }
+    };
+    let relay = recorder(proxy.running.addr).await;
+    let profile = tempfile::tempdir().unwrap();
+    let limit = Duration::from_secs(30);
+    let session = Session::start(&exe, profile.path()).await;
+
+    // Load 1: the script is served, and its derived dictionary published.
+    session.open(&relay.url("/")).await;
+    assert!(
+        session.wait_for_title(&in_place_title(1), limit).await,
+        "load 1 runs v1: {:?}\n{}",
+        session.tabs().await,
+        describe(&relay.exchanges())
+    );
+    let script = relay.exchanges_for("/app.js");
+    let script = script.first().expect("Chromium fetched /app.js");
+    assert!(
+        script.response("use-as-dictionary").is_none(),
+        "instantly stale: Chromium would not keep it: {script:#?}"
+    );
+
+    // Load 2: the page links the script's derived dictionary; Chromium fetches it.
+    session.open(&relay.url("/")).await;
+    let script_dictionary = || {
+        relay.exchanges().into_iter().find(|e| {
+            e.target.starts_with("/.wirefold/dict/")
+                && e.status == 200
+                && e.response("use-as-dictionary")
+                    == Some("match=\"/app.js\", match-dest=(\"script\")")
+                // Whole: the relay has seen every byte of the body.
+                && (e.response("transfer-encoding").is_some()
+                    || Some(e.body_len)
+                        == e.response("content-length").and_then(|v| v.parse().ok()))
+        })
+    };
+    let fetched = session
+        .wait_until(|| script_dictionary().is_some(), limit)
+        .await;
+    let pages = relay.exchanges_for("/");
+    let links: Vec<String> = pages
+        .iter()
+        .flat_map(|e| {
+            e.response
+                .iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
+                .map(|(_, v)| v.clone())
+        })
+        .collect();
+    eprintln!(
+        "[{serving:?}] loads 1-2: page links {links:?}\n{}",
+        describe(&relay.exchanges())
+    );
+    assert!(
+        fetched,
+        "Chromium fetched the script's derived dictionary within {limit:?}"
+    );
+    let dictionary = script_dictionary().unwrap();
+    assert!(
+        links.iter().any(|l| l.contains(&dictionary.target)),
+        "the page linked {}: {links:?}",
+        dictionary.target
+    );
+    // Storing the dictionary follows the fetch; give it a moment (more than a page's:
+    // the test may share the machine with builds).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // The script changes in place.
+    match serving {
+        Serving::Root => std::fs::write(root.path().join("app.js"), in_place_script(2)).unwrap(),
+        Serving::Origin => *version.lock().unwrap() = 2,
+    }
+
+    // Load 3: Chromium names the dictionary, gets the script as dcz or dcb, runs v2.
+    let before = relay.exchanges_for("/app.js").len();
+    session.open(&relay.url("/")).await;
+    let shown = session.wait_for_title(&in_place_title(2), limit).await;
+    let tabs = session.tabs().await;
+    session.close().await;
+    let scripts = relay.exchanges_for("/app.js");
+    let changed = scripts.get(before).unwrap_or_else(|| {
+        panic!(
+            "Chromium fetched /app.js after the change:\n{}",
+            describe(&relay.exchanges())
+        )
+    });
+    eprintln!("[{serving:?}] load 3: Chromium's request for /app.js:");
+    for (k, v) in &changed.request {
+        eprintln!("    {k}: {v}");
+    }
+    let v2 = in_place_script(2);
+    eprintln!(
+        "[{serving:?}] load 3: wirefold's answer: {} content-encoding={:?}, {} body bytes for a {}-byte script",
+        changed.status,
+        changed.response("content-encoding"),
+        changed.body_len,
+        v2.len()
+    );
+    assert_eq!(
+        changed.request("available-dictionary"),
+        Some(format!(":{}:", sha256_b64(&in_place_script(1))).as_str()),
+        "Chromium names v1's derived dictionary: {:#?}",
+        changed.request
+    );
+    assert_eq!(changed.status, 200);
+    let coding = changed.response("content-encoding").unwrap_or_default();
+    assert!(
+        coding == "dcz" || coding == "dcb",
+        "a dictionary coding: {changed:#?}"
+    );
+    assert!(
+        changed.body_len * 5 < v2.len(),
+        "the delta pays: {} bytes for {}",
+        changed.body_len,
+        v2.len()
+    );
+    assert!(
+        shown,
+        "load 3 runs v2 (decoded from {coding}): tabs {tabs:?}"
+    );
+    let metrics = metrics_text(&proxy).await;
+    assert!(
+        metric(
+            &metrics,
+            &format!("wirefold_body_bytes_sent_total{{mechanism=\"{coding}\"")
+        ) > 0.0,
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_gets_a_script_changed_in_place_as_a_delta_from_a_root() {
+    script_changed_in_place(Serving::Root).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_gets_a_script_changed_in_place_as_a_delta_through_an_origin() {
+    script_changed_in_place(Serving::Origin).await;
+}
+
 /// Loads `url` in headless Chromium at `width`×`height` and writes a PNG of it to `png`.
 async fn screenshot(exe: &Path, profile: &Path, url: &str, png: &Path, size: (u32, u32)) {
     let mut cmd = chromium_command(exe, profile);

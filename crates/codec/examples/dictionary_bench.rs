@@ -6,6 +6,12 @@
 //!   dictionary, dcb with the C encoder wirefold uses and with the pure-Rust
 //!   `brotli` port at q5/9/11, dcz at 3/9/19. Every body is decoded back; the
 //!   ones that fail are counted.
+//! `cargo run --release --example dictionary_bench -- first SERIES_DIR...`
+//!   the first request after a change: every consecutive version pair, dcz and dcb
+//!   at the level the server answers with while the kept level is made
+//!   (`NetworkPath::dictionary_level_now` at the default 10 Mbit/s, the plain body
+//!   being br-11), at the old quick level, and at the kept level: size against br-11
+//!   and encode CPU time.
 //! `cargo run --release --example dictionary_bench -- train SIBLINGS_DIR...`
 //!   first-visit savings of a trained dictionary: trained on the even-numbered
 //!   pages of a directory, measured on the odd-numbered ones.
@@ -218,6 +224,105 @@ fn pairs(series: &[String]) {
     }
 }
 
+/// CPU seconds of the calling thread.
+#[allow(unsafe_code)] // clock_gettime through the C library std already links
+fn thread_cpu_seconds() -> f64 {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call.
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+fn first(series: &[String]) {
+    use wirefold_codec::cost::NetworkPath;
+    let path = NetworkPath::from_bits_per_second(10_000_000);
+    // (coding, quick level before, kept level)
+    let codings = [
+        (DictionaryCoding::Dcz, 3u32, 19u32),
+        (DictionaryCoding::Dcb, 5, 11),
+    ];
+    // Per coding and column (quick, now, kept): % smaller than br-11 and CPU ms, per pair.
+    let mut smaller = vec![[Vec::new(), Vec::new(), Vec::new()]; codings.len()];
+    let mut cpu_ms = vec![[Vec::new(), Vec::new(), Vec::new()]; codings.len()];
+    let mut totals = vec![[0.0f64; 3]; codings.len()];
+    let mut levels_now = vec![std::collections::BTreeMap::<u32, usize>::new(); codings.len()];
+    let mut br_total = 0.0;
+    let mut pairs = 0;
+    for dir in series {
+        for pair in sorted_files(Path::new(dir)).windows(2) {
+            let dictionary = std::fs::read(&pair[0]).expect("read");
+            let data = std::fs::read(&pair[1]).expect("read");
+            let br11 = wirefold_codec::compress(wirefold_http::ContentCoding::Br, 11, &data).len();
+            br_total += br11 as f64;
+            pairs += 1;
+            let input = (dictionary.len() + data.len()) as u64;
+            for (c, &(coding, quick, kept)) in codings.iter().enumerate() {
+                let now = path.dictionary_level_now(coding, quick, kept, input, br11 as u64);
+                *levels_now[c].entry(now).or_default() += 1;
+                for (column, level) in [quick, now, kept].into_iter().enumerate() {
+                    let started = thread_cpu_seconds();
+                    let body = dictionary::encode(coding, level, &dictionary, &data);
+                    let spent = thread_cpu_seconds() - started;
+                    assert_eq!(
+                        dictionary::decode(coding, &dictionary, &body, data.len()).as_deref(),
+                        Ok(&data[..]),
+                        "{} {} {level}",
+                        pair[1].display(),
+                        coding.token()
+                    );
+                    smaller[c][column].push(100.0 * (1.0 - body.len() as f64 / br11 as f64));
+                    cpu_ms[c][column].push(spent * 1000.0);
+                    totals[c][column] += body.len() as f64;
+                }
+            }
+        }
+    }
+    println!("{pairs} pairs; the level answered now at 10 Mbit/s, plain body br-11\n");
+    println!("| coding | answer | level (pairs) | smaller than br-11: median pair | total | encode CPU ms: median | p90 | total |");
+    println!("|---|---|---|---:|---:|---:|---:|---:|");
+    for (c, &(coding, quick, kept)) in codings.iter().enumerate() {
+        for (column, name) in ["quick level (before)", "first request (now)", "kept level"]
+            .into_iter()
+            .enumerate()
+        {
+            let level = match column {
+                0 => quick.to_string(),
+                1 => levels_now[c]
+                    .iter()
+                    .map(|(l, n)| format!("{l} ({n})"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                _ => kept.to_string(),
+            };
+            let mut ms = cpu_ms[c][column].clone();
+            ms.sort_by(f64::total_cmp);
+            let p90 = ms.get(ms.len() * 9 / 10).copied().unwrap_or(f64::NAN);
+            println!(
+                "| {} | {name} | {level} | {:.1}% | {:.1}% | {:.2} | {:.2} | {:.0} |",
+                coding.token(),
+                median(smaller[c][column].clone()),
+                100.0 * (1.0 - totals[c][column] / br_total),
+                median(ms.clone()),
+                p90,
+                ms.iter().sum::<f64>()
+            );
+        }
+    }
+}
+
 /// Half of `dictionary::train`: whole samples, newest last, cut to the last
 /// `max_size` bytes (the newest content is nearest the data).
 fn concatenated(samples: &[&[u8]], max_size: usize) -> Vec<u8> {
@@ -310,6 +415,9 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("pairs") => pairs(&args[1..]),
         Some("train") => train(&args[1..]),
-        _ => panic!("usage: dictionary_bench pairs SERIES_DIR... | train SIBLINGS_DIR..."),
+        Some("first") => first(&args[1..]),
+        _ => panic!(
+            "usage: dictionary_bench pairs SERIES_DIR... | first SERIES_DIR... | train SIBLINGS_DIR..."
+        ),
     }
 }

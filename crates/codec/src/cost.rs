@@ -95,6 +95,29 @@ impl NetworkPath {
     pub fn worth_computing(&self, work: Work, input_bytes: u64, best_available_bytes: u64) -> bool {
         cpu_seconds(work, input_bytes) < self.transfer_seconds(best_available_bytes)
     }
+
+    /// The level of a dictionary coding to answer with now, while the `kept` level is
+    /// made in the background: the strongest level from `kept` down to `quick` whose
+    /// estimated CPU time on `input_bytes` (dictionary included) stays below the
+    /// transfer time of `plain_bytes`, the body the delta replaces, so the delta costs
+    /// less in all than the plain body even though its own bytes are few; `quick`
+    /// when no stronger level does. A delta against a dictionary of the same resource
+    /// is small and cheap to make well: on small inputs and slow links this is the
+    /// kept level itself.
+    pub fn dictionary_level_now(
+        &self,
+        coding: crate::dictionary::DictionaryCoding,
+        quick: u32,
+        kept: u32,
+        input_bytes: u64,
+        plain_bytes: u64,
+    ) -> u32 {
+        let budget = self.transfer_seconds(plain_bytes);
+        (quick..=kept)
+            .rev()
+            .find(|&level| cpu_seconds(Work::Dictionary { coding, level }, input_bytes) < budget)
+            .unwrap_or(quick)
+    }
 }
 
 #[cfg(test)]
@@ -114,5 +137,22 @@ mod tests {
         assert!(!fast.worth_computing(heavy, 100_000, 20_000));
         assert!(fast.cost(0.0, 1000) < slow.cost(0.0, 1000));
         assert!(cpu_seconds(Work::Vcdiff, 1 << 20) > cpu_seconds(Work::Vcdiff, 1 << 10));
+    }
+
+    #[test]
+    fn the_level_answered_now_grows_with_the_time_the_delta_saves() {
+        use crate::dictionary::DictionaryCoding::Dcz;
+        let path = NetworkPath::from_bits_per_second(10_000_000);
+        // A small asset on a 10 Mbit/s link: the kept level fits.
+        assert_eq!(path.dictionary_level_now(Dcz, 3, 19, 2 * 1024, 1024), 19);
+        // A large page whose plain body sends fast: only the quick level fits.
+        assert_eq!(path.dictionary_level_now(Dcz, 3, 19, 64 << 20, 1024), 3);
+        let fast = NetworkPath::from_bits_per_second(10_000_000_000);
+        let slow = NetworkPath::from_bits_per_second(1_000_000);
+        let (input, plain) = (300 * 1024, 22 * 1024);
+        assert!(
+            fast.dictionary_level_now(Dcz, 3, 19, input, plain)
+                <= slow.dictionary_level_now(Dcz, 3, 19, input, plain)
+        );
     }
 }

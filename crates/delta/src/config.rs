@@ -21,6 +21,10 @@ pub struct DeltaConfig {
     /// Publish a derived dictionary for pages a browser may not keep as one
     /// (instantly stale), announced with `Link: rel="compression-dictionary"`.
     pub derived_dictionaries: bool,
+    /// Links per page to the derived dictionaries of the instantly stale scripts and
+    /// stylesheets it references (0: none); at most
+    /// [`MAX_PER_PAGE`](crate::subresources::MAX_PER_PAGE).
+    pub subresource_dictionaries: usize,
     /// Answer RFC 3229 `A-IM: vcdiff` requests with `226 IM Used`.
     pub vcdiff: bool,
     /// `match` patterns that override the inferred ones: the first rule whose
@@ -51,6 +55,7 @@ impl Default for DeltaConfig {
             dictionaries: true,
             dictionary_codings: "dcz, dcb".into(),
             derived_dictionaries: true,
+            subresource_dictionaries: 8,
             vcdiff: true,
             pattern: Vec::new(),
             assumed_bandwidth_bps: 10_000_000,

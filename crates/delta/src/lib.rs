@@ -7,7 +7,9 @@
 //!   accepts `dcb`/`dcz`; wirefold compresses against it if that content is this
 //!   site's ([`dictionaries`]). Reusable text responses announce themselves as
 //!   dictionaries with `Use-As-Dictionary`; pages a browser will not keep get a
-//!   derived dictionary announced with `Link: rel="compression-dictionary"`.
+//!   derived dictionary announced with `Link: rel="compression-dictionary"`, and so
+//!   do the scripts and stylesheets it will not keep, linked from the pages that
+//!   reference them ([`subresources`]).
 //!
 //! A delta is sent only when it is smaller than the plain encoding; the cost model
 //! decides whether one is worth making now or only in the background.
@@ -17,6 +19,7 @@ pub mod config;
 pub mod derived;
 pub mod dictionaries;
 pub mod history;
+pub mod subresources;
 pub mod training;
 
 use std::sync::Arc;
@@ -37,6 +40,8 @@ use wirefold_http::dictionary::{dictionary_allowed, use_as_dictionary};
 
 use crate::config::DeltaConfig;
 use crate::derived::{DerivedBodies, Produce, Variant};
+use crate::dictionaries::Destination;
+use crate::subresources::PageSubresources;
 use store::memo::Bounded;
 
 /// What the delta engine reads of a request, parsed once by the server's `classify`.
@@ -66,6 +71,7 @@ pub struct DeltaEngine {
     store: Option<Store>,
     bodies: Arc<DerivedBodies>,
     announcements: DictionaryAnnouncements,
+    subresources: PageSubresources,
 }
 
 /// A delta the client can apply.
@@ -95,6 +101,7 @@ impl DeltaEngine {
             store,
             bodies,
             announcements: DictionaryAnnouncements::default(),
+            subresources: PageSubresources::default(),
         }
     }
 
@@ -242,13 +249,16 @@ impl DeltaEngine {
             coding,
             level: quick,
         };
+        // The first answer after a change: as strong a level as the cost model says
+        // pays now (the kept level is made in the background unless this is it).
+        let now = path.dictionary_level_now(coding, quick, best, input, limit as u64);
         let variant = Variant::DictionaryCoded {
             coding,
             dictionary: dictionary_hash,
             level: best,
         };
         let already = self.bodies.in_memory(&hash, &variant)
-            || self.bodies.in_memory(&hash, &variant.at_level(quick));
+            || self.bodies.in_memory(&hash, &variant.at_level(now));
         if !already && !path.worth_computing(quick_work, input, limit as u64) {
             return None;
         }
@@ -257,17 +267,27 @@ impl DeltaEngine {
             Arc::new(move |level| codec::dictionary::encode(coding, level, &dictionary, &target));
         let body = self
             .bodies
-            .get_or_make(hash, input as usize, &variant, Some(quick), best, produce)
+            .get_or_make(hash, input as usize, &variant, Some(now), best, produce)
             .await;
         (body.len() < limit).then_some(DeltaChoice::Dictionary { coding, body })
     }
 
-    /// Adds `Use-As-Dictionary` to a reusable text response a browser may keep, or, for a
-    /// page it will not keep (instantly stale), a `Link` to a derived dictionary. A
-    /// response that is not the same for everyone (`audience`) is neither announced nor
-    /// derived from; it still links the site's trained dictionaries, which are public.
-    pub async fn announce(&self, request: &DeltaRequest<'_>, headers: &mut HeaderMap, hash: Hash) {
-        let config = &*self.config.load();
+    /// Adds `Use-As-Dictionary` to a reusable text response a browser may keep. For
+    /// what it will not keep (instantly stale): a page gets a `Link` to its derived
+    /// dictionary, and a script or stylesheet gets one published, which the pages that
+    /// reference it link (`Link` fields to the derived dictionaries of their
+    /// same-site subresources, at most `delta.subresource_dictionaries`). A response
+    /// that is not the same for everyone (`audience`) is neither announced nor derived
+    /// from and links no derived dictionary; it still links the site's trained
+    /// dictionaries, which are public. `content` is the instance's body (`hash`).
+    pub async fn announce(
+        &self,
+        request: &DeltaRequest<'_>,
+        headers: &mut HeaderMap,
+        hash: Hash,
+        content: &Bytes,
+    ) {
+        let config = self.config.load_full();
         let Some(store) = self.store.clone() else {
             return;
         };
@@ -279,7 +299,7 @@ impl DeltaEngine {
         }
         let uri = request.uri;
         let for_everyone = audience(request.headers, headers, request.public_path).may_derive();
-        let pattern = || dictionaries::pattern_for(config, uri.path(), uri.query());
+        let pattern = || dictionaries::pattern_for(&config, uri.path(), uri.query());
         let cc = CacheControl::from_headers(headers);
         let keeps = browser_keeps(&cc, headers);
         let html = is_html(headers);
@@ -300,29 +320,71 @@ impl DeltaEngine {
                 headers.insert(wirefold_http::dictionary::USE_AS_DICTIONARY, value);
             }
         }
+        let derive = for_everyone && config.derived_dictionaries;
         if !html {
+            if derive && !keeps && content.len() <= MAX_DERIVED_SUBRESOURCE_BYTES {
+                let destination = headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(Destination::of_subresource_type);
+                if let Some(destination) = destination {
+                    self.publish_subresource(&store, request.site, pattern(), destination, hash)
+                        .await;
+                }
+            }
             return;
         }
         // Pages get links to the dictionaries that serve them: a trained one (first
-        // visits to any page it covers) and, for pages a browser will not keep, one
-        // derived from the page itself (later visits to this page).
-        let derive = !keeps && for_everyone && config.derived_dictionaries;
-        let page = (request.site.to_string(), uri.path().to_string(), derive);
+        // visits to any page it covers); for pages a browser will not keep, one derived
+        // from the page itself (later visits to this page); and those derived from the
+        // scripts and stylesheets it references (their next change).
+        let page_derived = derive && !keeps;
+        let page_url = page_url(request);
+        let subresource_limit = match &page_url {
+            Some(_) if derive => config.subresource_dictionaries,
+            _ => 0,
+        };
+        let page = (
+            request.site.to_string(),
+            uri.path().to_string(),
+            page_derived,
+            subresource_limit > 0,
+        );
         let links = match self.announcements.page_links(&page) {
             Some(links) => links,
             None => {
+                let subresources = match &page_url {
+                    Some(url) if subresource_limit > 0 => {
+                        self.subresources.of(hash, url, content).await
+                    }
+                    _ => Arc::default(),
+                };
                 let (site, path, pattern) =
                     (request.site.to_string(), uri.path().to_string(), pattern());
+                let config = config.clone();
                 let links = tokio::task::spawn_blocking(move || {
                     let mut links = Vec::new();
                     links.extend(training::trained_for(&store, &site, &path));
-                    if derive {
-                        links.extend(
-                            dictionaries::current_derived(&store, &site, &pattern, &hash)
-                                .ok()
-                                .flatten(),
+                    if page_derived {
+                        let derived = dictionaries::current_derived(
+                            &store,
+                            &site,
+                            &pattern,
+                            Destination::Document,
+                            &hash,
                         );
+                        links.extend(derived.ok().flatten().map(|link| link.url));
                     }
+                    let published = subresources.iter().filter_map(|s| {
+                        let pattern =
+                            dictionaries::pattern_for(&config, &s.path, s.query.as_deref());
+                        dictionaries::published_derived(&store, &site, &pattern, s.destination)
+                            .ok()
+                            .flatten()
+                    });
+                    links.extend(published.take(subresource_limit));
+                    let mut seen = std::collections::HashSet::new();
+                    links.retain(|url| seen.insert(url.clone()));
                     links
                 })
                 .await
@@ -342,6 +404,60 @@ impl DeltaEngine {
             headers.append(header::LINK, value);
         }
     }
+
+    /// Publishes the derived dictionary of an instantly stale script or stylesheet
+    /// (kept while stored), so the pages referencing it can link it. A new publication
+    /// makes pages' memoized links stale: they are recomputed at their next request.
+    async fn publish_subresource(
+        &self,
+        store: &Store,
+        site: &str,
+        pattern: String,
+        destination: Destination,
+        hash: Hash,
+    ) {
+        let key = (site.to_string(), pattern, destination);
+        if self.announcements.published(&key) {
+            return;
+        }
+        let (store, (site, pattern, _)) = (store.clone(), key.clone());
+        let link = tokio::task::spawn_blocking(move || {
+            dictionaries::current_derived(&store, &site, &pattern, destination, &hash)
+        })
+        .await;
+        match link {
+            Ok(Ok(Some(link))) => {
+                self.announcements.put_published(key);
+                if link.newly_published {
+                    self.announcements.links.clear();
+                }
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, "subresource dictionary not published"),
+            _ => {}
+        }
+    }
+}
+
+/// Scripts and stylesheets above this size get no derived dictionary: a browser
+/// fetches a linked dictionary whole, beside the resource itself, and every later
+/// delta indexes all of it.
+pub const MAX_DERIVED_SUBRESOURCE_BYTES: usize = 4 << 20;
+
+/// The absolute URL the client asked for the page at (`http://host/path`), from the
+/// request's authority or `Host`: relative references resolve against it and
+/// same-site references share its origin.
+fn page_url(request: &DeltaRequest<'_>) -> Option<String> {
+    let authority = match request.uri.authority() {
+        Some(authority) => authority.as_str().to_string(),
+        None => request
+            .headers
+            .get(header::HOST)?
+            .to_str()
+            .ok()?
+            .to_string(),
+    };
+    let url = format!("http://{authority}{}", request.uri.path());
+    url::Url::parse(&url).ok().map(String::from)
 }
 
 /// The validators a client listed, plus each with wirefold's coding suffix removed:
@@ -368,7 +484,8 @@ fn with_codings_removed(listed: Vec<EntityTag>) -> Vec<EntityTag> {
     held
 }
 
-/// (answer now, make in the background and keep) levels per dictionary coding.
+/// (quickest answer now, make in the background and keep) levels per dictionary
+/// coding; the level answered now is chosen between them by the cost model.
 pub fn dictionary_levels(coding: DictionaryCoding) -> (u32, u32) {
     match coding {
         DictionaryCoding::Dcz => (3, 19),
@@ -386,10 +503,16 @@ pub struct DictionaryAnnouncements {
     links: Bounded<PageKey, Vec<HeaderValue>>,
     /// resource → (whether it was HTML, the `Use-As-Dictionary` value).
     use_as: Bounded<String, (bool, Option<HeaderValue>)>,
+    /// Subresources whose derived dictionary is published: no store read per request.
+    published: Bounded<PublishedKey, ()>,
 }
 
-/// (site, path, whether a derived dictionary applies).
-type PageKey = (String, String, bool);
+/// (site, path, whether the page's own derived dictionary applies, whether its
+/// subresources' do).
+type PageKey = (String, String, bool, bool);
+
+/// (site, `match` pattern, destination) of a subresource's derived dictionary.
+type PublishedKey = (String, String, Destination);
 
 const PAGE_LINKS_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 const ANNOUNCEMENTS_CAPACITY: usize = 16_384;
@@ -399,6 +522,7 @@ impl Default for DictionaryAnnouncements {
         DictionaryAnnouncements {
             links: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY).expiring_after(PAGE_LINKS_TTL),
             use_as: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY),
+            published: Bounded::with_entries(ANNOUNCEMENTS_CAPACITY).expiring_after(PAGE_LINKS_TTL),
         }
     }
 }
@@ -412,6 +536,15 @@ impl DictionaryAnnouncements {
     fn clear(&self) {
         self.links.clear();
         self.use_as.clear();
+        self.published.clear();
+    }
+
+    fn published(&self, key: &PublishedKey) -> bool {
+        self.published.get(key).is_some()
+    }
+
+    fn put_published(&self, key: PublishedKey) {
+        self.published.insert(key, ());
     }
 
     fn put_page_links(&self, page: PageKey, links: Vec<HeaderValue>) {

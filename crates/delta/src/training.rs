@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use store::{Hash, Store};
 
-use super::dictionaries::{self, DERIVED_PREFIX};
+use super::dictionaries::{self, Destination, DERIVED_PREFIX};
 use super::history::History;
 
 /// What a training run did.
@@ -74,8 +74,8 @@ pub fn train(store: &Store, site: &str, pattern: &str, max_size: usize) -> Resul
     let refs: Vec<&[u8]> = samples.iter().map(|(_, b)| b.as_ref()).collect();
     let dictionary = codec::dictionary::train(&refs, max_size).map_err(|e| e.to_string())?;
     let hash = store.put_blob(&dictionary).map_err(|e| e.to_string())?;
-    let url =
-        dictionaries::publish_derived(store, &hash, site, pattern).map_err(|e| e.to_string())?;
+    let url = dictionaries::publish_derived(store, &hash, site, pattern, Destination::Document)
+        .map_err(|e| e.to_string())?;
     let mut list: TrainedList = store
         .get_record(&list_key(site))
         .map_err(|e| e.to_string())?

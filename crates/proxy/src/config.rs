@@ -635,6 +635,15 @@ impl Config {
                 );
             }
         }
+        if self.delta.subresource_dictionaries > delta::subresources::MAX_PER_PAGE {
+            invalid(
+                "delta.subresource_dictionaries",
+                format!(
+                    "at most {} (the subresources kept per page)",
+                    delta::subresources::MAX_PER_PAGE
+                ),
+            );
+        }
         if self.delta.history == 0 {
             invalid("delta.history", "must be at least 1".into());
         }

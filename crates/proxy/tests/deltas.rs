@@ -645,3 +645,181 @@ async fn a_configured_admin_token_is_required_to_train() {
     .unwrap();
     assert_eq!(status, 200);
 }
+
+/// A `no-cache` script or stylesheet changed in place: the page referencing it links
+/// its derived dictionary (`match` its path, `match-dest` its destination), and the
+/// changed script is sent as dcz against it. Never linked: what a browser keeps by
+/// itself, what is not for everyone (private, or only asked for with a cookie), what
+/// is on another site, an HTML page referenced as a script (the page itself included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_link_the_derived_dictionaries_of_their_instantly_stale_subresources() {
+    let (v1, v2) = (corpus_file(SCRIPT_V1), corpus_file(SCRIPT_V2));
+    let css = corpus_file("assets/whatwg__whatwg.org/resources-whatwg-org_standard-css/030.css");
+    // Above `compression.min_size`: smaller bodies are sent as they are.
+    let page = format!(
+        "<!DOCTYPE html><html><head>\
+        <link rel=stylesheet href=/site.css>\
+        <script src=/cached.js></script><script src=/private.js></script>\
+        <script src=http://cross.example/app.js></script>\
+        <script src=/other.html></script><script src=/></script>\
+        <script src=/cookied.js></script>\
+        </head><body>{}<script src=app.js></script></body></html>",
+        "<p>Text of the page.</p>\n".repeat(64)
+    );
+    let entry = |path: &str, ct, cc: &str, body: &[u8]| {
+        (path.to_string(), ct, cc.to_string(), body.to_vec())
+    };
+    let files = Arc::new(Mutex::new(vec![
+        entry("/", "text/html", "no-cache", page.as_bytes()),
+        entry("/app.js", "application/javascript", "no-cache", &v1),
+        entry("/site.css", "text/css", "max-age=0", &css),
+        entry("/cached.js", "application/javascript", "max-age=3600", &v1),
+        entry(
+            "/private.js",
+            "application/javascript",
+            "private, no-cache",
+            &v2,
+        ),
+        entry(
+            "/other.html",
+            "text/html",
+            "no-cache",
+            &corpus_file(PAGE_V1),
+        ),
+        entry("/cookied.js", "application/javascript", "no-cache", &v2),
+    ]));
+    let origin = mutable_origin(files.clone()).await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    curl(&proxy.url("/"), &["--compressed"]).await;
+    for path in [
+        "/app.js",
+        "/site.css",
+        "/cached.js",
+        "/private.js",
+        "/other.html",
+    ] {
+        assert_eq!(curl(&proxy.url(path), &["--compressed"]).await.status, 200);
+    }
+    // Only ever asked for with a cookie: personal, never derived from.
+    let cookied = curl(
+        &proxy.url("/cookied.js"),
+        &["--compressed", "-H", "Cookie: session=1"],
+    )
+    .await;
+    assert_eq!(cookied.status, 200);
+    let page = curl(&proxy.url("/"), &["--compressed"]).await;
+    let links: Vec<String> = page
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
+        .map(|(_, v)| {
+            v.trim_start_matches('<')
+                .split('>')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut announced = Vec::new();
+    for link in &links {
+        let dict = curl(&proxy.url(link), &["--compressed"]).await;
+        assert_eq!(dict.status, 200, "{link}");
+        announced.push((
+            dict.header("use-as-dictionary").unwrap().to_string(),
+            dict.body,
+        ));
+    }
+    announced.sort();
+    let expected = [
+        ("match=\"/\", match-dest=(\"document\")", page.body.clone()),
+        ("match=\"/app.js\", match-dest=(\"script\")", v1.clone()),
+        ("match=\"/site.css\", match-dest=(\"style\")", css.clone()),
+    ];
+    let announced: Vec<(&str, &[u8])> = announced
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_slice()))
+        .collect();
+    let expected: Vec<(&str, &[u8])> = expected.iter().map(|(a, b)| (*a, b.as_slice())).collect();
+    assert_eq!(announced.len(), 3, "{links:?}");
+    for (want, got) in expected.iter().zip(&announced) {
+        assert_eq!(want.0, got.0, "{links:?}");
+        assert!(want.1 == got.1, "{} serves the instance it names", want.0);
+    }
+
+    // A dictionary the store does not hold is 404.
+    let unknown = format!("/.wirefold/dict/{}", "0".repeat(64));
+    assert_eq!(curl(&proxy.url(&unknown), &[]).await.status, 404);
+
+    // The script changes in place: a request naming its derived dictionary gets dcz.
+    files.lock().unwrap()[1].3 = v2.clone();
+    let r = curl(
+        &proxy.url("/app.js"),
+        &[
+            "-H",
+            "Accept-Encoding: br, dcz",
+            "-H",
+            &available(&v1),
+            "-H",
+            "Sec-Fetch-Mode: no-cors",
+            "-H",
+            "Sec-Fetch-Site: same-origin",
+            "-H",
+            "Sec-Fetch-Dest: script",
+        ],
+    )
+    .await;
+    assert_eq!(r.header("content-encoding"), Some("dcz"));
+    let decoded = with_tool(
+        "zstd",
+        &["-d", "-c", "-D", "dict", "body"],
+        &[("dict", &v1), ("body", &r.body)],
+    );
+    assert!(decoded == v2, "dcz decodes to the new script");
+}
+
+/// `delta.subresource_dictionaries` bounds the links a page carries, however many
+/// scripts it names; 0 turns subresource links off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subresource_dictionary_links_are_bounded() {
+    let script = corpus_file(SCRIPT_V1);
+    let mut page = String::from("<!DOCTYPE html><html><body>");
+    let mut entries = Vec::new();
+    for i in 0..10_000 {
+        page.push_str(&format!("<script src=/s{i}.js></script>"));
+        if i < 6 {
+            let mut body = script.clone();
+            body.extend_from_slice(format!("\n// {i}\n").as_bytes());
+            entries.push((
+                format!("/s{i}.js"),
+                "application/javascript",
+                "no-cache".to_string(),
+                body,
+            ));
+        }
+    }
+    entries.push((
+        "/".into(),
+        "text/html",
+        "max-age=60".into(),
+        page.into_bytes(),
+    ));
+    let files = Arc::new(Mutex::new(entries));
+    let origin = mutable_origin(files).await;
+    for (limit, expected) in [(4, 4), (0, 0)] {
+        let proxy = start_proxy(&origin.url(""), |c| {
+            c.delta.subresource_dictionaries = limit;
+        })
+        .await;
+        for i in 0..6 {
+            curl(&proxy.url(&format!("/s{i}.js")), &["--compressed"]).await;
+        }
+        let page = curl(&proxy.url("/"), &["--compressed"]).await;
+        assert_eq!(page.status, 200);
+        let links = page
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
+            .count();
+        assert_eq!(links, expected, "limit {limit}: {:?}", page.headers);
+    }
+}

@@ -177,7 +177,7 @@ pub async fn encode(
                 None => None,
             };
             if let Some(request) = &request {
-                deltas.announce(request, &mut headers, hash).await;
+                deltas.announce(request, &mut headers, hash, &bytes).await;
             }
             let mut whole = match delta {
                 Some(DeltaChoice::Dictionary { coding, body }) => rep(

@@ -166,7 +166,7 @@ pub async fn fetch<'a>(
 }
 
 /// A derived dictionary, served by wirefold itself: long-lived, content addressed,
-/// announced for the pages it was derived from.
+/// announced for the page or subresource it was derived from (`match`, `match-dest`).
 async fn derived_dictionary(
     f: &Fetcher,
     ctx: &RequestContext,
@@ -182,7 +182,7 @@ async fn derived_dictionary(
     let site = ctx.site.clone();
     let found =
         tokio::task::spawn_blocking(move || dictionaries::derived(&store, &hash, &site)).await;
-    let Ok(Ok(Some((bytes, pattern)))) = found else {
+    let Ok(Ok(Some(dictionary))) = found else {
         return Err(not_found());
     };
     let mut headers = HeaderMap::new();
@@ -198,13 +198,18 @@ async fn derived_dictionary(
         header::ETAG,
         etag_value(&EntityTag::strong(content_etag(&hash))),
     );
-    if let Some(value) = use_as_dictionary(&pattern, &["document"], None) {
+    if let Some(value) =
+        use_as_dictionary(&dictionary.pattern, &[dictionary.destination.token()], None)
+    {
         headers.insert(USE_AS_DICTIONARY, value);
     }
     Ok(Instance {
         status: StatusCode::OK,
         headers,
-        body: InstanceBody::Whole { bytes, hash },
+        body: InstanceBody::Whole {
+            bytes: dictionary.bytes,
+            hash,
+        },
         provenance: Provenance::File,
         reusable: true,
         last_modified: None,
