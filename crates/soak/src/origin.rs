@@ -10,8 +10,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
-use hyper::body::Incoming;
+use http_body_util::{BodyExt, Full, Limited};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use wirefold_http::accept_encoding::AcceptEncoding;
@@ -20,6 +19,9 @@ use wirefold_http::ContentCoding;
 
 use crate::catalogue::{self, InstanceId};
 use crate::truth::Truths;
+
+/// The largest request body the origin reads (the driver's are a few bytes).
+const REQUEST_BODY_LIMIT: usize = 1 << 20;
 
 /// How the origin behaves beyond the catalogue.
 #[derive(Clone, Copy, Debug, Default)]
@@ -51,7 +53,18 @@ pub async fn start(listen: SocketAddr, options: OriginOptions) -> std::io::Resul
         bodies: AtomicU64::new(0),
     });
     let accepting = tokio::spawn(testbed::serve::accept_loop(listener, move |req| {
-        std::future::ready(state.answer(&req))
+        let state = state.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            // A body is read before the answer, as a well-behaved origin does: one
+            // left unread makes the close a reset, which can cut the answer off at
+            // the proxy and make the origin look broken. One that fails (cut short by
+            // the client, through the proxy) is a 400.
+            match Limited::new(body, REQUEST_BODY_LIMIT).collect().await {
+                Ok(_) => state.answer(&Request::from_parts(parts, ())),
+                Err(_) => plain(StatusCode::BAD_REQUEST, "unreadable request body\n"),
+            }
+        }
     }));
     Ok(Origin { addr, accepting })
 }
@@ -64,7 +77,7 @@ struct State {
 }
 
 impl State {
-    fn answer(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    fn answer(&self, req: &Request<()>) -> Response<Full<Bytes>> {
         let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
         let Some((index, resource)) = catalogue::lookup(target) else {
             return plain(StatusCode::NOT_FOUND, "no such resource\n");
