@@ -198,8 +198,12 @@ const ACCEPT_ENCODINGS: &[&str] = &[
     "*",
 ];
 
-/// Chromium's list when it holds a dictionary.
-const DICTIONARY_ACCEPT_ENCODING: &str = "gzip, deflate, br, zstd, dcb, dcz";
+/// `Accept-Encoding` with a dictionary: Chromium's list (the server prefers dcz), and
+/// one without zstd (so dcb, brotli with the dictionary, is chosen).
+const DICTIONARY_ACCEPT_ENCODINGS: &[&str] = &[
+    "gzip, deflate, br, zstd, dcb, dcz",
+    "gzip, deflate, br, dcb",
+];
 
 /// Instances a worker holds per resource (what its `If-None-Match` lists).
 const HELD_PER_RESOURCE: usize = 2;
@@ -459,10 +463,9 @@ impl Worker {
         match plan {
             Plan::Plain => self.accept_encoding(&mut headers),
             Plan::Dictionary => {
-                headers.insert(
-                    header::ACCEPT_ENCODING,
-                    HeaderValue::from_static(DICTIONARY_ACCEPT_ENCODING),
-                );
+                let value = DICTIONARY_ACCEPT_ENCODINGS
+                    [self.below(DICTIONARY_ACCEPT_ENCODINGS.len() as u64) as usize];
+                headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(value));
                 if let Some(dictionary) = self.dictionary_for(target) {
                     headers.insert(
                         AVAILABLE_DICTIONARY,
