@@ -332,3 +332,31 @@ async fn head_through_the_pair_gets_the_length_without_the_body() {
         "no body crossed the link"
     );
 }
+
+#[tokio::test]
+async fn a_head_through_the_pair_leaves_no_empty_instance_behind() {
+    // Found by the soak (bench/soak.sh): the client proxy kept a HEAD's instance,
+    // which has no body, and served it empty to the GETs while it was fresh.
+    let origin = slow_origin(Duration::ZERO, |_| {
+        let fields = [
+            ("content-type", "text/html; charset=utf-8"),
+            ("cache-control", "max-age=3600"),
+            ("etag", "\"kept\""),
+        ];
+        response(200, &fields, page(1))
+    })
+    .await;
+    let pair = start_pair(|_| {}, |_| {}).await;
+    let url = origin.url("/fresh.html");
+    let head = curl(&url, &["-I", "-x", &pair.proxy(), "--noproxy", ""]).await;
+    assert_eq!(head.status, 200);
+    for _ in 0..2 {
+        let got = get(&pair, &url).await;
+        assert_eq!(got.status, 200);
+        assert!(
+            got.body == page(1).as_bytes(),
+            "the whole page, not {} bytes",
+            got.body.len()
+        );
+    }
+}

@@ -191,6 +191,61 @@ async fn a_malformed_chunked_request_body_is_a_400_not_an_origin_failure() {
     assert_eq!(metric(&metrics, "wirefold_origin_errors_total"), 0.0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_cut_short_is_a_400_even_after_the_origin_began_its_answer() {
+    // Found by the soak (bench/soak.sh): an origin answering before it has read the
+    // request body has its answer cut off when the client's body fails (the origin
+    // connection goes down with it). That was a 502 and an origin error.
+    let body_arrived = Arc::new(tokio::sync::Notify::new());
+    let arrived = body_arrived.clone();
+    let origin = raw_origin(move |mut stream| {
+        let arrived = arrived.clone();
+        async move {
+            let _ = read_head(&mut stream).await;
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\nthe first part")
+                .await;
+            // The answer is under way when the request body's first bytes arrive.
+            let mut first = [0u8; 10];
+            if stream.read_exact(&mut first).await.is_ok() {
+                arrived.notify_one();
+            }
+            let mut sink = Vec::new();
+            let _ = stream.read_to_end(&mut sink).await;
+        }
+    })
+    .await;
+    let proxy = start_proxy(&format!("http://{origin}"), |_| {}).await;
+    let host = proxy.running.addr.to_string();
+    let mut stream = tokio::net::TcpStream::connect(proxy.running.addr)
+        .await
+        .unwrap();
+    let request =
+        format!("POST /form HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1000\r\n\r\nonly ten b");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), body_arrived.notified())
+        .await
+        .expect("the origin got the first bytes of the body");
+    // The body ends 990 bytes early.
+    stream.shutdown().await.unwrap();
+    let mut reply = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut reply),
+    )
+    .await
+    .expect("answered and closed")
+    .unwrap();
+    assert_eq!(
+        status_of(&reply),
+        Some(400),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(metric(&metrics, "wirefold_origin_errors_total"), 0.0);
+}
+
 /// Requests and answers for the leak tests: `/account` answers each user's own page
 /// (named by the `session` cookie, `anonymous` without), with `cache_control` and a
 /// validator of its content; it answers `If-None-Match` with 304 when it matches.

@@ -53,10 +53,14 @@ impl Proxied {
     fn idempotent(&self) -> bool {
         self.method == Method::GET || self.method == Method::HEAD
     }
-    /// Only a GET or HEAD without a body may be answered from a held instance or
-    /// leave one behind: a body may change the answer, and it is part of no key.
+    /// Only a GET or HEAD without a body may be answered from a held instance: a
+    /// body may change the answer, and it is part of no key.
     fn may_use_instances(&self) -> bool {
         self.idempotent() && self.body.is_empty()
+    }
+    /// Only a GET's answer may be kept: a HEAD's instance comes without its body.
+    fn may_keep_instance(&self) -> bool {
+        self.method == Method::GET && self.may_use_instances()
     }
     /// The method on the link: a HEAD goes as a GET, because an HTTP/2 response to
     /// HEAD cannot carry a body, and so no frames (RFC 9113 §8.1.1; the h2 crate
@@ -444,7 +448,7 @@ async fn deliver(
         Delivery::Delta => Answered::Delta,
         Delivery::Full => Answered::Full,
     });
-    if request.may_use_instances()
+    if request.may_keep_instance()
         && may_keep(
             &request.link_method(),
             &request.fields,

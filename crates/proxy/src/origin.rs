@@ -1,6 +1,8 @@
 //! The upstream client: pooled connections to one origin (HTTP/1.1, and HTTP/2 when a
 //! TLS origin offers it by ALPN), forwarding rules and timeouts.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::{HeaderName, HeaderValue, HOST, VIA};
@@ -14,7 +16,7 @@ use wirefold_http::hop_by_hop::remove_hop_by_hop;
 
 use http_body_util::BodyExt;
 
-use crate::body::{self, Body, IdleTimeout};
+use crate::body::{self, Body, BoxError, IdleTimeout};
 use crate::config::UpstreamConfig;
 use crate::destinations::{Destinations, Resolver};
 use crate::model::ConnInfo;
@@ -84,6 +86,17 @@ pub enum OriginError {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct RequestBodyError(body::BoxError);
+
+/// Whether `e` is, or was caused by, a failure of the client's request body.
+pub fn is_request_body_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(e), |s| s.source()).any(|s| s.is::<RequestBodyError>())
+}
+
+/// Set once the client's request body failed while it was forwarded. The failure
+/// takes the origin connection down, which may cut off an answer the origin had
+/// begun: that answer's failure is then the client's too.
+#[derive(Clone, Default)]
+struct RequestBodyFailed(Arc<AtomicBool>);
 
 impl OriginError {
     pub fn status(&self) -> http::StatusCode {
@@ -240,7 +253,14 @@ impl Origin {
         );
         *req.uri_mut() = self.target(req.uri());
         if !http_body::Body::is_end_stream(req.body()) {
-            req = req.map(|b| body::boxed(b.map_err(RequestBodyError)));
+            let failed = RequestBodyFailed::default();
+            req.extensions_mut().insert(failed.clone());
+            req = req.map(|b| {
+                body::boxed(b.map_err(move |e| {
+                    failed.0.store(true, Ordering::Relaxed);
+                    RequestBodyError(e)
+                }))
+            });
         }
         // The pooled client picks the version per connection (ALPN); a request must not pin one.
         *req.version_mut() = http::Version::HTTP_11;
@@ -255,16 +275,27 @@ impl Origin {
         req: Request<Body>,
     ) -> Result<(Response<Body>, Duration), OriginError> {
         let started = Instant::now();
+        let request_body = req.extensions().get::<RequestBodyFailed>().cloned();
         let response = tokio::time::timeout(self.header_timeout, self.client.request(req))
             .await
             .map_err(|_| OriginError::Timeout(self.header_timeout))?
             .map_err(classify_client_error)?;
         let elapsed = started.elapsed();
         let idle = self.body_idle_timeout;
-        Ok((
-            response.map(|b| body::boxed(IdleTimeout::new(b, idle))),
-            elapsed,
-        ))
+        let response = response.map(|b| {
+            let body = body::boxed(IdleTimeout::new(b, idle));
+            match request_body {
+                Some(failed) => body::boxed(body.map_err(move |e| -> BoxError {
+                    if failed.0.load(Ordering::Relaxed) {
+                        Box::new(RequestBodyError(e))
+                    } else {
+                        e
+                    }
+                })),
+                None => body,
+            }
+        });
+        Ok((response, elapsed))
     }
 }
 
@@ -275,9 +306,7 @@ fn classify_client_error(e: hyper_util::client::legacy::Error) -> OriginError {
         detail = format!("{detail}: {s}");
         source = s.source();
     }
-    let from_request_body = std::iter::successors(std::error::Error::source(&e), |s| s.source())
-        .any(|s| s.is::<RequestBodyError>());
-    if from_request_body {
+    if std::error::Error::source(&e).is_some_and(is_request_body_error) {
         OriginError::RequestBody(detail)
     } else if e.is_connect() {
         OriginError::Connect(detail)

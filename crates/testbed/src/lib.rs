@@ -8,6 +8,8 @@
 //! - [`series_origin`]: an origin whose pages change on every request, for the
 //!   optimistic-delta benchmark (docs/optimistic-bench.md).
 //! - [`sample_site`]: the demo's changing sample site.
+//! - [`serve`]: serving HTTP/1.1 connections with an answer function (also the soak
+//!   benchmark's origin, `wirefold-soak`).
 
 // The emulator drives the kernel directly (TUN ioctls, eventfd, raw reads and writes,
 // signals): unsafe by nature, each site with its SAFETY note.
@@ -15,4 +17,4 @@
 pub mod emulator;
 pub mod sample_site;
 pub mod series_origin;
-mod serve;
+pub mod serve;

@@ -33,7 +33,7 @@ use crate::model::{
     content_etag, etag_value, ClientProfile, ConnInfo, Instance, InstanceBody, OriginEvent,
     OriginObserver, OriginWait, Provenance, RequestContext, StreamCoding,
 };
-use crate::origin::{clean_response_head, Origin, OriginError};
+use crate::origin::{clean_response_head, is_request_body_error, Origin, OriginError};
 use delta::dictionaries::{self, DERIVED_PREFIX};
 use delta::DeltaEngine;
 
@@ -589,14 +589,17 @@ async fn send(
     // already been streamed on to the client (whose transfer is then aborted).
     let metrics = f.metrics.clone();
     Ok(response.map(|b| {
-        body::tapped(b, move |tap| {
-            if let Tap::Failed(e) = tap {
+        body::tapped(b, move |tap| match tap {
+            // Cut off with the connection when the client's request body failed.
+            Tap::Failed(e) if is_request_body_error(e.as_ref()) => {}
+            Tap::Failed(e) => {
                 metrics.origin_error(if e.is::<IdleTimedOut>() {
                     "body_timeout"
                 } else {
                     "body"
                 });
             }
+            Tap::Data(_) | Tap::End => {}
         })
     }))
 }
@@ -867,14 +870,18 @@ async fn admit<'a>(
                 last_modified,
             )));
         }
-        // Nothing has gone to the client yet: a stall is a timeout, anything else a
-        // broken answer (the failure is counted by `send`).
+        // Nothing has gone to the client yet: a stall is a timeout, an answer cut off
+        // because the client's request body failed is the client's fault, anything
+        // else a broken answer (the failure is counted by `send`).
         Err(e) if e.is::<IdleTimedOut>() => {
             tracing::warn!(error = %e, "origin stopped sending its response body");
             return Err(error_response(
                 StatusCode::GATEWAY_TIMEOUT,
                 &format!("origin stopped sending its body: {e}"),
             ));
+        }
+        Err(e) if is_request_body_error(e.as_ref()) => {
+            return Err(origin_failure(&OriginError::RequestBody(e.to_string())));
         }
         Err(e) => {
             tracing::warn!(error = %e, "origin response body failed");
