@@ -49,7 +49,8 @@ use proxy::model::{
     StreamCoding, CLIENT_CLOSED,
 };
 use proxy::pipeline::{fetch, remember, Pipeline};
-use proxy::record::{Delivery, OpenRecord, RequestRecord};
+use proxy::record::{Delivery, RequestRecord};
+use proxy::recorder::OpenRecord;
 use proxy::server::LinkEndpoint;
 
 /// A text body's typical compressed share, for estimates before measuring.

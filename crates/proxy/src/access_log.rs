@@ -16,67 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use prometheus_client::metrics::counter::Counter;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::config::ConfigError;
+use crate::config::{AccessFormat, LogConfig};
+use crate::metrics::AccessLogCounters;
 use crate::record::RequestRecord;
-
-/// The `[log]` section.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LogConfig {
-    /// Where the access log goes: a file (appended to, created if missing), or `-` /
-    /// `stderr`. Unset, no access log is kept.
-    pub access: Option<PathBuf>,
-    pub access_format: AccessFormat,
-    /// Records waiting for the writer; a request finding the queue full drops its
-    /// line (counted) rather than wait.
-    pub access_buffer: usize,
-}
-
-impl Default for LogConfig {
-    fn default() -> Self {
-        LogConfig {
-            access: None,
-            access_format: AccessFormat::Combined,
-            access_buffer: 4096,
-        }
-    }
-}
-
-/// The largest `access_buffer`: a million records queued is already far behind.
-const MAX_BUFFER: usize = 1 << 20;
-
-impl LogConfig {
-    pub fn check(&self) -> Result<(), ConfigError> {
-        if !(1..=MAX_BUFFER).contains(&self.access_buffer) {
-            return Err(ConfigError::Invalid {
-                key: "log.access_buffer",
-                message: format!("must be between 1 and {MAX_BUFFER}"),
-            });
-        }
-        if self
-            .access
-            .as_ref()
-            .is_some_and(|p| p.as_os_str().is_empty())
-        {
-            return Err(ConfigError::Invalid {
-                key: "log.access",
-                message: "is empty: give a file, `-` or `stderr`, or leave it unset".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum AccessFormat {
-    /// The combined log format (Apache, nginx), then wirefold's fields as `key=value`.
-    Combined,
-    /// One JSON object per line.
-    Json,
-}
 
 /// Why the access log could not be opened at start.
 #[derive(Debug, thiserror::Error)]
@@ -101,17 +45,6 @@ enum Entry {
     Reopen,
     /// Writes out what is buffered, then answers.
     Flush(tokio::sync::oneshot::Sender<()>),
-}
-
-/// The access log's counters, registered with the metrics.
-#[derive(Clone, Default)]
-pub struct AccessLogCounters {
-    /// Lines dropped because the queue was full.
-    pub dropped: Counter,
-    /// Writes (or flushes) that failed; their lines are lost.
-    pub write_errors: Counter,
-    /// Reopens (`SIGUSR1`) that failed; the log goes on in the file open before.
-    pub reopen_failures: Counter,
 }
 
 impl AccessLog {

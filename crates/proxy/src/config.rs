@@ -4,7 +4,6 @@
 //! the whole document and names the offending key in every error.
 
 // The `[log]` section is the access log's own.
-pub use crate::access_log::{AccessFormat, LogConfig};
 use crate::destinations::Destinations;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -729,6 +728,63 @@ impl Config {
 /// A stale chunk's zstd output must fit one frame even when incompressible.
 fn frame_limit() -> usize {
     link_protocol::frame::MAX_PAYLOAD / 2
+}
+
+/// The `[log]` section.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Where the access log goes: a file (appended to, created if missing), or `-` /
+    /// `stderr`. Unset, no access log is kept.
+    pub access: Option<PathBuf>,
+    pub access_format: AccessFormat,
+    /// Records waiting for the writer; a request finding the queue full drops its
+    /// line (counted) rather than wait.
+    pub access_buffer: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            access: None,
+            access_format: AccessFormat::Combined,
+            access_buffer: 4096,
+        }
+    }
+}
+
+/// The largest `access_buffer`: a million records queued is already far behind.
+const MAX_BUFFER: usize = 1 << 20;
+
+impl LogConfig {
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if !(1..=MAX_BUFFER).contains(&self.access_buffer) {
+            return Err(ConfigError::Invalid {
+                key: "log.access_buffer",
+                message: format!("must be between 1 and {MAX_BUFFER}"),
+            });
+        }
+        if self
+            .access
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            return Err(ConfigError::Invalid {
+                key: "log.access",
+                message: "is empty: give a file, `-` or `stderr`, or leave it unset".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessFormat {
+    /// The combined log format (Apache, nginx), then wirefold's fields as `key=value`.
+    Combined,
+    /// One JSON object per line.
+    Json,
 }
 
 #[cfg(test)]

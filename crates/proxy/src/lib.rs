@@ -19,6 +19,7 @@ pub mod model;
 pub mod origin;
 pub mod pipeline;
 pub mod record;
+pub mod recorder;
 mod scan;
 pub mod secret;
 pub mod server;

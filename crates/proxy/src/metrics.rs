@@ -1,6 +1,5 @@
 //! What every mechanism saved or cost, in Prometheus text format.
 
-use crate::access_log::AccessLogCounters;
 use crate::model::CLIENT_CLOSED;
 use delta::derived::{DerivedCounters, LookupResult};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -125,6 +124,17 @@ pub struct ResultLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: &'static str,
+}
+
+/// The access log's counters, registered with the metrics.
+#[derive(Clone, Default)]
+pub struct AccessLogCounters {
+    /// Lines dropped because the queue was full.
+    pub dropped: Counter,
+    /// Writes (or flushes) that failed; their lines are lost.
+    pub write_errors: Counter,
+    /// Reopens (`SIGUSR1`) that failed; the log goes on in the file open before.
+    pub reopen_failures: Counter,
 }
 
 pub struct Metrics {

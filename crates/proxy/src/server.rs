@@ -31,7 +31,8 @@ use crate::model::ConnInfo;
 use crate::origin::Origin;
 use crate::pipeline::fetch::Source;
 use crate::pipeline::Pipeline;
-use crate::record::{Delivery, OpenRecord, Records, RequestRecord};
+use crate::record::{Delivery, RequestRecord};
+use crate::recorder::{OpenRecord, Records};
 use crate::status::StatusBoard;
 
 /// Why the server could not start; each names what to fix.

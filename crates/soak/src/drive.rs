@@ -33,59 +33,12 @@ use wirefold_http::url_pattern;
 use crate::catalogue::{InstanceId, CATALOGUE};
 use crate::hostile::{self, Hostile, FIELD_CASES, RAW_CASES};
 use crate::report::Report;
-use crate::sample::{self, Sample, Watched};
+use crate::sample::{self, Sample};
 use crate::stats::{Record, Stats};
 use crate::truth::Truths;
 use crate::verify::{verify, verify_dictionary, Answer, Asked, Verdict};
 
-/// The proxy pair as the driver reaches it.
-#[derive(Clone, Copy, Debug)]
-pub struct PairTarget {
-    /// `wirefold client`'s listener (a forward proxy).
-    pub proxy: SocketAddr,
-    /// The soak origin, as the absolute-form requests name it.
-    pub origin: SocketAddr,
-}
-
-/// A soak run.
-#[derive(Clone, Debug)]
-pub struct DriveOptions {
-    /// `wirefold serve --origin <the soak origin>`.
-    pub direct: Option<SocketAddr>,
-    pub pair: Option<PairTarget>,
-    pub duration: Duration,
-    /// Workers, each with one connection at a time.
-    pub connections: usize,
-    /// The share of workers on the pair when both targets are given.
-    pub pair_share: f64,
-    /// The share of requests that are hostile.
-    pub hostile_share: f64,
-    pub watch: Vec<Watched>,
-    pub sample_every: Duration,
-    /// The longest wait for a whole answer.
-    pub request_timeout: Duration,
-    /// The longest a slowloris head may stay open before that is an error.
-    pub slowloris_limit: Duration,
-    pub seed: u64,
-}
-
-impl Default for DriveOptions {
-    fn default() -> Self {
-        DriveOptions {
-            direct: None,
-            pair: None,
-            duration: Duration::from_secs(30 * 60),
-            connections: 64,
-            pair_share: 0.375,
-            hostile_share: 0.05,
-            watch: Vec::new(),
-            sample_every: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(30),
-            slowloris_limit: Duration::from_secs(75),
-            seed: 1,
-        }
-    }
-}
+pub use crate::options::{DriveOptions, PairTarget};
 
 /// Why a run could not start.
 #[derive(Debug, thiserror::Error)]

@@ -12,6 +12,7 @@
 pub mod catalogue;
 pub mod drive;
 pub mod hostile;
+pub mod options;
 pub mod origin;
 pub mod report;
 pub mod sample;

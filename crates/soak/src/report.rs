@@ -9,7 +9,7 @@ use std::time::Duration;
 use plotters::prelude::*;
 use serde::Serialize;
 
-use crate::drive::DriveOptions;
+use crate::options::DriveOptions;
 use crate::sample::Sample;
 use crate::stats::{Outcomes, Tally};
 
