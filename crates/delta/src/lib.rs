@@ -127,6 +127,10 @@ impl DeltaEngine {
         content: &Bytes,
         plain_len: usize,
     ) -> Option<DeltaChoice> {
+        // A delta needs a base the client holds: an instance it lists or a dictionary.
+        if request.if_none_match.is_none() && request.available_dictionary.is_none() {
+            return None;
+        }
         let config = &*self.config.load();
         let store = self.store.clone()?;
         let path = NetworkPath::from_bits_per_second(config.assumed_bandwidth_bps);
@@ -339,10 +343,10 @@ impl DeltaEngine {
         // from the page itself (later visits to this page); and those derived from the
         // scripts and stylesheets it references (their next change).
         let page_derived = derive && !keeps;
-        let page_url = page_url(request);
-        let subresource_limit = match &page_url {
-            Some(_) if derive => config.subresource_dictionaries,
-            _ => 0,
+        let subresource_limit = if derive {
+            config.subresource_dictionaries
+        } else {
+            0
         };
         let page = (
             request.site.to_string(),
@@ -353,11 +357,13 @@ impl DeltaEngine {
         let links = match self.announcements.page_links(&page) {
             Some(links) => links,
             None => {
+                // The page's URL (a parse) is needed only to read its references.
+                let page_url = (subresource_limit > 0)
+                    .then(|| page_url(request))
+                    .flatten();
                 let subresources = match &page_url {
-                    Some(url) if subresource_limit > 0 => {
-                        self.subresources.of(hash, url, content).await
-                    }
-                    _ => Arc::default(),
+                    Some(url) => self.subresources.of(hash, url, content).await,
+                    None => Arc::default(),
                 };
                 let (site, path, pattern) =
                     (request.site.to_string(), uri.path().to_string(), pattern());

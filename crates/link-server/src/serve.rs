@@ -747,7 +747,7 @@ impl Exchange {
             ])
             .await?;
             record_ending(&self.p, &self.record, "confirm", Some(bytes.len() as u64));
-            metrics.record_body("link-confirm", &content_type, bytes.len() as u64, 0);
+            metrics.record_body("link-confirm", content_type, bytes.len() as u64, 0);
             return Ok(());
         }
         if let Some(s) = stale.as_mut().filter(|s| s.hash == hash) {
@@ -765,7 +765,7 @@ impl Exchange {
             );
             metrics.record_body(
                 "link-stale-confirmed",
-                &content_type,
+                content_type,
                 bytes.len() as u64,
                 s.sent_coded as u64,
             );
@@ -839,8 +839,8 @@ impl Exchange {
         self.send_together(frames.chain([end.encode()?])).await?;
         record_ending(&self.p, &self.record, outcome, Some(bytes.len() as u64));
         metrics.record_body(
-            &format!("link-{outcome}"),
-            &content_type,
+            format!("link-{outcome}"),
+            content_type,
             bytes.len() as u64,
             sent,
         );
@@ -1322,14 +1322,14 @@ fn whole_copy(instance: &Instance) -> Option<Instance> {
     })
 }
 
-fn content_type(fields: &HeaderMap) -> String {
-    fields
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
+/// The metrics' family of the response's media type.
+fn content_type(fields: &HeaderMap) -> &'static str {
+    proxy::metrics::content_type_family(
+        fields
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+    )
 }
 
 #[cfg(test)]

@@ -3,29 +3,82 @@
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use http::HeaderValue;
 use store::{Hash, Store};
 
 use store::memo::Bounded;
 
-/// A file found under the root.
-pub struct FoundFile {
+use crate::model::{content_etag, etag_value};
+use wirefold_http::conditional::EntityTag;
+
+/// What a request path resolves to: kept for [`RESOLUTION_TTL`] and shared, not
+/// copied, by the requests that use it.
+pub struct Resolution {
+    /// The canonical path of the file, inside the root.
     pub path: PathBuf,
-    pub len: u64,
-    pub modified: SystemTime,
     pub content_type: String,
+    /// `content_type` as a field value.
+    pub content_type_value: HeaderValue,
+    /// The request path names a version (`url_pattern::is_versioned`).
+    pub versioned: bool,
 }
 
-/// What a file read yields: the whole content with its hash, or (for large files) a
-/// handle to stream it from.
+/// A file found under the root.
+pub struct FoundFile {
+    pub resolution: Arc<Resolution>,
+    pub len: u64,
+    pub modified: SystemTime,
+}
+
+impl FoundFile {
+    pub fn path(&self) -> &Path {
+        &self.resolution.path
+    }
+}
+
+/// One version of a file that was read whole: its hash and the fields that name it,
+/// made once per version rather than per request.
+pub struct FileVersion {
+    pub len: u64,
+    pub modified: SystemTime,
+    pub hash: Hash,
+    /// The strong `ETag` of its content.
+    pub etag: HeaderValue,
+    pub last_modified: HeaderValue,
+}
+
+impl FileVersion {
+    fn new(len: u64, modified: SystemTime, hash: Hash) -> FileVersion {
+        FileVersion {
+            len,
+            modified,
+            hash,
+            etag: etag_value(&EntityTag::strong(content_etag(&hash))),
+            last_modified: http_date(modified),
+        }
+    }
+}
+
+/// A time as an HTTP date field value.
+#[allow(
+    clippy::expect_used,
+    reason = "an HTTP date is visible ASCII and spaces"
+)]
+pub fn http_date(time: SystemTime) -> HeaderValue {
+    HeaderValue::from_str(&httpdate::fmt_http_date(time)).expect("http date is a valid header")
+}
+
+/// What a file read yields: the whole content with its version, or (for large files)
+/// a handle to stream it from.
 pub enum FileContent {
     /// `from_store`: this version was read from the store's copy, so it is stored already.
     Whole {
         bytes: Bytes,
-        hash: Hash,
+        version: Arc<FileVersion>,
         from_store: bool,
     },
     Large(tokio::fs::File),
@@ -36,11 +89,11 @@ pub struct FileSource {
     root: PathBuf,
     /// `files.serve_dotfiles`: serve names starting with `.` (see [`is_dotfile_path`]).
     serve_dotfiles: bool,
-    /// Content hashes of files already read, keyed by path and invalidated by a
+    /// Versions of files already read, keyed by path and invalidated by a
     /// changed size or modification time, so a hit costs a `stat`, not a read.
-    known: Mutex<HashMap<PathBuf, (u64, SystemTime, Hash)>>,
-    /// Recent resolutions: request path → (canonical path, content type).
-    resolved: Bounded<String, (PathBuf, String)>,
+    known: Mutex<HashMap<PathBuf, Arc<FileVersion>>>,
+    /// Recent resolutions, by request path.
+    resolved: Bounded<String, Arc<Resolution>>,
 }
 
 /// How long a resolution is trusted before the path is walked again.
@@ -66,25 +119,22 @@ impl FileSource {
         // A path resolved within the last second is checked with one `stat` of its
         // canonical file instead of a `readlink` per component (cf. nginx's
         // open_file_cache_valid); a file that is no longer regular is resolved afresh.
-        if let Some((canonical, content_type)) = self.resolved.get(request_path) {
-            if let Ok(meta) = std::fs::symlink_metadata(&canonical) {
+        if let Some(resolution) = self.resolved.get(request_path) {
+            if let Ok(meta) = std::fs::symlink_metadata(&resolution.path) {
                 if meta.is_file() {
                     if let Ok(modified) = meta.modified() {
                         return Some(FoundFile {
                             len: meta.len(),
                             modified,
-                            path: canonical,
-                            content_type,
+                            resolution,
                         });
                     }
                 }
             }
         }
         let found = self.resolve_uncached(request_path)?;
-        self.resolved.insert(
-            request_path.to_string(),
-            (found.path.clone(), found.content_type.clone()),
-        );
+        self.resolved
+            .insert(request_path.to_string(), found.resolution.clone());
         Some(found)
     }
 
@@ -125,11 +175,16 @@ impl FileSource {
             return None;
         }
         let content_type = content_type_for(&canonical);
+        let content_type_value = HeaderValue::from_str(&content_type).ok()?;
         Some(FoundFile {
             len: meta.len(),
             modified: meta.modified().ok()?,
-            path: canonical,
-            content_type,
+            resolution: Arc::new(Resolution {
+                path: canonical,
+                content_type,
+                content_type_value,
+                versioned: wirefold_http::url_pattern::is_versioned(request_path),
+            }),
         })
     }
 
@@ -143,32 +198,35 @@ impl FileSource {
         !self.serve_dotfiles && is_dotfile_path(relative)
     }
 
-    /// The known hashes. Each use is one `get` or `insert`, so a panic elsewhere
+    /// The known versions. Each use is one `get` or `insert`, so a panic elsewhere
     /// cannot leave the map half-updated: a poisoned lock is taken over as it is.
-    fn known_hashes(&self) -> MutexGuard<'_, HashMap<PathBuf, (u64, SystemTime, Hash)>> {
+    fn known_versions(&self) -> MutexGuard<'_, HashMap<PathBuf, Arc<FileVersion>>> {
         self.known.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn remember(&self, path: &Path, len: u64, modified: SystemTime, hash: Hash) -> Arc<FileVersion> {
+        let version = Arc::new(FileVersion::new(len, modified, hash));
+        self.known_versions()
+            .insert(path.to_path_buf(), version.clone());
+        version
     }
 
     /// Records the content hash of a file version read elsewhere (the scanner).
     pub fn remember_hash(&self, path: &Path, len: u64, modified: SystemTime, hash: Hash) {
-        self.known_hashes()
-            .insert(path.to_path_buf(), (len, modified, hash));
+        self.remember(path, len, modified, hash);
     }
 
     /// The last known content hash of a file, whatever its version.
     pub fn hash_of(&self, path: &Path) -> Option<Hash> {
-        self.known_hashes().get(path).map(|(_, _, h)| *h)
+        self.known_versions().get(path).map(|v| v.hash)
     }
 
-    /// The content hash if this exact file version was read before.
-    pub fn known_hash(&self, file: &FoundFile) -> Option<Hash> {
-        let known = self.known_hashes();
-        match known.get(&file.path) {
-            Some((len, modified, hash)) if *len == file.len && *modified == file.modified => {
-                Some(*hash)
-            }
-            _ => None,
-        }
+    /// This exact file version, if it was read before.
+    fn known_version(&self, file: &FoundFile) -> Option<Arc<FileVersion>> {
+        self.known_versions()
+            .get(file.path())
+            .filter(|v| v.len == file.len && v.modified == file.modified)
+            .cloned()
     }
 
     /// Reads a file: whole when at most `max_whole` bytes (and then from the store's
@@ -180,37 +238,36 @@ impl FileSource {
         store: Option<&Store>,
     ) -> std::io::Result<FileContent> {
         if file.len > max_whole as u64 {
-            return Ok(FileContent::Large(tokio::fs::File::open(&file.path).await?));
+            return Ok(FileContent::Large(tokio::fs::File::open(file.path()).await?));
         }
-        if let (Some(hash), Some(store)) = (self.known_hash(file), store) {
-            if let Some(bytes) = store.get_blob_in_memory(&hash) {
+        if let (Some(version), Some(store)) = (self.known_version(file), store) {
+            if let Some(bytes) = store.get_blob_in_memory(&version.hash) {
                 return Ok(FileContent::Whole {
                     bytes,
-                    hash,
+                    version,
                     from_store: true,
                 });
             }
-            let store = store.clone();
+            let (store, hash) = (store.clone(), version.hash);
             let cached = tokio::task::spawn_blocking(move || store.get_blob(&hash)).await;
             if let Ok(Ok(Some(bytes))) = cached {
                 return Ok(FileContent::Whole {
                     bytes,
-                    hash,
+                    version,
                     from_store: true,
                 });
             }
         }
-        let bytes = Bytes::from(tokio::fs::read(&file.path).await?);
+        let bytes = Bytes::from(tokio::fs::read(file.path()).await?);
         let (bytes, hash) = delta::blocking::run(move || {
             let hash = Hash::of(&bytes);
             (bytes, hash)
         })
         .await;
-        self.known_hashes()
-            .insert(file.path.clone(), (bytes.len() as u64, file.modified, hash));
+        let version = self.remember(file.path(), bytes.len() as u64, file.modified, hash);
         Ok(FileContent::Whole {
             bytes,
-            hash,
+            version,
             from_store: false,
         })
     }
@@ -265,9 +322,9 @@ mod tests {
     #[test]
     fn resolves_files_and_directory_index() {
         let (_d, src) = site();
-        assert!(src.resolve("/").unwrap().path.ends_with("index.html"));
+        assert!(src.resolve("/").unwrap().path().ends_with("index.html"));
         let css = src.resolve("/sub/a%20b.css").unwrap();
-        assert_eq!(css.content_type, "text/css; charset=utf-8");
+        assert_eq!(css.resolution.content_type, "text/css; charset=utf-8");
         assert_eq!(css.len, 3);
     }
 

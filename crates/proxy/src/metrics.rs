@@ -2,6 +2,7 @@
 
 use crate::model::CLIENT_CLOSED;
 use delta::derived::{DerivedCounters, LookupResult};
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -54,7 +55,8 @@ impl EncodeLabelValue for StatusLabel {
 /// `content_type` is one of [`content_type_family`]'s fixed values.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BytesLabels {
-    pub mechanism: String,
+    /// Borrowed for the pipeline's own mechanisms: no allocation per response.
+    pub mechanism: Cow<'static, str>,
     pub content_type: &'static str,
 }
 
@@ -320,10 +322,17 @@ impl Metrics {
     }
 
     /// Records one body sent: its size before and after the encode stage.
-    pub fn record_body(&self, mechanism: &str, content_type: &str, original: u64, sent: u64) {
+    /// Counts one body: `family` is [`content_type_family`] of its media type.
+    pub fn record_body(
+        &self,
+        mechanism: impl Into<Cow<'static, str>>,
+        family: &'static str,
+        original: u64,
+        sent: u64,
+    ) {
         let labels = BytesLabels {
             mechanism: mechanism.into(),
-            content_type: content_type_family(content_type),
+            content_type: family,
         };
         self.bytes_original.get_or_create(&labels).inc_by(original);
         self.bytes_sent.get_or_create(&labels).inc_by(sent);

@@ -25,7 +25,7 @@ use crate::body::{self, error_response, Body, IdleTimedOut, Tap};
 use crate::cache::{self, resource_of, site_of, Cache, Role, StoredResponse};
 use crate::config::Config;
 use crate::decode::{self, DecodeBudget, Unheld, WholeDecode, WholeLimits};
-use crate::files::{FileContent, FileSource};
+use crate::files::{http_date, FileContent, FileSource};
 use crate::forward::ForwardOrigins;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
@@ -243,32 +243,16 @@ async fn fetch_file(
         )
         .await
         .map_err(|e| {
-            tracing::warn!(path = %found.path.display(), error = %e, "file read failed");
+            tracing::warn!(path = %found.path().display(), error = %e, "file read failed");
             error_response(StatusCode::NOT_FOUND, "not found")
         })?;
-    let mut headers = HeaderMap::new();
-    #[allow(
-        clippy::expect_used,
-        reason = "`content_type_for` makes a media type of mime_guess's table, visible ASCII"
-    )]
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_str(&found.content_type).expect("mime is a valid header"),
-    );
-    #[allow(
-        clippy::expect_used,
-        reason = "an HTTP date is visible ASCII and spaces"
-    )]
-    headers.insert(
-        header::LAST_MODIFIED,
-        HeaderValue::from_str(&httpdate::fmt_http_date(found.modified))
-            .expect("http date is a valid header"),
-    );
-    let path = profile.uri.path();
-    let versioned = wirefold_http::url_pattern::is_versioned(path);
+    let resolution = &found.resolution;
+    // Room for what `respond` adds: no rehash midway.
+    let mut headers = HeaderMap::with_capacity(16);
+    headers.insert(header::CONTENT_TYPE, resolution.content_type_value.clone());
     let config = f.config();
     let files_config = &config.files;
-    let cache_control = if versioned {
+    let cache_control = if resolution.versioned {
         &files_config.versioned_cache_control
     } else {
         &files_config.cache_control
@@ -276,26 +260,25 @@ async fn fetch_file(
     if let Ok(value) = HeaderValue::from_str(cache_control) {
         headers.insert(header::CACHE_CONTROL, value);
     }
-    let (body, etag, store_plan) = match content {
+    let (body, store_plan) = match content {
         FileContent::Whole {
             bytes,
-            hash,
+            version,
             from_store,
         } => {
             let text = config
                 .compression
-                .profile_for(&found.content_type)
+                .profile_for(&resolution.content_type)
                 .is_some();
             let resource = text.then(|| ctx.resource.clone());
             let plan = (!from_store).then(|| StorePlan::Body {
                 bytes: bytes.clone(),
                 resource,
             });
-            (
-                InstanceBody::Whole { bytes, hash },
-                EntityTag::strong(content_etag(&hash)),
-                plan,
-            )
+            headers.insert(header::LAST_MODIFIED, version.last_modified.clone());
+            headers.insert(header::ETAG, version.etag.clone());
+            let hash = version.hash;
+            (InstanceBody::Whole { bytes, hash }, plan)
         }
         FileContent::Large(file) => {
             let mtime = found
@@ -303,17 +286,17 @@ async fn fetch_file(
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default();
             let etag = EntityTag::strong(format!("{:x}-{:x}", found.len, mtime.as_nanos()));
+            headers.insert(header::LAST_MODIFIED, http_date(found.modified));
+            headers.insert(header::ETAG, etag_value(&etag));
             (
                 InstanceBody::File {
                     file,
                     len: found.len,
                 },
-                etag,
                 None,
             )
         }
     };
-    headers.insert(header::ETAG, etag_value(&etag));
     Ok((
         Instance {
             status: StatusCode::OK,

@@ -20,7 +20,7 @@ use wirefold_http::ContentCoding;
 
 use super::encode::{Representation, RepresentationBody, SentCoding};
 use crate::body::{self, error_response, Body};
-use crate::metrics::Metrics;
+use crate::metrics::{content_type_family, Metrics};
 use crate::model::{etag_value, Provenance, RequestContext};
 use crate::record::Delivery;
 
@@ -117,17 +117,12 @@ pub fn respond(
         }
     }
 
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|ct| {
-            ct.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_default();
+    let content_type = content_type_family(
+        headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+    );
     match &coding {
         SentCoding::Identity => {}
         SentCoding::Encoded(c) => {
@@ -393,7 +388,8 @@ fn add_cache_status(headers: &mut HeaderMap, provenance: Provenance) {
 struct Accounting {
     metrics: Arc<Metrics>,
     mechanism: &'static str,
-    content_type: String,
+    /// [`content_type_family`] of the body's media type.
+    content_type: &'static str,
     original_len: Option<u64>,
 }
 
@@ -401,7 +397,7 @@ impl Accounting {
     fn record(&self, sent: u64) {
         let original = self.original_len.unwrap_or(sent);
         self.metrics
-            .record_body(self.mechanism, &self.content_type, original, sent);
+            .record_body(self.mechanism, self.content_type, original, sent);
     }
 
     /// Wraps a stream so its size is recorded when it ends (or is dropped).
