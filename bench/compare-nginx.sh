@@ -16,6 +16,7 @@
 #                    rate (below; its defaults: ROWS="2a 3b" TARGETS=html)
 #   LOADGEN=PATH     a wirefold-loadgen binary (open-loop; default: cargo build --release)
 #   LOAD_SHARE=0.8   open-loop: the rate, as a share of nginx's saturation req/s
+#   LOADGEN_THREADS=1  open-loop: the loader's I/O threads (one leaves the most CPU to servers)
 #   KEEP_TMP=1       keep the temp dir (configs, logs) for inspection
 #
 # Rows (AE = the Accept-Encoding every request of the row carries, for every server):
@@ -63,7 +64,8 @@
 # tail instead of being asked less. The nginx peer is the one serving stored bytes
 # (static: gzip_static/brotli_static; proxy: proxy_cache of the origin's precompressed
 # files). Columns: rate asked, achieved, p50/p90/p99/p99.9/max, server CPU us per
-# request, errors (failed + not 2xx + unanswered); ratios of p50 and p99; JSON last.
+# request, errors (failed + not 2xx + unanswered), lag p99 (how late the loader itself
+# sent: its own CPU shortage, included in the latencies); ratios of p50 and p99; JSON last.
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
@@ -87,6 +89,7 @@ CONNS=${CONNS:-32}
 H2_REQUESTS=${H2_REQUESTS:-20000}
 H2_STREAMS=${H2_STREAMS:-10}
 LOAD_SHARE=${LOAD_SHARE:-0.8}
+LOADGEN_THREADS=${LOADGEN_THREADS:-1}
 MODE=${MODE:-closed}
 case "$MODE" in
     closed) ROWS=${ROWS:-1 2a 2b 2c 3a 3b 3c 4a 4b 4c 5a 5b 5c}; TARGETS=${TARGETS:-html mix} ;;
@@ -505,7 +508,7 @@ run_loadgen() {
     local c0 c1
     c0=$(cpu_ticks "$s")
     out=$("$LOADGEN" rate --url "$(srv_url "$s")${TARGET_PATHS[$t]}" --rate "$rate" --duration "$DURATION" \
-          --connections "$CONNS" --threads "$THREADS" "${args[@]}" 2>&1) || true
+          --connections "$CONNS" --threads "$LOADGEN_THREADS" "${args[@]}" 2>&1) || true
     c1=$(cpu_ticks "$s")
     echo "$out" >>"$TMP/loadgen-raw.log"
     json=$(tail -1 <<<"$out")
@@ -556,7 +559,7 @@ if [[ $MODE == open-loop ]]; then
     # ------------------------------------------------------------ open loop: report
     echo
     echo "wirefold vs nginx, open loop — $LOAD_SHARE x nginx's saturation (wrk -t$THREADS -c$CONNS -d${DURATION}s, median of $REPEATS),"
-    echo "wirefold-loadgen $CONNS connections, ${DURATION} s per run, median of $REPEATS runs, interleaved; loopback, $(nproc) cores"
+    echo "wirefold-loadgen $CONNS connections, $LOADGEN_THREADS I/O thread(s), ${DURATION} s per run, median of $REPEATS runs, interleaved; loopback, $(nproc) cores"
     echo "latency from each request's due time (coordinated omission corrected), ms"
     echo
     printf '%-4s %-5s %-8s %-58s %8s %8s %8s %8s %8s %8s %8s %8s %5s %4s %8s\n' \
@@ -592,8 +595,8 @@ if [[ $MODE == open-loop ]]; then
     echo "wall time: $(WALL_OF) s; load average at start $LOAD_START, at end $(LOAD_NOW) (anything else running skews both sides)"
     {
         printf '{"bench":"compare-nginx","mode":"open-loop","wirefold":%s,"nginx":%s,' "$(jstr "$("$WIREFOLD" --version)")" "$(jstr "$(nginx -v 2>&1)")"
-        printf '"load_share":%s,"connections":%s,"duration_s":%s,"repeats":%s,"wall_s":%s,"loadavg_start":%s,"loadavg_end":%s,"rows":[' \
-            "$LOAD_SHARE" "$CONNS" "$DURATION" "$REPEATS" "$(WALL_OF)" "$(jstr "$LOAD_START")" "$(jstr "$(LOAD_NOW)")"
+        printf '"load_share":%s,"loadgen_threads":%s,"connections":%s,"duration_s":%s,"repeats":%s,"wall_s":%s,"loadavg_start":%s,"loadavg_end":%s,"rows":[' \
+            "$LOAD_SHARE" "$LOADGEN_THREADS" "$CONNS" "$DURATION" "$REPEATS" "$(WALL_OF)" "$(jstr "$LOAD_START")" "$(jstr "$(LOAD_NOW)")"
         first=1
         for rec in "${OPEN[@]}"; do
             IFS='|' read -r r t s ae sat rate ach p50 p90 p99 p999 max errs cpu ok lag <<<"$rec"
