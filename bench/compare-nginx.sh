@@ -521,8 +521,8 @@ run_loadgen() {
     echo "$(jnum achieved_rps "$json") $(jnum p50 "$lat") $(jnum p90 "$lat") $(jnum p99 "$lat") $(jnum 'p99\.9' "$lat") $(jnum max "$lat") $errs $(us_per $((c1 - c0)) "$answered") $(jnum p99 "$lag")"
 }
 
-WALL_OF() { echo $(( $(date +%s) - START_TS )); }
-LOAD_NOW() { cut -d' ' -f1-3 /proc/loadavg; }
+wall_seconds() { echo $(( $(date +%s) - START_TS )); }
+load_now() { cut -d' ' -f1-3 /proc/loadavg; }
 
 if [[ $MODE == open-loop ]]; then
     # ------------------------------------------------------------ open loop: measure
@@ -592,11 +592,11 @@ if [[ $MODE == open-loop ]]; then
             OPEN_RATIOS+=("$r|$t|$ngx|$r50|$r99|$rc|$verdict")
         done
     done
-    echo "wall time: $(WALL_OF) s; load average at start $LOAD_START, at end $(LOAD_NOW) (anything else running skews both sides)"
+    echo "wall time: $(wall_seconds) s; load average at start $LOAD_START, at end $(load_now) (anything else running skews both sides)"
     {
         printf '{"bench":"compare-nginx","mode":"open-loop","wirefold":%s,"nginx":%s,' "$(jstr "$("$WIREFOLD" --version)")" "$(jstr "$(nginx -v 2>&1)")"
         printf '"load_share":%s,"loadgen_threads":%s,"connections":%s,"duration_s":%s,"repeats":%s,"wall_s":%s,"loadavg_start":%s,"loadavg_end":%s,"rows":[' \
-            "$LOAD_SHARE" "$LOADGEN_THREADS" "$CONNS" "$DURATION" "$REPEATS" "$(WALL_OF)" "$(jstr "$LOAD_START")" "$(jstr "$(LOAD_NOW)")"
+            "$LOAD_SHARE" "$LOADGEN_THREADS" "$CONNS" "$DURATION" "$REPEATS" "$(wall_seconds)" "$(jstr "$LOAD_START")" "$(jstr "$(load_now)")"
         first=1
         for rec in "${OPEN[@]}"; do
             IFS='|' read -r r t s ae sat rate ach p50 p90 p99 p999 max errs cpu ok lag <<<"$rec"
@@ -693,13 +693,13 @@ for rec in "${RESULTS[@]}"; do
     [[ "$t" == "${TARGETS##* }" && "$r" == [345]* && "$s" != *root* && "$s" != *static* ]] && printf '  %-4s %-8s %-16s %s\n' "$r" "$(ae_label "$ae")" "$s" "$cstat"
 done
 echo "origin requests during the whole run (warm-up included): $ORIGIN_REQS"
-echo "wall time: $(WALL_OF) s; load average at start $LOAD_START, at end $(LOAD_NOW) (anything else running skews both sides)"
+echo "wall time: $(wall_seconds) s; load average at start $LOAD_START, at end $(load_now) (anything else running skews both sides)"
 
 # ---------------------------------------------------------------- JSON
 {
     printf '{"bench":"compare-nginx","mode":"closed","wirefold":%s,"nginx":%s,' "$(jstr "$("$WIREFOLD" --version)")" "$(jstr "$(nginx -v 2>&1)")"
     printf '"wrk":{"threads":%s,"connections":%s,"duration_s":%s,"repeats":%s},"h2load":{"requests":%s,"clients":%s,"streams":%s},"wall_s":%s,"loadavg_start":%s,"loadavg_end":%s,' \
-        "$THREADS" "$CONNS" "$DURATION" "$REPEATS" "$H2_REQUESTS" "$CONNS" "$H2_STREAMS" "$(WALL_OF)" "$(jstr "$LOAD_START")" "$(jstr "$(LOAD_NOW)")"
+        "$THREADS" "$CONNS" "$DURATION" "$REPEATS" "$H2_REQUESTS" "$CONNS" "$H2_STREAMS" "$(wall_seconds)" "$(jstr "$LOAD_START")" "$(jstr "$(load_now)")"
     printf '"levels":{"wirefold_cached":%s,"wirefold_on_the_fly":%s,"nginx_gzip":%s,"nginx_br":%s,"precompressed":"gzip -9, brotli -q 11"},' \
         "$(jstr "$WF_CACHED")" "$(jstr "$WF_ON_THE_FLY")" "$NGX_GZIP_LEVEL" "$NGX_BR_LEVEL"
     printf '"tls":{'
