@@ -8,21 +8,38 @@
 #   CORPUS=DIR       the shared corpus (default: <repo>/../shared/corpus)
 #   JPEG=FILE        the JPEG to serve (default: a real photo found on the machine)
 #   DURATION=4       seconds per wrk run          REPEATS=3    runs per cell (median)
-#   THREADS=2        wrk threads                  CONNS=32     wrk connections
+#   THREADS=2        wrk threads                  CONNS=32     wrk connections, h2load clients
+#   H2_REQUESTS=20000  requests per h2load run    H2_STREAMS=10  h2load -m (rows 5*)
 #   TARGETS="html mix"  html = the ~100 KB page; mix = page, CSS, JS, JPEG round robin
-#   ROWS="1 2a 2b 3a 3b 3c 4a 4b 4c"   which rows to run
+#   ROWS="1 2a 2b 2c 3a 3b 3c 4a 4b 4c 5a 5b 5c"   which rows to run
+#   MODE=closed      closed: wrk and h2load at saturation; open-loop: latency at a fixed
+#                    rate (below; its defaults: ROWS="2a 3b" TARGETS=html)
+#   LOADGEN=PATH     a wirefold-loadgen binary (open-loop; default: cargo build --release)
+#   LOAD_SHARE=0.8   open-loop: the rate, as a share of nginx's saturation req/s
+#   LOADGEN_THREADS=1  open-loop: the loader's I/O threads (one leaves the most CPU to servers)
 #   KEEP_TMP=1       keep the temp dir (configs, logs) for inspection
 #
 # Rows (AE = the Accept-Encoding every request of the row carries, for every server):
 #   1   static files, identity                      AE: none
 #   2a  static files, compressed                    AE: "gzip, br"
 #   2b  static files, compressed                    AE: "gzip, deflate, br, zstd" (Chromium)
+#   2c  static files, compressed                    AE: "gzip"      -> wirefold's cached gzip 9, nginx gzip_static (gzip -9)
 #   3a  proxy, cacheable (max-age=3600), identity   AE: none
 #   3b  proxy, cacheable, compressed                AE: "gzip, br"
 #   3c  proxy, cacheable, compressed                AE: Chromium's
 #   4a  proxy, uncacheable (no-store), compressed   AE: "gzip, br"  -> br level 4 on both
 #   4b  proxy, uncacheable, compressed              AE: "gzip"      -> gzip level 6 on both
 #   4c  proxy, uncacheable, compressed              AE: Chromium's  -> wirefold zstd:3, nginx br 4
+#   5a  static files, identity, TLS + HTTP/2        AE: none
+#   5b  static files, compressed, TLS + HTTP/2      AE: "gzip, br"
+#   5c  proxy, cacheable, compressed, TLS + HTTP/2  AE: "gzip, br"  (nginx: proxy_cache of precompressed)
+#
+# Rows 5*: h2load -n H2_REQUESTS -c CONNS -m H2_STREAMS (installed with nghttp2-client
+# when missing) over TLS 1.3 with HTTP/2 by ALPN. One self-signed ECDSA P-256
+# certificate, made per run with openssl, serves both: wirefold --tls-cert/--tls-key
+# (a second `serve --root` and `serve --origin` with it), nginx `listen ... ssl http2`
+# with its default TLS settings; the cipher each negotiated is printed. The CONNS
+# handshakes are part of each run; p50/p99 come from h2load's per-request log.
 #
 # Both servers get 2 cores' worth of workers (nginx worker_processes 2 with reuseport so
 # both workers get connections; wirefold's tokio runtime uses one worker per core). wrk,
@@ -38,6 +55,17 @@
 # two workers, so compare cpu us too), errs (wrk socket errors + non-2xx).
 #
 # Output: a human table (medians), the ratios wirefold/nginx, and a last line of JSON.
+#
+# Open loop (MODE=open-loop; rows 1, 2*, 3*; target html): per row, nginx's saturation
+# req/s is measured with wrk (median of REPEATS), then wirefold-loadgen (crates/loadgen)
+# sends LOAD_SHARE of that rate on a fixed schedule over CONNS keep-alive connections
+# for DURATION s, to nginx and to wirefold in turn, REPEATS times. Latency counts from
+# each request's due time, as wrk2 does, so a server that falls behind shows in the
+# tail instead of being asked less. The nginx peer is the one serving stored bytes
+# (static: gzip_static/brotli_static; proxy: proxy_cache of the origin's precompressed
+# files). Columns: rate asked, achieved, p50/p90/p99/p99.9/max, server CPU us per
+# request, errors (failed + not 2xx + unanswered), lag p99 (how late the loader itself
+# sent: its own CPU shortage, included in the latencies); ratios of p50 and p99; JSON last.
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
@@ -48,71 +76,44 @@ START_TS=$(date +%s)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
+# shellcheck source=bench/nginx-lib.sh
+source "$HERE/nginx-lib.sh"
+
 CORPUS=${CORPUS:-$REPO/../shared/corpus}
 DURATION=${DURATION:-4}
 REPEATS=${REPEATS:-3}
 THREADS=${THREADS:-2}
 CONNS=${CONNS:-32}
-TARGETS=${TARGETS:-html mix}
-ROWS=${ROWS:-1 2a 2b 3a 3b 3c 4a 4b 4c}
-AE_CHROMIUM="gzip, deflate, br, zstd"
+H2_REQUESTS=${H2_REQUESTS:-20000}
+H2_STREAMS=${H2_STREAMS:-10}
+LOAD_SHARE=${LOAD_SHARE:-0.8}
+LOADGEN_THREADS=${LOADGEN_THREADS:-1}
+MODE=${MODE:-closed}
+case "$MODE" in
+    closed) ROWS=${ROWS:-1 2a 2b 2c 3a 3b 3c 4a 4b 4c 5a 5b 5c}; TARGETS=${TARGETS:-html mix} ;;
+    open-loop) ROWS=${ROWS:-2a 3b}; TARGETS=${TARGETS:-html} ;;
+    *) die "MODE=$MODE: closed or open-loop" ;;
+esac
+# The TLS rows need a certificate, h2load, and TLS listeners on both sides.
+TLS_ROWS=0
+for r in $ROWS; do [[ $r == 5* ]] && TLS_ROWS=1; done
 
-# Compression levels, stated once and used by both sides.
-WF_CACHED="br:11, zstd:19, gzip:9"      # wirefold: reusable bodies (files, cached responses)
-WF_ON_THE_FLY="zstd:3, br:4, gzip:6"    # wirefold: bodies compressed on every request
-NGX_GZIP_LEVEL=6                         # nginx on the fly: gzip_comp_level
-NGX_BR_LEVEL=4                           # nginx on the fly: brotli_comp_level
-PRE_GZIP="gzip -9 -k -n"                 # nginx precompressed .gz
-PRE_BR="brotli -q 11 -k"                 # nginx precompressed .br
-MIN_SIZE=512
-
-# shellcheck source=bench/lib.sh
-source "$HERE/lib.sh"
-
-# ---------------------------------------------------------------- install what's missing
-need_pkgs=()
-command -v nginx >/dev/null || need_pkgs+=(nginx)
-[[ -e /usr/lib/nginx/modules/ngx_http_brotli_filter_module.so ]] || need_pkgs+=(libnginx-mod-http-brotli-filter)
-[[ -e /usr/lib/nginx/modules/ngx_http_brotli_static_module.so ]] || need_pkgs+=(libnginx-mod-http-brotli-static)
-command -v wrk >/dev/null || need_pkgs+=(wrk)
-command -v brotli >/dev/null || need_pkgs+=(brotli)
-command -v curl >/dev/null || need_pkgs+=(curl)
-command -v gzip >/dev/null || need_pkgs+=(gzip)
-command -v zstd >/dev/null || need_pkgs+=(zstd)
-APT_UPDATED=0
-apt_install() {
-    [[ $(id -u) -eq 0 ]] || die "missing packages ($*) and not root: install them with apt-get"
-    if [[ $APT_UPDATED -eq 0 ]]; then
-        log "apt-get update"
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-        APT_UPDATED=1
-    fi
-    log "apt-get install $*"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
-}
-if [[ ${#need_pkgs[@]} -gt 0 ]]; then apt_install "${need_pkgs[@]}"; fi
-
-# ---------------------------------------------------------------- wirefold binary
-if [[ -n "${WIREFOLD:-}" ]]; then
-    [[ -x "$WIREFOLD" ]] || die "WIREFOLD=$WIREFOLD is not an executable"
-    WIREFOLD=$(cd "$(dirname "$WIREFOLD")" && pwd)/$(basename "$WIREFOLD")
-else
-    command -v cargo >/dev/null || die "cargo not found: install Rust or set WIREFOLD=path/to/wirefold"
-    log "cargo build --release -p wirefold"
-    (cd "$REPO" && cargo build --release -q -p wirefold) >&2 || die "release build failed"
-    WIREFOLD="$REPO/target/release/wirefold"
-fi
+# ---------------------------------------------------------------- tools and binaries
+if [[ $TLS_ROWS == 1 ]]; then need_tools nghttp2-client=h2load openssl=openssl; else need_tools; fi
+find_wirefold
+[[ $MODE == open-loop ]] && find_loadgen
 
 # ---------------------------------------------------------------- temp dir, processes
 bench_temp compare-nginx
 
 # ---------------------------------------------------------------- the files
-[[ -d "$CORPUS/html" && -d "$CORPUS/assets" ]] || die "corpus not found at $CORPUS (set CORPUS=DIR)"
-HTML_SRC=$(find "$CORPUS/html" -type f -name '*.html' -printf '%s %p\n' \
-    | awk '{d=$1-100000; if (d<0) d=-d; print d, $2}' | sort -k1,1n -k2 | awk 'NR==1{print $2}')
+pick_page
+[[ -d "$CORPUS/assets" ]] || die "corpus assets not found at $CORPUS/assets (set CORPUS=DIR)"
 CSS_SRC=$(find "$CORPUS"/assets/whatwg__whatwg.org/resources-whatwg-org_standard-css/ -type f -name '*.css' | sort | awk 'END{print}')
 JS_SRC=$(find "$CORPUS"/assets/w3c__aria/common_script_aria-js/ -type f -name '*.js' | sort | awk 'END{print}')
-[[ -f "$HTML_SRC" && -f "$CSS_SRC" && -f "$JS_SRC" ]] || die "could not pick HTML/CSS/JS from $CORPUS"
+[[ -f "$CSS_SRC" && -f "$JS_SRC" ]] || die "could not pick CSS/JS from $CORPUS"
 
 is_jpeg() { [[ -f "$1" ]] && [[ $(head -c 3 "$1" | od -An -tx1 | tr -d ' \n') == ffd8ff ]]; }
 find_jpeg() {
@@ -149,9 +150,7 @@ cp "$CSS_SRC" "$FILES/style.css"
 cp "$JS_SRC" "$FILES/script.js"
 cp "$JPEG_SRC" "$FILES/photo.jpg"
 cp "$FILES"/* "$PRE/"
-for f in page.html style.css script.js; do
-    (cd "$PRE" && $PRE_GZIP "$f" && $PRE_BR "$f")
-done
+precompress "$PRE" page.html style.css script.js
 chmod -R a+rX "$TMP"
 declare -A SRC=([page.html]=$HTML_SRC [style.css]=$CSS_SRC [script.js]=$JS_SRC [photo.jpg]=$JPEG_SRC)
 log "files: $(for f in page.html style.css script.js photo.jpg; do printf '%s=%s B ' "$f" "$(stat -c %s "$FILES/$f")"; done)"
@@ -159,6 +158,7 @@ log "files: $(for f in page.html style.css script.js photo.jpg; do printf '%s=%s
 declare -A TARGET_PATHS=([html]="/page.html" [mix]="/page.html /style.css /script.js /photo.jpg")
 for t in $TARGETS; do
     [[ -n "${TARGET_PATHS[$t]:-}" ]] || die "unknown target $t (html, mix)"
+    [[ $MODE == open-loop && $t != html ]] && die "open-loop mode measures one URL: TARGETS=html"
     {
         echo "local paths = {"
         for p in ${TARGET_PATHS[$t]}; do echo "  \"$p\","; done
@@ -174,35 +174,29 @@ LUA
     } > "$TMP/$t.lua"
 done
 
-# ---------------------------------------------------------------- ports
+# ---------------------------------------------------------------- ports, certificate
 P_ORIGIN=$(free_port); P_NGX_STATIC=$(free_port); P_NGX_OTF=$(free_port); P_NGX_PROXY=$(free_port)
 P_WF_ROOT=$(free_port); P_WF_ROOT_ADMIN=$(free_port); P_WF_PROXY=$(free_port); P_WF_PROXY_ADMIN=$(free_port)
+if [[ $TLS_ROWS == 1 ]]; then
+    P_NGX_STATIC_TLS=$(free_port); P_NGX_PROXY_TLS=$(free_port)
+    P_WF_ROOT_TLS=$(free_port); P_WF_ROOT_TLS_ADMIN=$(free_port)
+    P_WF_PROXY_TLS=$(free_port); P_WF_PROXY_TLS_ADMIN=$(free_port)
+    CERT="$TMP/tls/cert.pem"; KEY="$TMP/tls/key.pem"
+    mkdir -p "$TMP/tls"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+        -keyout "$KEY" -out "$CERT" 2>"$TMP/openssl.log" || { cat "$TMP/openssl.log" >&2; die "openssl could not make the certificate"; }
+    chmod a+r "$KEY"
+fi
 
 # ---------------------------------------------------------------- nginx configs
-NGX_USER=""
-[[ $(id -u) -eq 0 ]] && NGX_USER="user root;"
-MIME=/etc/nginx/mime.types
-[[ -f $MIME ]] || die "$MIME missing (package nginx-common)"
 COMP_TYPES="text/plain text/css application/javascript application/json image/svg+xml"
-
-nginx_main() { # NAME WORKERS MODULES
-    cat <<EOF
-$NGX_USER
-worker_processes $2;
-pid $TMP/$1.pid;
-error_log $TMP/$1-error.log warn;
-$3
-events { worker_connections 4096; }
-EOF
-}
-BROTLI_MODULES="load_module /usr/lib/nginx/modules/ngx_http_brotli_filter_module.so;
-load_module /usr/lib/nginx/modules/ngx_http_brotli_static_module.so;"
 
 # The origin: the same files, cacheable under /cache/, uncacheable under /nostore/, and
 # precompressed (gzip_static/brotli_static, Vary) under /cachepre/. It never compresses
 # on the fly. Its access log counts what reaches it.
 {
-    nginx_main origin 2 "$BROTLI_MODULES"
+    nginx_main origin 2
     cat <<EOF
 http {
     include $MIME;
@@ -221,47 +215,13 @@ http {
 EOF
 } > "$TMP/origin.conf"
 
-# The peer: four servers in one nginx with 2 workers. Access logging off (its best case).
-# tcp_nopush stays off: with Debian's default `tcp_nopush on`, proxy_cache hits (sent with
-# sendfile after the header) stall on the 40 ms delayed ACK over loopback (~1.1k req/s
-# instead of ~20k for the 100 KB page); static files are unaffected either way.
-{
-    nginx_main peer 2 "$BROTLI_MODULES"
+# nginx_proxy_server LISTEN-PARAMETERS [DIRECTIVES]: reverse proxy with proxy_cache,
+# compressing on the fly.
+nginx_proxy_server() {
     cat <<EOF
-http {
-    include $MIME;
-    default_type application/octet-stream;
-    access_log off;
-    sendfile on;
-    tcp_nopush off;
-    keepalive_requests 1000000;
-    open_file_cache max=1000 inactive=60s;
-    open_file_cache_valid 60s;
-    proxy_cache_path $TMP/ngx-cache levels=1:2 keys_zone=wfbench:10m max_size=1g inactive=1h use_temp_path=off;
-    upstream origin { server 127.0.0.1:$P_ORIGIN; keepalive 64; }
-
-    # static, precompressed: page.html.gz (gzip -9) and page.html.br (brotli -q 11)
     server {
-        listen 127.0.0.1:$P_NGX_STATIC reuseport;
-        root $PRE;
-        gzip_static on;
-        brotli_static on;
-        gzip_vary on;
-    }
-
-    # static, compressed on the fly
-    server {
-        listen 127.0.0.1:$P_NGX_OTF reuseport;
-        root $FILES;
-        gzip on; gzip_comp_level $NGX_GZIP_LEVEL; gzip_min_length $MIN_SIZE; gzip_vary on;
-        gzip_types $COMP_TYPES;
-        brotli on; brotli_comp_level $NGX_BR_LEVEL; brotli_min_length $MIN_SIZE;
-        brotli_types $COMP_TYPES;
-    }
-
-    # reverse proxy with proxy_cache, compressing on the fly
-    server {
-        listen 127.0.0.1:$P_NGX_PROXY reuseport;
+        listen $1;
+        ${2:-}
         gzip on; gzip_comp_level $NGX_GZIP_LEVEL; gzip_min_length $MIN_SIZE; gzip_vary on;
         gzip_proxied any; gzip_types $COMP_TYPES;
         brotli on; brotli_comp_level $NGX_BR_LEVEL; brotli_min_length $MIN_SIZE;
@@ -275,64 +235,70 @@ http {
             add_header X-Cache-Status \$upstream_cache_status;
         }
     }
-}
 EOF
+}
+
+# The peer: its servers in one nginx with 2 workers.
+{
+    nginx_main peer 2
+    echo "http {"
+    nginx_http_common
+    cat <<EOF
+    proxy_cache_path $TMP/ngx-cache levels=1:2 keys_zone=wfbench:10m max_size=1g inactive=1h use_temp_path=off;
+    upstream origin { server 127.0.0.1:$P_ORIGIN; keepalive 64; }
+
+    # static, compressed on the fly
+    server {
+        listen 127.0.0.1:$P_NGX_OTF reuseport;
+        root $FILES;
+        gzip on; gzip_comp_level $NGX_GZIP_LEVEL; gzip_min_length $MIN_SIZE; gzip_vary on;
+        gzip_types $COMP_TYPES;
+        brotli on; brotli_comp_level $NGX_BR_LEVEL; brotli_min_length $MIN_SIZE;
+        brotli_types $COMP_TYPES;
+    }
+EOF
+    nginx_static_server "127.0.0.1:$P_NGX_STATIC reuseport"
+    nginx_proxy_server "127.0.0.1:$P_NGX_PROXY reuseport"
+    if [[ $TLS_ROWS == 1 ]]; then
+        # nginx 1.22's default protocols stop at TLS 1.2 (1.23.4 added 1.3); wirefold
+        # (rustls) speaks 1.3, and so must both for one comparison.
+        NGX_TLS="ssl_certificate $CERT; ssl_certificate_key $KEY; ssl_protocols TLSv1.2 TLSv1.3;"
+        nginx_static_server "127.0.0.1:$P_NGX_STATIC_TLS ssl http2 reuseport" "$NGX_TLS"
+        nginx_proxy_server "127.0.0.1:$P_NGX_PROXY_TLS ssl http2 reuseport" "$NGX_TLS"
+    fi
+    echo "}"
 } > "$TMP/peer.conf"
 
-# ---------------------------------------------------------------- wirefold config
-cat > "$TMP/wirefold.toml" <<EOF
-[compression]
-enabled = true
-min_size = $MIN_SIZE
-
-[[compression.profile]]
-types = ["text/*", "application/javascript", "application/json", "image/svg+xml"]
-cached = "$WF_CACHED"
-on_the_fly = "$WF_ON_THE_FLY"
-EOF
+write_wirefold_config "$TMP/wirefold.toml"
 
 # ---------------------------------------------------------------- start
-start_nginx() { # NAME
-    nginx -t -q -p "$TMP" -e "$TMP/$1-error.log" -c "$TMP/$1.conf" -g 'daemon off;' 2>"$TMP/$1-test.log" \
-        || { cat "$TMP/$1-test.log" >&2; die "nginx config $1 invalid"; }
-    nginx -p "$TMP" -e "$TMP/$1-error.log" -c "$TMP/$1.conf" -g 'daemon off;' >"$TMP/$1.out" 2>&1 &
-    PIDS+=($!)
-    LAST_PID=$!
-}
-start_wirefold() { # NAME PORT ADMIN MODE-ARGS...
-    local name=$1 port=$2 admin=$3; shift 3
-    WIREFOLD_LOG=warn "$WIREFOLD" serve "$@" --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" \
-        --data-dir "$TMP/$name-data" --config "$TMP/wirefold.toml" >"$TMP/$name.log" 2>&1 &
-    PIDS+=($!)
-    LAST_PID=$!
-}
-
 start_nginx origin;   wait_http origin "$LAST_PID" "http://127.0.0.1:$P_ORIGIN/cache/page.html"
 start_nginx peer;     wait_http nginx "$LAST_PID" "http://127.0.0.1:$P_NGX_STATIC/page.html"
 PEER_PID=$LAST_PID
-start_wirefold wf-root "$P_WF_ROOT" "$P_WF_ROOT_ADMIN" --root "$FILES"
-wait_http "wirefold --root" "$LAST_PID" "http://127.0.0.1:$P_WF_ROOT/page.html"
-WF_ROOT_PID=$LAST_PID
-start_wirefold wf-proxy "$P_WF_PROXY" "$P_WF_PROXY_ADMIN" --origin "http://127.0.0.1:$P_ORIGIN"
-wait_http "wirefold --origin" "$LAST_PID" "http://127.0.0.1:$P_WF_PROXY/nostore/page.html"
-WF_PROXY_PID=$LAST_PID
-# nginx's worker (and cache helper) processes: children of the peer's master.
-children_of() {
-    local f line rest fields
-    for f in /proc/[0-9]*/stat; do
-        { read -r line <"$f"; } 2>/dev/null || continue
-        rest=${line##*) }
-        read -r -a fields <<<"$rest"
-        [[ "${fields[1]}" == "$1" ]] && { f=${f#/proc/}; echo "${f%/stat}"; }
-    done
-    return 0
+# start_wf NAME PORT ADMIN PATH-TO-WAIT-FOR MODE-ARGS...: pid in LAST_PID
+start_wf() {
+    local name=$1 port=$2 admin=$3 path=$4 scheme=http; shift 4
+    [[ " $* " == *" --tls-cert "* ]] && scheme=https
+    start_wirefold "$name" "$port" "$admin" "$TMP/wirefold.toml" "$@"
+    wait_http "wirefold $name" "$LAST_PID" "$scheme://127.0.0.1:$port$path"
 }
+start_wf wf-root "$P_WF_ROOT" "$P_WF_ROOT_ADMIN" /page.html --root "$FILES"
+WF_ROOT_PID=$LAST_PID
+start_wf wf-proxy "$P_WF_PROXY" "$P_WF_PROXY_ADMIN" /nostore/page.html --origin "http://127.0.0.1:$P_ORIGIN"
+WF_PROXY_PID=$LAST_PID
+if [[ $TLS_ROWS == 1 ]]; then
+    start_wf wf-root-tls "$P_WF_ROOT_TLS" "$P_WF_ROOT_TLS_ADMIN" /page.html --root "$FILES" --tls-cert "$CERT" --tls-key "$KEY"
+    WF_ROOT_TLS_PID=$LAST_PID
+    start_wf wf-proxy-tls "$P_WF_PROXY_TLS" "$P_WF_PROXY_TLS_ADMIN" /nostore/page.html --origin "http://127.0.0.1:$P_ORIGIN" --tls-cert "$CERT" --tls-key "$KEY"
+    WF_PROXY_TLS_PID=$LAST_PID
+fi
+# nginx's worker (and cache helper) processes: children of the peer's master.
 PEER_PIDS="$PEER_PID $(children_of "$PEER_PID" | tr '\n' ' ')"
 CLK_TCK=$(getconf CLK_TCK)
 log "nginx $(nginx -v 2>&1 | sed 's/.*\///'), wirefold $("$WIREFOLD" --version | awk '{print $2}'), wrk -t$THREADS -c$CONNS -d${DURATION}s x$REPEATS"
 
 # ---------------------------------------------------------------- servers and rows
-# server id -> "port|path prefix|label"
+# server id -> "port|path prefix|label|scheme (empty: http)"
 declare -A SERVER=(
     [wf_root]="$P_WF_ROOT||wirefold --root (cached $WF_CACHED)"
     [ngx_static]="$P_NGX_STATIC||nginx static, gzip_static+brotli_static (gzip -9, brotli -q 11)"
@@ -343,27 +309,54 @@ declare -A SERVER=(
     [wf_nostore]="$P_WF_PROXY|/nostore|wirefold --origin, no-store (on the fly $WF_ON_THE_FLY)"
     [ngx_nostore]="$P_NGX_PROXY|/nostore|nginx proxy_pass + on the fly (gzip $NGX_GZIP_LEVEL, br $NGX_BR_LEVEL)"
 )
+# server id -> the processes whose CPU time is its cost
+declare -A SERVER_PIDS=(
+    [wf_root]=$WF_ROOT_PID [wf_cache]=$WF_PROXY_PID [wf_nostore]=$WF_PROXY_PID
+    [ngx_static]=$PEER_PIDS [ngx_otf]=$PEER_PIDS [ngx_cache]=$PEER_PIDS [ngx_cachepre]=$PEER_PIDS [ngx_nostore]=$PEER_PIDS
+)
+if [[ $TLS_ROWS == 1 ]]; then
+    SERVER+=(
+        [wf_root_tls]="$P_WF_ROOT_TLS||wirefold --root, TLS + h2 (cached $WF_CACHED)|https"
+        [ngx_static_tls]="$P_NGX_STATIC_TLS||nginx static, TLS + h2, gzip_static+brotli_static|https"
+        [wf_cache_tls]="$P_WF_PROXY_TLS|/cache|wirefold --origin, TLS + h2, cached (cached $WF_CACHED)|https"
+        [ngx_cachepre_tls]="$P_NGX_PROXY_TLS|/cachepre|nginx proxy_cache of precompressed, TLS + h2|https"
+    )
+    SERVER_PIDS+=([wf_root_tls]=$WF_ROOT_TLS_PID [wf_cache_tls]=$WF_PROXY_TLS_PID [ngx_static_tls]=$PEER_PIDS [ngx_cachepre_tls]=$PEER_PIDS)
+fi
 # row id -> "AE|scenario|wirefold server|nginx servers"
 declare -A ROW=(
     [1]="|static files, identity|wf_root|ngx_static"
     [2a]="gzip, br|static files, compressed|wf_root|ngx_static ngx_otf"
     [2b]="$AE_CHROMIUM|static files, compressed|wf_root|ngx_static ngx_otf"
+    [2c]="gzip|static files, compressed (cached gzip 9 vs gzip_static)|wf_root|ngx_static"
     [3a]="|proxy, cacheable, identity|wf_cache|ngx_cache"
     [3b]="gzip, br|proxy, cacheable, compressed|wf_cache|ngx_cache ngx_cachepre"
     [3c]="$AE_CHROMIUM|proxy, cacheable, compressed|wf_cache|ngx_cache ngx_cachepre"
     [4a]="gzip, br|proxy, no-store, on the fly (br 4 both)|wf_nostore|ngx_nostore"
     [4b]="gzip|proxy, no-store, on the fly (gzip 6 both)|wf_nostore|ngx_nostore"
     [4c]="$AE_CHROMIUM|proxy, no-store, on the fly (wf zstd 3, nginx br 4)|wf_nostore|ngx_nostore"
+    [5a]="|static files, identity, TLS + HTTP/2|wf_root_tls|ngx_static_tls"
+    [5b]="gzip, br|static files, compressed, TLS + HTTP/2|wf_root_tls|ngx_static_tls"
+    [5c]="gzip, br|proxy, cacheable, compressed, TLS + HTTP/2|wf_cache_tls|ngx_cachepre_tls"
 )
-for r in $ROWS; do [[ -n "${ROW[$r]:-}" ]] || die "unknown row $r"; done
+# Open loop: the row's nginx that serves stored bytes, as wirefold does.
+declare -A OPEN_LOOP_PEER=([1]=ngx_static [2a]=ngx_static [2b]=ngx_static [2c]=ngx_static
+                           [3a]=ngx_cache [3b]=ngx_cachepre [3c]=ngx_cachepre)
+for r in $ROWS; do
+    [[ -n "${ROW[$r]:-}" ]] || die "unknown row $r"
+    [[ $MODE == open-loop && -z "${OPEN_LOOP_PEER[$r]:-}" ]] && die "row $r has no open-loop measure (rows 1, 2*, 3*)"
+done
 
 ae_label() { case "$1" in "") echo none ;; "$AE_CHROMIUM") echo chromium ;; *) echo "${1// /}" ;; esac; }
 srv_port()   { cut -d'|' -f1 <<<"${SERVER[$1]}"; }
 srv_prefix() { cut -d'|' -f2 <<<"${SERVER[$1]}"; }
 srv_label()  { cut -d'|' -f3 <<<"${SERVER[$1]}"; }
+srv_scheme() { local s; s=$(cut -d'|' -f4 <<<"${SERVER[$1]}"); echo "${s:-http}"; }
+srv_url()    { echo "$(srv_scheme "$1")://127.0.0.1:$(srv_port "$1")$(srv_prefix "$1")"; }
 
 curl_ae() { # AE URL [curl args...]: one request with exactly this Accept-Encoding (none if empty)
     local ae=$1 url=$2; shift 2
+    [[ $url == https:* ]] && set -- -k --http2 "$@"
     if [[ -z "$ae" ]]; then curl -s "$@" "$url"; else curl -s -H "Accept-Encoding: $ae" "$@" "$url"; fi
 }
 
@@ -371,26 +364,27 @@ curl_ae() { # AE URL [curl args...]: one request with exactly this Accept-Encodi
 ALL_AE=("" "gzip, br" "gzip" "$AE_CHROMIUM")
 declare -A WARM_SIZE=()
 log "warming: each file, each Accept-Encoding, 3 requests; then the background encodes"
-for s in wf_root wf_cache ngx_cache ngx_cachepre wf_nostore ngx_nostore ngx_static ngx_otf; do
+for s in "${!SERVER[@]}"; do
     for ae in "${ALL_AE[@]}"; do
         for p in ${TARGET_PATHS[mix]}; do
             for _ in 1 2 3; do
-                curl_ae "$ae" "http://127.0.0.1:$(srv_port $s)$(srv_prefix $s)$p" -o /dev/null
+                curl_ae "$ae" "$(srv_url "$s")$p" -o /dev/null
             done
         done
     done
 done
 # wirefold's first request of an encoding serves the on-the-fly level and encodes the
 # cached level in the background: wait until every cached size stops changing.
+WF_CACHING="wf_root wf_cache"
+[[ $TLS_ROWS == 1 ]] && WF_CACHING+=" wf_root_tls wf_cache_tls"
 for _ in $(seq 30); do
     sleep 1
     changed=0
-    for s in wf_root wf_cache; do
+    for s in $WF_CACHING; do
         for ae in "${ALL_AE[@]}"; do
             for p in ${TARGET_PATHS[mix]}; do
-                url="http://127.0.0.1:$(srv_port $s)$(srv_prefix $s)$p"
                 key="$s|$ae|$p"
-                n=$(curl_ae "$ae" "$url" -o /dev/null -w '%{size_download}')
+                n=$(curl_ae "$ae" "$(srv_url "$s")$p" -o /dev/null -w '%{size_download}')
                 [[ "${WARM_SIZE[$key]:-}" == "$n" ]] || changed=1
                 WARM_SIZE[$key]=$n
             done
@@ -405,7 +399,7 @@ done
 describe() {
     local s=$1 ae=$2 t=$3 p url total=0 n=0 codings="" cstat="" ok=yes hdr body
     for p in ${TARGET_PATHS[$t]}; do
-        url="http://127.0.0.1:$(srv_port $s)$(srv_prefix $s)$p"
+        url="$(srv_url "$s")$p"
         hdr=$(curl_ae "$ae" "$url" -D - -o "$TMP/body" -w '%{size_download}\n')
         body=$(tail -1 <<<"$hdr")
         total=$((total + body)); n=$((n + 1))
@@ -438,13 +432,10 @@ to_bytes() { # wrk size (e.g. 5.40GB) -> bytes
 
 # CPU time (user + system, all threads) the server under test spent, in clock ticks.
 # The origin's share is not counted: it is the same for both sides of a row.
-server_pids() { case "$1" in wf_root) echo "$WF_ROOT_PID" ;; wf_*) echo "$WF_PROXY_PID" ;; *) echo "$PEER_PIDS" ;; esac; }
-cpu_ticks() {
-    local t=0 pid
-    for pid in $(server_pids "$1"); do
-        [[ -r /proc/$pid/stat ]] && t=$((t + $(awk '{sub(/^.*\) /,""); print $12 + $13}' "/proc/$pid/stat")))
-    done
-    echo "$t"
+# shellcheck disable=SC2086 # a server's pids are a list
+cpu_ticks() { cpu_ticks_of ${SERVER_PIDS[$1]}; }
+us_per() { # TICKS REQUESTS -> CPU us per request
+    awk -v t="$1" -v hz="$CLK_TCK" -v n="$2" 'BEGIN{ printf "%.1f", (n > 0 ? t * 1e6 / hz / n : 0) }'
 }
 
 # run_wrk SERVER AE TARGET -> "rps p50ms p99ms errors wire_bytes_per_response cpu_us_per_request"
@@ -465,22 +456,179 @@ run_wrk() {
     read=$(awk '/requests in/{print $5}' <<<"$out")
     errs=$(awk '/Socket errors/{gsub(",","");s=$4+$6+$8+$10} /Non-2xx/{s+=$5} END{print s+0}' <<<"$out")
     [[ -n "$rps" && -n "$p50" && -n "$p99" && -n "$reqs" ]] || { echo "$out" >&2; die "could not parse wrk output"; }
-    echo "$rps $(to_ms "$p50") $(to_ms "$p99") $errs $(( $(to_bytes "$read") / (reqs > 0 ? reqs : 1) ))" \
-         "$(awk -v t=$((c1 - c0)) -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN{ printf "%.1f", (n > 0 ? t * 1e6 / hz / n : 0) }')"
+    echo "$rps $(to_ms "$p50") $(to_ms "$p99") $errs $(( $(to_bytes "$read") / (reqs > 0 ? reqs : 1) )) $(us_per $((c1 - c0)) "$reqs")"
 }
 
-median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{a[NR]=$1} END{ if (NR%2) print a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2 }'; }
+# run_h2load SERVER AE TARGET -> the same fields as run_wrk, over TLS + HTTP/2. The
+# target's paths are asked in turn on each connection; latency percentiles come from
+# h2load's per-request log (microseconds until the end of each response).
+run_h2load() {
+    local s=$1 ae=$2 t=$3 out args=() uris=() p
+    [[ -n "$ae" ]] && args=(-H "accept-encoding: $ae")
+    for p in ${TARGET_PATHS[$t]}; do uris+=("$(srv_url "$s")$p"); done
+    local c0 c1
+    rm -f "$TMP/h2load-requests.log"
+    c0=$(cpu_ticks "$s")
+    out=$(h2load -n "$H2_REQUESTS" -c "$CONNS" -m "$H2_STREAMS" "${args[@]}" \
+          --log-file="$TMP/h2load-requests.log" "${uris[@]}" 2>&1) || true
+    c1=$(cpu_ticks "$s")
+    echo "$out" >>"$TMP/h2load-raw.log"
+    local rps finished ok2xx wire p50 p99
+    rps=$(awk '/^finished in/{print $4}' <<<"$out")
+    finished=$(awk '/^requests:/{print $6}' <<<"$out")
+    ok2xx=$(awk '/^status codes:/{print $3}' <<<"$out")
+    wire=$(awk '/^traffic:/{gsub(/[()]/,"",$3); print $3}' <<<"$out")
+    [[ -n "$rps" && -n "$finished" && -n "$ok2xx" && -n "$wire" ]] || { echo "$out" >&2; die "could not parse h2load output"; }
+    read -r p50 p99 < <(awk '{print $3}' "$TMP/h2load-requests.log" | sort -n |
+        awk '{a[NR]=$1} END{ if (NR==0) {print "0 0"; exit}
+             i50=int(NR*0.50+0.999999); i99=int(NR*0.99+0.999999); printf "%.3f %.3f\n", a[i50]/1000, a[i99]/1000 }')
+    echo "$rps $p50 $p99 $((H2_REQUESTS - ok2xx)) $((wire / (finished > 0 ? finished : 1))) $(us_per $((c1 - c0)) "$finished")"
+}
 
+# run_load SERVER AE TARGET: wrk for HTTP/1.1 servers, h2load for the TLS ones.
+run_load() { if [[ $(srv_scheme "$1") == https ]]; then run_h2load "$@"; else run_wrk "$@"; fi; }
+
+# What h2load negotiated with each TLS server: protocol, cipher, key exchange, ALPN.
+declare -A TLS_INFO=()
+for s in "${!SERVER[@]}"; do
+    [[ $(srv_scheme "$s") == https ]] || continue
+    TLS_INFO[$s]=$(h2load -n 1 -c 1 "$(srv_url "$s")/page.html" 2>&1 |
+        awk -F': ' '/^(TLS Protocol|Cipher|Server Temp Key|Application protocol):/{printf "%s%s", (n++ ? ", " : ""), $2}')
+done
+
+jnum() { # KEY JSON: the number under KEY (a regex) in flat JSON
+    sed -n "s/.*\"$1\":\([-0-9.e]*\).*/\1/p" <<<"$2"
+}
+
+# run_loadgen SERVER AE TARGET RATE -> "achieved p50 p90 p99 p99.9 max errors cpu_us_per_request lag_p99"
+# (latencies in ms, from each request's due time; lag: how late the loader itself sent)
+run_loadgen() {
+    local s=$1 ae=$2 t=$3 rate=$4 out args=() json lat
+    [[ -n "$ae" ]] && args=(-H "accept-encoding: $ae")
+    local c0 c1
+    c0=$(cpu_ticks "$s")
+    out=$("$LOADGEN" rate --url "$(srv_url "$s")${TARGET_PATHS[$t]}" --rate "$rate" --duration "$DURATION" \
+          --connections "$CONNS" --threads "$LOADGEN_THREADS" "${args[@]}" 2>&1) || true
+    c1=$(cpu_ticks "$s")
+    echo "$out" >>"$TMP/loadgen-raw.log"
+    json=$(tail -1 <<<"$out")
+    [[ $json == '{"'* ]] || { echo "$out" >&2; die "wirefold-loadgen failed"; }
+    lat=$(sed -n 's/.*"latency_ms":{\([^}]*\)}.*/{\1}/p' <<<"$json")
+    local answered errs lag
+    answered=$(jnum answered "$json")
+    lag=$(sed -n 's/.*"dispatch_lag_ms":{\([^}]*\)}.*/{\1}/p' <<<"$json")
+    errs=$(( $(jnum failed "$json") + $(jnum non_2xx "$json") + $(jnum unfinished "$json") ))
+    echo "$(jnum achieved_rps "$json") $(jnum p50 "$lat") $(jnum p90 "$lat") $(jnum p99 "$lat") $(jnum 'p99\.9' "$lat") $(jnum max "$lat") $errs $(us_per $((c1 - c0)) "$answered") $(jnum p99 "$lag")"
+}
+
+wall_seconds() { echo $(( $(date +%s) - START_TS )); }
+load_now() { cut -d' ' -f1-3 /proc/loadavg; }
+
+if [[ $MODE == open-loop ]]; then
+    # ------------------------------------------------------------ open loop: measure
+    OPEN=()   # "row|target|server|ae|saturation|rate|achieved|p50|p90|p99|p999|max|errors|cpu|ok|lag"
+    for r in $ROWS; do
+        IFS='|' read -r ae _ wf _ <<<"${ROW[$r]}"
+        ngx=${OPEN_LOOP_PEER[$r]}
+        for t in $TARGETS; do
+            sat=""
+            for _ in $(seq "$REPEATS"); do
+                read -r rps _ <<<"$(run_wrk "$ngx" "$ae" "$t")"
+                sat+=" $rps"
+            done
+            saturation=$(median <<<"$sat")
+            rate=$(awk -v s="$saturation" -v f="$LOAD_SHARE" 'BEGIN{ printf "%.0f", s * f }')
+            log "row $r $t: nginx ($ngx) saturates at $saturation req/s (wrk:$sat); open loop at $rate req/s"
+            declare -A ACH=() P50=() P90=() P99=() P999=() MAX=() ERR=() CPU=() LAG=()
+            for _ in $(seq "$REPEATS"); do
+                for s in "$wf" "$ngx"; do
+                    read -r ach p50 p90 p99 p999 max errs cpu lag <<<"$(run_loadgen "$s" "$ae" "$t" "$rate")"
+                    ACH[$s]+=" $ach"; P50[$s]+=" $p50"; P90[$s]+=" $p90"; P99[$s]+=" $p99"; P999[$s]+=" $p999"
+                    MAX[$s]+=" $max"; ERR[$s]=$(( ${ERR[$s]:-0} + errs )); CPU[$s]+=" $cpu"; LAG[$s]+=" $lag"
+                done
+            done
+            for s in "$wf" "$ngx"; do
+                IFS='|' read -r _ _ _ ok <<<"$(describe "$s" "$ae" "$t")"
+                OPEN+=("$r|$t|$s|$ae|$saturation|$rate|$(median <<<"${ACH[$s]}")|$(median <<<"${P50[$s]}")|$(median <<<"${P90[$s]}")|$(median <<<"${P99[$s]}")|$(median <<<"${P999[$s]}")|$(median <<<"${MAX[$s]}")|${ERR[$s]}|$(median <<<"${CPU[$s]}")|$ok|$(median <<<"${LAG[$s]}")")
+                log "row $r $t $s: p50 ${P50[$s]# } | p99 ${P99[$s]# } | achieved ${ACH[$s]# } | cpu us/req ${CPU[$s]# } | loader lag p99 ${LAG[$s]# } | $ok"
+            done
+            unset ACH P50 P90 P99 P999 MAX ERR CPU LAG
+        done
+    done
+
+    # ------------------------------------------------------------ open loop: report
+    echo
+    echo "wirefold vs nginx, open loop — $LOAD_SHARE x nginx's saturation (wrk -t$THREADS -c$CONNS -d${DURATION}s, median of $REPEATS),"
+    echo "wirefold-loadgen $CONNS connections, $LOADGEN_THREADS I/O thread(s), ${DURATION} s per run, median of $REPEATS runs, interleaved; loopback, $(nproc) cores"
+    echo "latency from each request's due time (coordinated omission corrected), ms"
+    echo
+    printf '%-4s %-5s %-8s %-58s %8s %8s %8s %8s %8s %8s %8s %8s %5s %4s %8s\n' \
+        row tgt AE server "rate" achieved p50 p90 p99 p99.9 max "cpu us" errs ok "lag p99"
+    for rec in "${OPEN[@]}"; do
+        IFS='|' read -r r t s ae _ rate ach p50 p90 p99 p999 max errs cpu ok lag <<<"$rec"
+        printf '%-4s %-5s %-8s %-58s %8s %8.0f %8.3f %8.3f %8.3f %8.3f %8.3f %8.1f %5s %4s %8.3f\n' \
+            "$r" "$t" "$(ae_label "$ae")" "$(srv_label "$s" | cut -c1-58)" "$rate" "$ach" "$p50" "$p90" "$p99" "$p999" "$max" "$cpu" "$errs" "$ok" "$lag"
+    done
+    echo "lag p99 = how late the loader itself handed requests to their connections (its own CPU share; included in the latencies)"
+    echo
+    echo "ratios wirefold/nginx at the same rate (<= 1 is wirefold ahead)"
+    printf '%-4s %-5s %-8s %8s %7s %7s %7s  %s\n' row tgt AE rate p50 p99 cpu/req verdict
+    OPEN_RATIOS=()
+    for r in $ROWS; do
+        IFS='|' read -r ae _ wf _ <<<"${ROW[$r]}"
+        ngx=${OPEN_LOOP_PEER[$r]}
+        for t in $TARGETS; do
+            for rec in "${OPEN[@]}"; do
+                [[ "$rec" == "$r|$t|$wf|"* ]] && IFS='|' read -r _ _ _ _ _ rate wach wp50 _ wp99 _ _ werrs wcpu wok _ <<<"$rec"
+                [[ "$rec" == "$r|$t|$ngx|"* ]] && IFS='|' read -r _ _ _ _ _ _ _ np50 _ np99 _ _ _ ncpu _ _ <<<"$rec"
+            done
+            read -r r50 r99 rc < <(awk -v a="$wp50" -v b="$np50" -v c="$wp99" -v d="$np99" -v e="$wcpu" -v f="$ncpu" \
+                'function q(x,y){ return y>0 ? x/y : 0 } BEGIN{ printf "%.3f %.3f %.3f\n", q(a,b), q(c,d), q(e,f) }')
+            verdict=$(awk -v r99="$r99" -v ok="$wok" -v er="$werrs" -v ach="$wach" -v rate="$rate" 'BEGIN{
+                v=""; if (ok!="yes") v=v" WRONG-BODY"; if (er>0) v=v" ERRORS";
+                if (ach < 0.95*rate) v=v" fell-behind"; if (r99>1) v=v" p99-worse";
+                print (v=="" ? "meets target" : "behind:" v) }')
+            printf '%-4s %-5s %-8s %8s %7.2f %7.2f %7.2f  %s\n' "$r" "$t" "$(ae_label "$ae")" "$rate" "$r50" "$r99" "$rc" "$verdict"
+            OPEN_RATIOS+=("$r|$t|$ngx|$r50|$r99|$rc|$verdict")
+        done
+    done
+    echo "wall time: $(wall_seconds) s; load average at start $LOAD_START, at end $(load_now) (anything else running skews both sides)"
+    {
+        printf '{"bench":"compare-nginx","mode":"open-loop","wirefold":%s,"nginx":%s,' "$(jstr "$("$WIREFOLD" --version)")" "$(jstr "$(nginx -v 2>&1)")"
+        printf '"load_share":%s,"loadgen_threads":%s,"connections":%s,"duration_s":%s,"repeats":%s,"wall_s":%s,"loadavg_start":%s,"loadavg_end":%s,"rows":[' \
+            "$LOAD_SHARE" "$LOADGEN_THREADS" "$CONNS" "$DURATION" "$REPEATS" "$(wall_seconds)" "$(jstr "$LOAD_START")" "$(jstr "$(load_now)")"
+        first=1
+        for rec in "${OPEN[@]}"; do
+            IFS='|' read -r r t s ae sat rate ach p50 p90 p99 p999 max errs cpu ok lag <<<"$rec"
+            [[ $first == 1 ]] || printf ','; first=0
+            printf '{"row":%s,"target":%s,"server":%s,"label":%s,"accept_encoding":%s,"nginx_saturation_rps":%s,"rate":%s,"achieved_rps":%s,"latency_ms":{"p50":%s,"p90":%s,"p99":%s,"p99.9":%s,"max":%s},"errors":%s,"cpu_us_per_req":%s,"body_correct":%s,"loader_lag_p99_ms":%s}' \
+                "$(jstr "$r")" "$(jstr "$t")" "$(jstr "$s")" "$(jstr "$(srv_label "$s")")" "$(jstr "$ae")" "$sat" "$rate" "$ach" \
+                "$p50" "$p90" "$p99" "$p999" "$max" "$errs" "$cpu" "$([[ $ok == yes ]] && echo true || echo false)" "$lag"
+        done
+        printf '],"ratios":['
+        first=1
+        for rec in "${OPEN_RATIOS[@]}"; do
+            IFS='|' read -r r t n r50 r99 rc verdict <<<"$rec"
+            [[ $first == 1 ]] || printf ','; first=0
+            printf '{"row":%s,"target":%s,"nginx":%s,"p50":%s,"p99":%s,"cpu_per_req":%s,"verdict":%s}' \
+                "$(jstr "$r")" "$(jstr "$t")" "$(jstr "$n")" "$r50" "$r99" "$rc" "$(jstr "$verdict")"
+        done
+        printf ']}\n'
+    }
+    exit 0
+fi
+
+# ---------------------------------------------------------------- closed loop: measure
 # Results: one record per (row, target, server).
-RESULTS=()     # "row|target|server|ae|bytes|wire|codings|cache|ok|rps|p50|p99|errors"
+RESULTS=()     # "row|target|server|ae|bytes|wire|codings|cache|ok|rps|p50|p99|errors|cpu"
 for r in $ROWS; do
-    IFS='|' read -r ae scenario wf ngxs <<<"${ROW[$r]}"
+    IFS='|' read -r ae _ wf ngxs <<<"${ROW[$r]}"
     for t in $TARGETS; do
-        servers=("$wf" $ngxs)
+        read -r -a servers <<<"$wf $ngxs"
         declare -A RPS=() P50=() P99=() ERR=() WIRE=() CPU=()
-        for rep in $(seq "$REPEATS"); do
+        for _ in $(seq "$REPEATS"); do
             for s in "${servers[@]}"; do
-                read -r rps p50 p99 errs wire cpu <<<"$(run_wrk "$s" "$ae" "$t")"
+                read -r rps p50 p99 errs wire cpu <<<"$(run_load "$s" "$ae" "$t")"
                 CPU[$s]+=" $cpu"; RPS[$s]+=" $rps"; P50[$s]+=" $p50"; P99[$s]+=" $p99"; ERR[$s]=$(( ${ERR[$s]:-0} + errs )); WIRE[$s]+=" $wire"
             done
         done
@@ -495,15 +643,15 @@ for r in $ROWS; do
 done
 ORIGIN_REQS=$(wc -l <"$TMP/origin-access.log" 2>/dev/null || echo 0)
 
-# ---------------------------------------------------------------- report
-WALL=$(( $(date +%s) - START_TS ))
+# ---------------------------------------------------------------- closed loop: report
 echo
-echo "wirefold vs nginx — wrk -t$THREADS -c$CONNS -d${DURATION}s, median of $REPEATS, loopback, $(nproc) cores"
+echo "wirefold vs nginx — wrk -t$THREADS -c$CONNS -d${DURATION}s (rows 5*: h2load -n $H2_REQUESTS -c $CONNS -m $H2_STREAMS, TLS + HTTP/2), median of $REPEATS, loopback, $(nproc) cores"
 echo "files: page.html $(stat -c %s "$FILES/page.html") B (${HTML_SRC#"$CORPUS"/}), style.css $(stat -c %s "$FILES/style.css") B (${CSS_SRC#"$CORPUS"/}),"
 echo "       script.js $(stat -c %s "$FILES/script.js") B (${JS_SRC#"$CORPUS"/}), photo.jpg $(stat -c %s "$FILES/photo.jpg") B ($JPEG_SRC)"
 echo "targets: html = /page.html; mix = page.html, style.css, script.js, photo.jpg round robin (bytes = mean body)"
 echo "AE: none = no Accept-Encoding; gzip,br; gzip; chromium = \"$AE_CHROMIUM\" (nginx has no zstd in Debian, so it answers br)"
 echo "levels: wirefold cached \"$WF_CACHED\", on the fly \"$WF_ON_THE_FLY\"; nginx on the fly gzip $NGX_GZIP_LEVEL, br $NGX_BR_LEVEL; precompressed gzip -9, brotli -q 11"
+for s in "${!TLS_INFO[@]}"; do echo "TLS negotiated by $s: ${TLS_INFO[$s]}"; done
 echo
 printf '%-4s %-5s %-8s %-58s %9s %9s %-18s %9s %8s %8s %8s %5s %4s\n' \
     row tgt AE server "body B" "wire B" coding "req/s" "p50 ms" "p99 ms" "cpu us" errs ok
@@ -519,7 +667,7 @@ echo "ratios wirefold/nginx (req/s: >= 1 is wirefold ahead; p50, p99, bytes, cpu
 printf '%-4s %-5s %-8s %-58s %7s %7s %7s %7s %7s  %s\n' row tgt AE "nginx peer" "req/s" p50 p99 bytes "cpu/req" verdict
 RATIOS=()
 for r in $ROWS; do
-    IFS='|' read -r ae scenario wf ngxs <<<"${ROW[$r]}"
+    IFS='|' read -r ae _ wf ngxs <<<"${ROW[$r]}"
     for t in $TARGETS; do
         wrec=""; for rec in "${RESULTS[@]}"; do [[ "$rec" == "$r|$t|$wf|"* ]] && wrec=$rec; done
         IFS='|' read -r _ _ _ _ wbytes _ _ _ wok wrps wp50 wp99 werrs wcpu <<<"$wrec"
@@ -542,19 +690,25 @@ echo
 echo "proxy cache status after the runs (Cache-Status / X-Cache-Status, one per file of the target):"
 for rec in "${RESULTS[@]}"; do
     IFS='|' read -r r t s ae _ _ _ cstat _ <<<"$rec"
-    [[ "$t" == "${TARGETS##* }" && "$r" == [34]* ]] && printf '  %-4s %-8s %-13s %s\n' "$r" "$(ae_label "$ae")" "$s" "$cstat"
+    [[ "$t" == "${TARGETS##* }" && "$r" == [345]* && "$s" != *root* && "$s" != *static* ]] && printf '  %-4s %-8s %-16s %s\n' "$r" "$(ae_label "$ae")" "$s" "$cstat"
 done
 echo "origin requests during the whole run (warm-up included): $ORIGIN_REQS"
-echo "wall time: ${WALL} s; load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg) (anything else running skews both sides)"
+echo "wall time: $(wall_seconds) s; load average at start $LOAD_START, at end $(load_now) (anything else running skews both sides)"
 
 # ---------------------------------------------------------------- JSON
-jstr() { local s=$1; s=${s//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
 {
-    printf '{"bench":"compare-nginx","wirefold":%s,"nginx":%s,' "$(jstr "$("$WIREFOLD" --version)")" "$(jstr "$(nginx -v 2>&1)")"
-    printf '"wrk":{"threads":%s,"connections":%s,"duration_s":%s,"repeats":%s},"wall_s":%s,"loadavg_start":%s,' "$THREADS" "$CONNS" "$DURATION" "$REPEATS" "$WALL" "$(jstr "$LOAD_START")"
+    printf '{"bench":"compare-nginx","mode":"closed","wirefold":%s,"nginx":%s,' "$(jstr "$("$WIREFOLD" --version)")" "$(jstr "$(nginx -v 2>&1)")"
+    printf '"wrk":{"threads":%s,"connections":%s,"duration_s":%s,"repeats":%s},"h2load":{"requests":%s,"clients":%s,"streams":%s},"wall_s":%s,"loadavg_start":%s,"loadavg_end":%s,' \
+        "$THREADS" "$CONNS" "$DURATION" "$REPEATS" "$H2_REQUESTS" "$CONNS" "$H2_STREAMS" "$(wall_seconds)" "$(jstr "$LOAD_START")" "$(jstr "$(load_now)")"
     printf '"levels":{"wirefold_cached":%s,"wirefold_on_the_fly":%s,"nginx_gzip":%s,"nginx_br":%s,"precompressed":"gzip -9, brotli -q 11"},' \
         "$(jstr "$WF_CACHED")" "$(jstr "$WF_ON_THE_FLY")" "$NGX_GZIP_LEVEL" "$NGX_BR_LEVEL"
-    printf '"files":{'
+    printf '"tls":{'
+    first=1
+    for s in "${!TLS_INFO[@]}"; do
+        [[ $first == 1 ]] || printf ','; first=0
+        printf '%s:%s' "$(jstr "$s")" "$(jstr "${TLS_INFO[$s]}")"
+    done
+    printf '},"files":{'
     first=1
     for f in page.html style.css script.js photo.jpg; do
         [[ $first == 1 ]] || printf ','; first=0

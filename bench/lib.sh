@@ -28,10 +28,14 @@ bench_cleanup() {
 }
 
 USED_PORTS=" "
+# Listening ports come from below the kernel's ephemeral range (when it leaves room),
+# so that no client socket (wrk's, the loader's 10,000) holds one when a server starts.
+EPHEMERAL_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+if ((EPHEMERAL_LOW > 11000)); then PORT_LOW=10000; PORT_SPAN=$((EPHEMERAL_LOW - 10000)); else PORT_LOW=20000; PORT_SPAN=30000; fi
 free_port() {
     local p
     for _ in $(seq 200); do
-        p=$((20000 + RANDOM % 40000))
+        p=$((PORT_LOW + RANDOM % PORT_SPAN))
         [[ "$USED_PORTS" == *" $p "* ]] && continue
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
             USED_PORTS+="$p "
@@ -42,11 +46,11 @@ free_port() {
     die "no free port found"
 }
 
-wait_http() { # NAME PID URL
+wait_http() { # NAME PID URL (https: any certificate)
     local name=$1 pid=$2 url=$3
     for _ in $(seq 150); do
         kill -0 "$pid" 2>/dev/null || die "$name exited at start; see its log in $TMP (set KEEP_TMP=1)"
-        curl -s -o /dev/null --max-time 1 "$url" && return 0
+        curl -sk -o /dev/null --max-time 1 "$url" && return 0
         sleep 0.1
     done
     die "$name did not answer at $url"
