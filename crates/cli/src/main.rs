@@ -1,5 +1,6 @@
 //! The `wirefold` binary: parses the command line and hands over to the crates.
 
+mod allocator;
 mod demo;
 mod generate;
 mod lab;
@@ -266,6 +267,7 @@ fn init_logging(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
+    allocator::tune();
     let matches = generate::attach(Cli::command()).get_matches();
     if let Some(generated) = generate::run(&matches, Cli::command()) {
         return exit_code(generated);

@@ -342,7 +342,10 @@ async fn accept_loop(
             let front = front.clone();
             service_fn(move |req: Request<Incoming>| {
                 let front = front.clone();
-                async move { Ok::<_, Infallible>(dispatch(&front, req, conn).await) }
+                // Boxed: hyper keeps the service's future inside the connection's task,
+                // so unboxed, every idle keep-alive connection would hold the space of
+                // a whole pipeline run (docs/benchmarks.md, "Idle connections").
+                Box::pin(async move { Ok::<_, Infallible>(dispatch(&front, req, conn).await) })
             })
         };
         match &tls {
