@@ -358,9 +358,7 @@ impl DeltaEngine {
             Some(links) => links,
             None => {
                 // The page's URL (a parse) is needed only to read its references.
-                let page_url = (subresource_limit > 0)
-                    .then(|| page_url(request))
-                    .flatten();
+                let page_url = (subresource_limit > 0).then(|| page_url(request)).flatten();
                 let subresources = match &page_url {
                     Some(url) => self.subresources.of(hash, url, content).await,
                     None => Arc::default(),

@@ -78,7 +78,16 @@ pub struct FilesConfig {
     /// Serve files and directories whose name starts with `.` (`.git/`, `.env`). Off,
     /// they are 404 and never scanned; `/.well-known/` is served either way.
     pub serve_dotfiles: bool,
+    /// How long a file's size and modification time, once read, are trusted before a
+    /// request reads them again (one `stat`). 0, the default, reads them for every
+    /// request, so a rewritten file is served at once; at most
+    /// [`MAX_FILE_CHECK_INTERVAL_MS`] (nginx's `open_file_cache_valid` is this trade).
+    pub check_interval_ms: u64,
 }
+
+/// The longest `files.check_interval_ms`: a resolved path is walked again after a
+/// second anyway.
+pub const MAX_FILE_CHECK_INTERVAL_MS: u64 = 1000;
 
 impl Default for FilesConfig {
     fn default() -> Self {
@@ -86,6 +95,7 @@ impl Default for FilesConfig {
             versioned_cache_control: "public, max-age=31536000, immutable".into(),
             cache_control: "no-cache".into(),
             serve_dotfiles: false,
+            check_interval_ms: 0,
         }
     }
 }
@@ -588,6 +598,12 @@ impl Config {
                 invalid(key, format!("`{value}` is not a valid header value"));
             }
         }
+        if self.files.check_interval_ms > MAX_FILE_CHECK_INTERVAL_MS {
+            invalid(
+                "files.check_interval_ms",
+                format!("must be at most {MAX_FILE_CHECK_INTERVAL_MS}"),
+            );
+        }
         if self.limits.max_header_bytes < 8192 {
             invalid("limits.max_header_bytes", "must be at least 8192".into());
         }
@@ -946,6 +962,16 @@ mod tests {
         c.origin = Some("http://127.0.0.1:1".into());
         c.upstream.host = "bad\nhost".into();
         assert!(c.check().unwrap_err().to_string().contains("upstream.host"));
+        let names_interval = |c: &Config| {
+            c.problems()
+                .iter()
+                .any(|p| p.to_string().contains("files.check_interval_ms"))
+        };
+        let mut c = Config::default();
+        c.files.check_interval_ms = MAX_FILE_CHECK_INTERVAL_MS;
+        assert!(!names_interval(&c));
+        c.files.check_interval_ms = MAX_FILE_CHECK_INTERVAL_MS + 1;
+        assert!(names_interval(&c));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::HeaderValue;
@@ -25,6 +25,21 @@ pub struct Resolution {
     pub content_type_value: HeaderValue,
     /// The request path names a version (`url_pattern::is_versioned`).
     pub versioned: bool,
+    /// The file's size and modification time as last read, and when.
+    checked: Mutex<Checked>,
+}
+
+#[derive(Clone, Copy)]
+struct Checked {
+    at: Instant,
+    len: u64,
+    modified: SystemTime,
+}
+
+impl Resolution {
+    fn checked(&self) -> MutexGuard<'_, Checked> {
+        self.checked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A file found under the root.
@@ -115,14 +130,29 @@ impl FileSource {
     /// symlinks leading out of the root, directories without `index.html`, a file
     /// named as a directory (`/file.txt/`), and dotfiles unless configured (whether
     /// the request or a symlink's target names them).
-    pub fn resolve(&self, request_path: &str) -> Option<FoundFile> {
-        // A path resolved within the last second is checked with one `stat` of its
-        // canonical file instead of a `readlink` per component (cf. nginx's
-        // open_file_cache_valid); a file that is no longer regular is resolved afresh.
+    ///
+    /// A path resolved within the last second is checked with one `stat` of its
+    /// canonical file instead of a `readlink` per component, and not even that while
+    /// the last check is younger than `trust` (`files.check_interval_ms`; cf. nginx's
+    /// `open_file_cache_valid`); a file that is no longer regular is resolved afresh.
+    pub fn resolve(&self, request_path: &str, trust: Duration) -> Option<FoundFile> {
         if let Some(resolution) = self.resolved.get(request_path) {
+            let last = *resolution.checked();
+            if !trust.is_zero() && last.at.elapsed() < trust {
+                return Some(FoundFile {
+                    len: last.len,
+                    modified: last.modified,
+                    resolution,
+                });
+            }
             if let Ok(meta) = std::fs::symlink_metadata(&resolution.path) {
                 if meta.is_file() {
                     if let Ok(modified) = meta.modified() {
+                        *resolution.checked() = Checked {
+                            at: Instant::now(),
+                            len: meta.len(),
+                            modified,
+                        };
                         return Some(FoundFile {
                             len: meta.len(),
                             modified,
@@ -176,14 +206,20 @@ impl FileSource {
         }
         let content_type = content_type_for(&canonical);
         let content_type_value = HeaderValue::from_str(&content_type).ok()?;
+        let (len, modified) = (meta.len(), meta.modified().ok()?);
         Some(FoundFile {
-            len: meta.len(),
-            modified: meta.modified().ok()?,
+            len,
+            modified,
             resolution: Arc::new(Resolution {
                 path: canonical,
                 content_type,
                 content_type_value,
                 versioned: wirefold_http::url_pattern::is_versioned(request_path),
+                checked: Mutex::new(Checked {
+                    at: Instant::now(),
+                    len,
+                    modified,
+                }),
             }),
         })
     }
@@ -204,7 +240,13 @@ impl FileSource {
         self.known.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn remember(&self, path: &Path, len: u64, modified: SystemTime, hash: Hash) -> Arc<FileVersion> {
+    fn remember(
+        &self,
+        path: &Path,
+        len: u64,
+        modified: SystemTime,
+        hash: Hash,
+    ) -> Arc<FileVersion> {
         let version = Arc::new(FileVersion::new(len, modified, hash));
         self.known_versions()
             .insert(path.to_path_buf(), version.clone());
@@ -238,7 +280,9 @@ impl FileSource {
         store: Option<&Store>,
     ) -> std::io::Result<FileContent> {
         if file.len > max_whole as u64 {
-            return Ok(FileContent::Large(tokio::fs::File::open(file.path()).await?));
+            return Ok(FileContent::Large(
+                tokio::fs::File::open(file.path()).await?,
+            ));
         }
         if let (Some(version), Some(store)) = (self.known_version(file), store) {
             if let Some(bytes) = store.get_blob_in_memory(&version.hash) {
@@ -322,8 +366,12 @@ mod tests {
     #[test]
     fn resolves_files_and_directory_index() {
         let (_d, src) = site();
-        assert!(src.resolve("/").unwrap().path().ends_with("index.html"));
-        let css = src.resolve("/sub/a%20b.css").unwrap();
+        assert!(src
+            .resolve("/", Duration::ZERO)
+            .unwrap()
+            .path()
+            .ends_with("index.html"));
+        let css = src.resolve("/sub/a%20b.css", Duration::ZERO).unwrap();
         assert_eq!(css.resolution.content_type, "text/css; charset=utf-8");
         assert_eq!(css.len, 3);
     }
@@ -344,7 +392,10 @@ mod tests {
             "/sub",
             "/%ff",
         ] {
-            assert!(src.resolve(p).is_none(), "{p} must not resolve");
+            assert!(
+                src.resolve(p, Duration::ZERO).is_none(),
+                "{p} must not resolve"
+            );
         }
     }
 

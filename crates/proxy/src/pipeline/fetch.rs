@@ -232,7 +232,8 @@ async fn fetch_file(
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return Err(r);
     }
-    let Some(found) = files.resolve(profile.uri.path()) else {
+    let trust = Duration::from_millis(f.config().files.check_interval_ms);
+    let Some(found) = files.resolve(profile.uri.path(), trust) else {
         return Err(error_response(StatusCode::NOT_FOUND, "not found"));
     };
     let content = files
