@@ -17,6 +17,7 @@
 #   LOADGEN=PATH     a wirefold-loadgen binary (open-loop; default: cargo build --release)
 #   LOAD_SHARE=0.8   open-loop: the rate, as a share of nginx's saturation req/s
 #   LOADGEN_THREADS=1  open-loop: the loader's I/O threads (one leaves the most CPU to servers)
+#   FILE_CHECK_MS=   wirefold's files.check_interval_ms, 0-1000 (unset: its default, 0)
 #   KEEP_TMP=1       keep the temp dir (configs, logs) for inspection
 #
 # Rows (AE = the Accept-Encoding every request of the row carries, for every server):
@@ -650,6 +651,7 @@ echo "files: page.html $(stat -c %s "$FILES/page.html") B (${HTML_SRC#"$CORPUS"/
 echo "       script.js $(stat -c %s "$FILES/script.js") B (${JS_SRC#"$CORPUS"/}), photo.jpg $(stat -c %s "$FILES/photo.jpg") B ($JPEG_SRC)"
 echo "targets: html = /page.html; mix = page.html, style.css, script.js, photo.jpg round robin (bytes = mean body)"
 echo "AE: none = no Accept-Encoding; gzip,br; gzip; chromium = \"$AE_CHROMIUM\" (nginx has no zstd in Debian, so it answers br)"
+echo "wirefold files.check_interval_ms: ${FILE_CHECK_MS:-default (0)}"
 echo "levels: wirefold cached \"$WF_CACHED\", on the fly \"$WF_ON_THE_FLY\"; nginx on the fly gzip $NGX_GZIP_LEVEL, br $NGX_BR_LEVEL; precompressed gzip -9, brotli -q 11"
 for s in "${!TLS_INFO[@]}"; do echo "TLS negotiated by $s: ${TLS_INFO[$s]}"; done
 echo

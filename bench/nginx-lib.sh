@@ -12,6 +12,10 @@ NGX_BR_LEVEL=4                           # nginx on the fly: brotli_comp_level
 PRE_GZIP="gzip -9 -k -n"                 # nginx precompressed .gz
 PRE_BR="brotli -q 11 -k"                 # nginx precompressed .br
 MIN_SIZE=512
+# wirefold's files.check_interval_ms (nginx here trusts an open file for 60 s:
+# open_file_cache_valid); unset leaves wirefold's default, a stat per request, and keeps
+# the config readable by builds that predate the key.
+FILE_CHECK_MS=${FILE_CHECK_MS:-}
 AE_CHROMIUM="gzip, deflate, br, zstd"
 
 # ---------------------------------------------------------------- tools
@@ -146,6 +150,9 @@ min_size = $MIN_SIZE
 types = ["text/*", "application/javascript", "application/json", "image/svg+xml"]
 cached = "$WF_CACHED"
 on_the_fly = "$WF_ON_THE_FLY"
+${FILE_CHECK_MS:+
+[files]
+check_interval_ms = $FILE_CHECK_MS}
 ${2:-}
 EOF
 }
