@@ -178,7 +178,7 @@ impl ClientHints {
 }
 
 /// Every field [`ClientHints::from_headers`] reads.
-const HINT_NAMES: [HeaderName; 13] = [
+static HINT_NAMES: [HeaderName; 13] = [
     SAVE_DATA,
     SEC_CH_PREFERS_REDUCED_DATA,
     ECT,
@@ -793,22 +793,7 @@ mod tests {
 
     #[test]
     fn accept_ch_fields_name_every_field_read() {
-        let consts = [
-            SAVE_DATA,
-            SEC_CH_PREFERS_REDUCED_DATA,
-            ECT,
-            RTT,
-            DOWNLINK,
-            SEC_CH_DPR,
-            DPR,
-            SEC_CH_VIEWPORT_WIDTH,
-            VIEWPORT_WIDTH,
-            SEC_CH_WIDTH,
-            WIDTH,
-            SEC_CH_DEVICE_MEMORY,
-            DEVICE_MEMORY,
-        ];
-        let names: Vec<&str> = consts.iter().map(HeaderName::as_str).collect();
+        let names: Vec<&str> = HINT_NAMES.iter().map(HeaderName::as_str).collect();
         assert_eq!(ACCEPT_CH_FIELDS, names);
         for &name in ACCEPT_CH_FIELDS {
             let value: &[u8] = match name {
