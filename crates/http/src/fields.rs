@@ -136,7 +136,7 @@ pub(crate) fn unix_seconds(time: SystemTime) -> u64 {
 
 /// Formats `time` as an IMF-fixdate, or `None` outside the years 1970–9999
 /// that HTTP dates (and `httpdate`, which panics there) can express.
-pub(crate) fn format_http_date(time: SystemTime) -> Option<String> {
+pub fn format_http_date(time: SystemTime) -> Option<String> {
     const END_OF_9999: Duration = Duration::from_secs(253_402_300_799);
     let since_epoch = time.duration_since(UNIX_EPOCH).ok()?;
     (since_epoch <= END_OF_9999).then(|| httpdate::fmt_http_date(time))

@@ -63,7 +63,8 @@ pub struct FileVersion {
     pub hash: Hash,
     /// The strong `ETag` of its content.
     pub etag: HeaderValue,
-    pub last_modified: HeaderValue,
+    /// None for a modification time no HTTP date can express (before 1970, after 9999).
+    pub last_modified: Option<HeaderValue>,
 }
 
 impl FileVersion {
@@ -78,13 +79,10 @@ impl FileVersion {
     }
 }
 
-/// A time as an HTTP date field value.
-#[allow(
-    clippy::expect_used,
-    reason = "an HTTP date is visible ASCII and spaces"
-)]
-pub fn http_date(time: SystemTime) -> HeaderValue {
-    HeaderValue::from_str(&httpdate::fmt_http_date(time)).expect("http date is a valid header")
+/// A time as an HTTP date field value; None outside the years HTTP dates express (a
+/// file's mtime can be anything).
+pub fn http_date(time: SystemTime) -> Option<HeaderValue> {
+    wirefold_http::format_http_date(time).and_then(|date| HeaderValue::from_str(&date).ok())
 }
 
 /// What a file read yields: the whole content with its version, or (for large files)
@@ -240,7 +238,8 @@ impl FileSource {
         self.known.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn remember(
+    /// Records the content hash of a file version (read here, or by the scanner).
+    pub fn remember_hash(
         &self,
         path: &Path,
         len: u64,
@@ -251,11 +250,6 @@ impl FileSource {
         self.known_versions()
             .insert(path.to_path_buf(), version.clone());
         version
-    }
-
-    /// Records the content hash of a file version read elsewhere (the scanner).
-    pub fn remember_hash(&self, path: &Path, len: u64, modified: SystemTime, hash: Hash) {
-        self.remember(path, len, modified, hash);
     }
 
     /// The last known content hash of a file, whatever its version.
@@ -308,7 +302,7 @@ impl FileSource {
             (bytes, hash)
         })
         .await;
-        let version = self.remember(file.path(), bytes.len() as u64, file.modified, hash);
+        let version = self.remember_hash(file.path(), bytes.len() as u64, file.modified, hash);
         Ok(FileContent::Whole {
             bytes,
             version,
@@ -361,6 +355,22 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("link.txt")).unwrap();
         let src = FileSource::new(&root, false).unwrap();
         (dir, src)
+    }
+
+    #[test]
+    fn a_modification_time_no_http_date_can_express_gets_no_last_modified() {
+        let ten_years = Duration::from_secs(10 * 365 * 86_400);
+        let before_1970 = SystemTime::UNIX_EPOCH - ten_years;
+        let version = FileVersion::new(3, before_1970, Hash::of(b"abc"));
+        assert!(version.last_modified.is_none());
+        assert!(version.etag.to_str().unwrap().starts_with('"'));
+        let after_9999 = SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_800);
+        assert!(http_date(after_9999).is_none());
+        let ordinary = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(
+            http_date(ordinary).unwrap(),
+            "Sun, 06 Nov 1994 08:49:37 GMT"
+        );
     }
 
     #[test]

@@ -276,7 +276,9 @@ async fn fetch_file(
                 bytes: bytes.clone(),
                 resource,
             });
-            headers.insert(header::LAST_MODIFIED, version.last_modified.clone());
+            if let Some(date) = &version.last_modified {
+                headers.insert(header::LAST_MODIFIED, date.clone());
+            }
             headers.insert(header::ETAG, version.etag.clone());
             let hash = version.hash;
             (InstanceBody::Whole { bytes, hash }, plan)
@@ -287,7 +289,9 @@ async fn fetch_file(
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default();
             let etag = EntityTag::strong(format!("{:x}-{:x}", found.len, mtime.as_nanos()));
-            headers.insert(header::LAST_MODIFIED, http_date(found.modified));
+            if let Some(date) = http_date(found.modified) {
+                headers.insert(header::LAST_MODIFIED, date);
+            }
             headers.insert(header::ETAG, etag_value(&etag));
             (
                 InstanceBody::File {
