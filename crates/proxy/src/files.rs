@@ -135,22 +135,28 @@ impl FileSource {
     /// `open_file_cache_valid`); a file that is no longer regular is resolved afresh.
     pub fn resolve(&self, request_path: &str, trust: Duration) -> Option<FoundFile> {
         if let Some(resolution) = self.resolved.get(request_path) {
-            let last = *resolution.checked();
-            if !trust.is_zero() && last.at.elapsed() < trust {
-                return Some(FoundFile {
-                    len: last.len,
-                    modified: last.modified,
-                    resolution,
-                });
+            if !trust.is_zero() {
+                let last = *resolution.checked();
+                if last.at.elapsed() < trust {
+                    return Some(FoundFile {
+                        len: last.len,
+                        modified: last.modified,
+                        resolution,
+                    });
+                }
             }
             if let Ok(meta) = std::fs::symlink_metadata(&resolution.path) {
                 if meta.is_file() {
                     if let Ok(modified) = meta.modified() {
-                        *resolution.checked() = Checked {
-                            at: Instant::now(),
-                            len: meta.len(),
-                            modified,
-                        };
+                        // Only a trusting configuration reads it back; an old entry
+                        // left by the default is older than any trust, so it is re-read.
+                        if !trust.is_zero() {
+                            *resolution.checked() = Checked {
+                                at: Instant::now(),
+                                len: meta.len(),
+                                modified,
+                            };
+                        }
                         return Some(FoundFile {
                             len: meta.len(),
                             modified,
