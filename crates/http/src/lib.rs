@@ -18,6 +18,8 @@
 //! - [`hop_by_hop`]: connection-specific fields a proxy must drop.
 //! - [`client_hints`]: network and device Client Hints (`Save-Data`, `ECT`,
 //!   `RTT`, `Downlink`, `Sec-CH-DPR`, …) for choosing lighter variants.
+//! - [`fidelity`]: image formats and text kinds with variants, `Accept` for
+//!   images, RFC 2295 `Alternates`, `TCN`, `Negotiate`.
 //! - [`delta`], [`dictionary`], [`digest`]: RFC 3229 and RFC 9842 fields, and the
 //!   digest that lets a client verify a reconstructed instance.
 //!
@@ -36,6 +38,7 @@ pub mod delta;
 pub mod dictionary;
 pub mod digest;
 mod fields;
+pub mod fidelity;
 pub mod hop_by_hop;
 pub mod host;
 pub mod range;
