@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use codec::dictionary::DictionaryCoding;
 use store::{Hash, Store};
+use wirefold_http::fidelity::ImageFormat;
 use wirefold_http::ContentCoding;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -58,6 +59,11 @@ pub enum Variant {
     },
     /// A VCDIFF delta (RFC 3284) from a base instance; VCDIFF has no levels.
     Vcdiff { base: Hash },
+    /// A lower-fidelity rendition of an image (adaptive fidelity): rung `step` of
+    /// its ladder (1 is the largest below the original) in `format`.
+    Image { format: ImageFormat, step: u8 },
+    /// Minified text (HTML, CSS, JavaScript) that keeps the original's meaning.
+    Minified,
 }
 
 impl Variant {
@@ -72,21 +78,24 @@ impl Variant {
                 dictionary,
                 level,
             },
-            vcdiff @ Variant::Vcdiff { .. } => vcdiff,
+            one_form @ (Variant::Vcdiff { .. } | Variant::Image { .. } | Variant::Minified) => {
+                one_form
+            }
         }
     }
 
-    /// The level it was made at, `None` for VCDIFF.
+    /// The level it was made at, `None` for the variants with one form.
     pub fn level(&self) -> Option<u32> {
         match self {
             Variant::Coded { level, .. } | Variant::DictionaryCoded { level, .. } => Some(*level),
-            Variant::Vcdiff { .. } => None,
+            Variant::Vcdiff { .. } | Variant::Image { .. } | Variant::Minified => None,
         }
     }
 }
 
 /// The store's name of a variant: `br-11`, `dcz:<dictionary hex>-19`,
-/// `vcdiff:<base hex>`. Stores written by earlier versions use the same names.
+/// `vcdiff:<base hex>`, `image:webp-2`, `minified`. Stores written by earlier
+/// versions use the same names.
 impl fmt::Display for Variant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -97,6 +106,8 @@ impl fmt::Display for Variant {
                 level,
             } => write!(f, "{}:{}-{level}", coding.token(), dictionary.to_hex()),
             Variant::Vcdiff { base } => write!(f, "vcdiff:{}", base.to_hex()),
+            Variant::Image { format, step } => write!(f, "image:{}-{step}", format.extension()),
+            Variant::Minified => f.write_str("minified"),
         }
     }
 }
@@ -285,5 +296,12 @@ mod tests {
         let vcdiff = Variant::Vcdiff { base: hash };
         assert_eq!(vcdiff.to_string(), format!("vcdiff:{hex}"));
         assert_eq!(vcdiff.at_level(9), vcdiff);
+        let image = Variant::Image {
+            format: ImageFormat::Webp,
+            step: 2,
+        };
+        assert_eq!(image.to_string(), "image:webp-2");
+        assert_eq!(image.at_level(9).level(), None);
+        assert_eq!(Variant::Minified.to_string(), "minified");
     }
 }

@@ -67,6 +67,8 @@ pub enum ImageError {
     },
     #[error("animated images keep their original")]
     Animated,
+    #[error("the image ends before its end marker (truncated)")]
+    Truncated,
     #[error("not decodable: {0}")]
     Decode(String),
 }
@@ -133,6 +135,26 @@ pub struct Pixels {
     opaque: bool,
 }
 
+impl Pixels {
+    /// Pixels from 8-bit RGBA rows; `None` unless `rgba` holds exactly
+    /// `width` × `height` pixels.
+    pub fn from_rgba(width: u32, height: u32, rgba: Vec<u8>) -> Option<Pixels> {
+        let expected = (width as usize)
+            .checked_mul(height as usize)?
+            .checked_mul(4)?;
+        if rgba.len() != expected {
+            return None;
+        }
+        let opaque = rgba.chunks_exact(4).all(|p| p[3] == u8::MAX);
+        Some(Pixels {
+            width,
+            height,
+            rgba,
+            opaque,
+        })
+    }
+}
+
 /// Decodes an image [`probe`] accepted, under the same limits. `declared` is the
 /// format the response's `Content-Type` names: content that is something else is
 /// refused (serving a variant of what the browser would not have shown is wrong).
@@ -147,6 +169,9 @@ pub fn decode(
             declared,
             found: probe.format,
         });
+    }
+    if !is_complete(bytes, probe.format) {
+        return Err(ImageError::Truncated);
     }
     if is_animated(bytes, probe.format)? {
         return Err(ImageError::Animated);
@@ -170,6 +195,26 @@ pub fn decode(
         rgba: rgba.into_raw(),
         opaque,
     })
+}
+
+/// Whether the image's container reaches its end marker. Decoders fill what a
+/// truncated image lacks with grey; a browser shows it partly drawn. Neither makes a
+/// variant worth sending instead of the original. Bytes after the marker are
+/// tolerated (some cameras append them), within the last few KiB.
+fn is_complete(bytes: &[u8], format: ImageFormat) -> bool {
+    const TAIL: usize = 4096;
+    let tail = &bytes[bytes.len().saturating_sub(TAIL)..];
+    match format {
+        ImageFormat::Jpeg => tail.windows(2).any(|w| w == [0xFF, 0xD9]),
+        ImageFormat::Png => tail.windows(4).any(|w| w == b"IEND"),
+        ImageFormat::Gif => tail.contains(&0x3B),
+        // RIFF's size field counts the bytes after its first 8.
+        ImageFormat::Webp => bytes
+            .get(4..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes)
+            .is_some_and(|size| (size as usize).saturating_add(8) <= bytes.len()),
+    }
 }
 
 fn is_animated(bytes: &[u8], format: ImageFormat) -> Result<bool, ImageError> {

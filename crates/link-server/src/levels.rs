@@ -58,7 +58,7 @@ pub fn levels(link: NetworkPath, len: u64) -> Levels {
     Levels { stream, delta }
 }
 
-/// The link's rate: the delivery rate the kernel measured (see [`measure`]), else
+/// The link's rate: the delivery rate the kernel measured ([`LinkSample::measure`]), else
 /// `assumed_bps`.
 pub fn link_for(measured: Option<LinkSample>, assumed_bps: u64) -> NetworkPath {
     match measured.and_then(|m| m.delivery_rate) {
@@ -69,45 +69,6 @@ pub fn link_for(measured: Option<LinkSample>, assumed_bps: u64) -> NetworkPath {
     }
 }
 
-/// What the kernel has measured of a link connection (TCP_INFO, passive): its most
-/// recent delivery rate sample (`tcpi_delivery_rate`, Linux 4.9+) and smoothed RTT
-/// (`tcpi_rtt`). Either is `None` until the kernel has one. libc's `tcp_info` stops
-/// short of the delivery rate, so the fields are read at their ABI offsets.
-#[allow(unsafe_code)] // std has no getsockopt
-pub fn measure(socket: Option<std::os::fd::RawFd>) -> Option<LinkSample> {
-    const RTT_OFFSET: usize = 68;
-    const DELIVERY_RATE_OFFSET: usize = 160;
-    let fd = socket?;
-    let mut info = [0u8; 256];
-    let mut len = info.len() as libc::socklen_t;
-    // SAFETY: the buffer is valid for `len` bytes and the kernel writes at most that;
-    // a closed or reused descriptor only makes the call fail or report another socket.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            info.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
-    let filled = &info[..(len as usize).min(info.len())];
-    let rtt = filled
-        .get(RTT_OFFSET..)
-        .and_then(|rest| rest.first_chunk::<4>())
-        .map(|field| u32::from_ne_bytes(*field))
-        .filter(|&micros| micros > 0)
-        .map(|micros| Duration::from_micros(u64::from(micros)));
-    let delivery_rate = filled
-        .get(DELIVERY_RATE_OFFSET..)
-        .and_then(|rest| rest.first_chunk::<8>())
-        .map(|field| u64::from_ne_bytes(*field))
-        .filter(|&rate| rate > 0);
-    Some(LinkSample { delivery_rate, rtt })
-}
 
 #[cfg(test)]
 mod tests {
@@ -130,26 +91,5 @@ mod tests {
             delta: 3,
         };
         assert_eq!(lan, cheapest);
-    }
-
-    #[test]
-    fn a_connected_socket_reports_its_delivery_rate_and_rtt() {
-        use std::io::{Read, Write};
-        use std::os::fd::AsRawFd;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (mut server, _) = listener.accept().unwrap();
-        let payload = vec![7u8; 1 << 20];
-        let reader = std::thread::spawn(move || {
-            let mut sink = vec![0u8; 1 << 20];
-            client.read_exact(&mut sink).unwrap();
-        });
-        server.write_all(&payload).unwrap();
-        reader.join().unwrap();
-        let measured = measure(Some(server.as_raw_fd())).unwrap();
-        assert!(measured.delivery_rate.unwrap() > 0, "{measured:?}");
-        assert!(measured.rtt.is_some(), "{measured:?}");
-        assert_eq!(measure(Some(-1)), None);
-        assert_eq!(measure(None), None);
     }
 }

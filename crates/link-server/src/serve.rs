@@ -226,7 +226,7 @@ pub async fn handle(
         Ok(ctx) => ctx,
         Err(message) => return refuse(StatusCode::BAD_REQUEST, &message),
     };
-    let measured = levels::measure(conn.socket);
+    let measured = proxy::record::LinkSample::measure(conn.socket);
     let link = levels::link_for(measured, config.assumed_bandwidth_bps);
     record.update(|r| {
         r.resource = Some(ctx.resource.clone());

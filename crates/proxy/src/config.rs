@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 // The `[delta]` section is the delta engine's own.
 pub use delta::config::{DeltaConfig, PatternRule};
+// The `[fidelity]` section is adaptive fidelity's own.
+pub use fidelity::FidelityConfig;
 use wirefold_http::ContentCoding;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -38,6 +40,7 @@ pub struct Config {
     pub cache: CacheConfig,
     pub compression: CompressionConfig,
     pub delta: DeltaConfig,
+    pub fidelity: FidelityConfig,
     pub files: FilesConfig,
     pub link: LinkConfig,
     pub log: LogConfig,
@@ -59,6 +62,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             compression: CompressionConfig::default(),
             delta: DeltaConfig::default(),
+            fidelity: FidelityConfig::default(),
             files: FilesConfig::default(),
             link: LinkConfig::default(),
             log: LogConfig::default(),
@@ -737,6 +741,12 @@ impl Config {
             }
         }
         problems.extend(self.log.check().err());
+        problems.extend(
+            self.fidelity
+                .problems()
+                .into_iter()
+                .map(|(key, message)| ConfigError::Invalid { key, message }),
+        );
         problems
     }
 }

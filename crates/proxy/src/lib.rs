@@ -26,6 +26,7 @@ pub mod server;
 pub mod status;
 pub mod tls;
 mod upgrade;
+pub mod variants;
 
 pub use config::Config;
 /// Awaiting blocking work, for the crates above too (the link server, the client proxy).

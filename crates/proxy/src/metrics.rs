@@ -139,8 +139,40 @@ pub struct AccessLogCounters {
     pub reopen_failures: Counter,
 }
 
+/// Adaptive fidelity's counters (`crate::variants`), registered with the metrics.
+#[derive(Clone, Default)]
+pub struct FidelityMetrics {
+    /// Choices made for negotiable responses, by reason (`original`, `slow_link`,
+    /// `save_data`, `egress`).
+    pub decisions: Family<ReasonLabels, Counter>,
+    /// Body bytes a chosen variant saved against its original.
+    pub bytes_saved: Counter,
+    /// Variants made and kept, by kind (`image`, `text`).
+    pub variants_made: Family<KindLabels, Counter>,
+    /// Originals that got no variants, by reason (`pixels`, `format`, `animated`,
+    /// `undecodable`, `too_large`, `no_saving`).
+    pub refused: Family<ReasonLabels, Counter>,
+    /// Originals not queued for variants because the queue was full.
+    pub queue_full: Counter,
+    /// Seconds the background variant maker spent working.
+    pub maker_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    /// Passive link samples taken from TCP_INFO of client connections.
+    pub network_samples: Counter,
+    /// The egress controller's largest share of an original a response may carry.
+    pub max_fraction: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Smoothed egress, bytes per second, as the controller sees it.
+    pub egress: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
+    /// Adaptive fidelity: decisions, variants, the egress controller.
+    pub fidelity: FidelityMetrics,
     pub requests: Family<RequestLabels, Counter>,
     /// Bytes of the body before the encode stage (what would have been sent).
     pub bytes_original: Family<BytesLabels, Counter>,
@@ -297,8 +329,56 @@ impl Metrics {
             "Access log reopens (SIGUSR1) that failed; the log goes on in the file open before",
             access_log.reopen_failures.clone(),
         );
+        let fidelity = FidelityMetrics::default();
+        fidelity.max_fraction.set(1.0);
+        registry.register(
+            "fidelity_decisions",
+            "Variant choices for negotiable responses, by reason",
+            fidelity.decisions.clone(),
+        );
+        registry.register(
+            "fidelity_bytes_saved",
+            "Body bytes the chosen variants saved against their originals",
+            fidelity.bytes_saved.clone(),
+        );
+        registry.register(
+            "fidelity_variants_made",
+            "Variants made and kept, by kind (image, text)",
+            fidelity.variants_made.clone(),
+        );
+        registry.register(
+            "fidelity_refused",
+            "Originals that got no variants, by reason",
+            fidelity.refused.clone(),
+        );
+        registry.register(
+            "fidelity_queue_full",
+            "Originals not queued for variants because fidelity.queue was full",
+            fidelity.queue_full.clone(),
+        );
+        registry.register(
+            "fidelity_maker_seconds",
+            "Seconds the background variant maker worked (bounded by fidelity.cpu_share)",
+            fidelity.maker_seconds.clone(),
+        );
+        registry.register(
+            "fidelity_network_samples",
+            "Passive link samples (TCP_INFO) taken from client connections",
+            fidelity.network_samples.clone(),
+        );
+        registry.register(
+            "fidelity_max_fraction",
+            "The egress controller's largest share of an original a response may carry",
+            fidelity.max_fraction.clone(),
+        );
+        registry.register(
+            "fidelity_egress_bytes_per_second",
+            "Smoothed egress as the fidelity controller sees it",
+            fidelity.egress.clone(),
+        );
         Metrics {
             registry,
+            fidelity,
             config_reloads,
             access_log,
             decode_memory,

@@ -55,13 +55,67 @@ pub struct RequestRecord {
     pub link: Option<LinkSample>,
 }
 
-/// The proxy pair's link as the kernel measured it on the link's socket (TCP_INFO).
+/// A TCP connection as the kernel measured it (TCP_INFO): the proxy pair's link
+/// socket for the record, a client's connection for adaptive fidelity.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinkSample {
     /// Bytes per second, the most recent delivery rate sample; `None` before one.
     pub delivery_rate: Option<u64>,
     /// The smoothed round-trip time.
     pub rtt: Option<Duration>,
+    /// The delivery rate sample was limited by the sender (it had less to send than
+    /// the path could carry): a floor on the path's rate, not an estimate of it.
+    pub app_limited: bool,
+}
+
+impl LinkSample {
+    /// What the kernel has measured of a TCP connection (TCP_INFO, passive): its most
+    /// recent delivery rate sample (`tcpi_delivery_rate`, Linux 4.9+) and smoothed RTT
+    /// (`tcpi_rtt`). Either is `None` until the kernel has one. libc's `tcp_info` stops
+    /// short of the delivery rate, so the fields are read at their ABI offsets.
+    #[allow(unsafe_code)] // std has no getsockopt
+    pub fn measure(socket: Option<std::os::fd::RawFd>) -> Option<LinkSample> {
+        const APP_LIMITED_OFFSET: usize = 7; // bit 0: tcpi_delivery_rate_app_limited
+        const RTT_OFFSET: usize = 68;
+        const DELIVERY_RATE_OFFSET: usize = 160;
+        let fd = socket?;
+        let mut info = [0u8; 256];
+        let mut len = info.len() as libc::socklen_t;
+        // SAFETY: the buffer is valid for `len` bytes and the kernel writes at most that;
+        // a closed or reused descriptor only makes the call fail or report another socket.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                info.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return None;
+        }
+        let filled = &info[..(len as usize).min(info.len())];
+        let rtt = filled
+            .get(RTT_OFFSET..)
+            .and_then(|rest| rest.first_chunk::<4>())
+            .map(|field| u32::from_ne_bytes(*field))
+            .filter(|&micros| micros > 0)
+            .map(|micros| Duration::from_micros(u64::from(micros)));
+        let delivery_rate = filled
+            .get(DELIVERY_RATE_OFFSET..)
+            .and_then(|rest| rest.first_chunk::<8>())
+            .map(|field| u64::from_ne_bytes(*field))
+            .filter(|&rate| rate > 0);
+        let app_limited = filled
+            .get(APP_LIMITED_OFFSET)
+            .is_some_and(|bits| bits & 1 == 1);
+        Some(LinkSample {
+            delivery_rate,
+            rtt,
+            app_limited,
+        })
+    }
 }
 
 impl RequestRecord {
@@ -119,5 +173,31 @@ impl Delivery {
             cache,
             ..Delivery::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connected_socket_reports_its_delivery_rate_and_rtt() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        let payload = vec![7u8; 1 << 20];
+        let reader = std::thread::spawn(move || {
+            let mut sink = vec![0u8; 1 << 20];
+            client.read_exact(&mut sink).unwrap();
+        });
+        server.write_all(&payload).unwrap();
+        reader.join().unwrap();
+        let measured = LinkSample::measure(Some(server.as_raw_fd())).unwrap();
+        assert!(measured.delivery_rate.unwrap() > 0, "{measured:?}");
+        assert!(measured.rtt.is_some(), "{measured:?}");
+        assert_eq!(LinkSample::measure(Some(-1)), None);
+        assert_eq!(LinkSample::measure(None), None);
     }
 }

@@ -235,6 +235,7 @@ pub async fn start_with(
         metrics.clone(),
         records.clone(),
     ));
+    pipeline.start_tasks();
     let background = pipeline.background.clone();
     let grace = Duration::from_millis(config.limits.shutdown_grace_ms);
     let (stop, stopped) = watch::channel(false);

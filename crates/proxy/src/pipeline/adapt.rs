@@ -1,13 +1,344 @@
-//! Stage 4, adapt: picks the fidelity variant for this client and load.
+//! Stage 4, adapt: picks the fidelity variant for this client and load (Seshan,
+//! Stemm & Katz's transparent content negotiation, with the fields browsers send
+//! today).
 //!
-//! Adaptive fidelity (Client Hints, bandwidth estimates, the load controller) is a
-//! later capability; until it lands every instance passes through unchanged.
+//! An original that may have variants (a JPEG, PNG, GIF or WebP image; HTML, CSS or
+//! JavaScript) is queued for them on first sight and served whole meanwhile: no
+//! response waits for an encoder. Once its ladder exists, each response carries
+//! `Alternates` (RFC 2295), and the representation is chosen by
+//! [`fidelity::choice::choose`]: the largest one whose estimated transfer time over
+//! the client's link (Client Hints `Downlink`/`RTT`/`ECT`, else the passive estimate
+//! of its network) meets `fidelity.target_time_ms`, within the `Save-Data` share and
+//! the egress controller's maximum fraction. A chosen variant goes out with
+//! `TCN: choice`, `Content-Location` (its own immutable URL under
+//! [`VARIANT_PREFIX`]) and `Vary` naming every field that chose it;
+//! `Negotiate: vlist` gets `300 Multiple Choices` with the list.
 
-use crate::model::{Instance, RequestContext};
+use std::fmt::Write;
+
+use bytes::Bytes;
+use fidelity::choice::{choose, Inputs, LinkEstimate};
+use fidelity::FidelityConfig;
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, StatusCode};
+use store::Hash;
+use wirefold_http::cache_control::CacheControl;
+use wirefold_http::client_hints::{DOWNLINK, ECT, RTT, SAVE_DATA, SEC_CH_PREFERS_REDUCED_DATA};
+use wirefold_http::fidelity::{
+    accepts_webp, alternates, wants_variant_list, ImageFormat, TextKind, VariantDescription,
+    ACCEPT_CH, ALTERNATES, CRITICAL_CH, TCN,
+};
+use wirefold_http::vary::add_field;
+
+use crate::model::{content_etag, Instance, InstanceBody, Provenance, RequestContext};
+use crate::record::LinkSample;
+use crate::variants::{Ladder, OriginalKind, Rung, Variants, VARIANT_PREFIX};
+
+/// The hints a page asks the browser for (`Accept-CH`): what the choice reads.
+const LINK_HINTS: &str = "ECT, RTT, Downlink, Save-Data";
+
 
 /// Runs on every instance, after `remember` (what is stored is always the full
-/// instance): may replace the instance with a smaller variant of it, never with other
-/// content. Returns the instance to encode.
-pub fn adapt(_ctx: &RequestContext, instance: Instance) -> Instance {
+/// instance): may replace a `Whole` body with a smaller variant of the same content
+/// (never other content), and adds `Accept-CH` to pages and the negotiation fields
+/// to negotiable responses. Queues first-seen originals for their variants. Passes
+/// everything else through untouched, as it does everything when `fidelity.enabled`
+/// is off. Never fails: a variant that cannot be read is replaced by the original.
+pub async fn adapt(
+    variants: &Variants,
+    config: &FidelityConfig,
+    ctx: &RequestContext,
+    mut instance: Instance,
+) -> Instance {
+    if !config.enabled {
+        return instance;
+    }
+    let Some(kind) = instance
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(OriginalKind::of)
+    else {
+        return instance;
+    };
+    let request = &ctx.profile;
+    let page = kind == OriginalKind::Text(TextKind::Html);
+    if page && instance.status == StatusCode::OK {
+        instance
+            .headers
+            .insert(ACCEPT_CH, HeaderValue::from_static(LINK_HINTS));
+    }
+    let negotiable = request.is_get_or_head()
+        && instance.status == StatusCode::OK
+        && instance.reusable
+        && !request.wants_range
+        && !CacheControl::from_headers(&instance.headers).no_transform;
+    let InstanceBody::Whole { bytes, hash } = &instance.body else {
+        return instance;
+    };
+    if !negotiable {
+        return instance;
+    }
+    let (original, original_len) = (*hash, bytes.len() as u64);
+    let Some(ladder) = variants.ladder(&original).await else {
+        variants.schedule(original, bytes.clone(), kind, config);
+        return instance;
+    };
+    if ladder.rungs.is_empty() {
+        return instance;
+    }
+    if page {
+        // The page's own choice reads these: a browser that has not sent them
+        // retries the navigation once with them.
+        instance
+            .headers
+            .insert(CRITICAL_CH, HeaderValue::from_static(LINK_HINTS));
+    }
+    let own_format = match kind {
+        OriginalKind::Image(format) => Some(format),
+        OriginalKind::Text(_) => None,
+    };
+    let list = variant_list(ctx, &instance.headers, original, original_len, &ladder);
+    if wants_variant_list(&request.headers) {
+        return list_response(instance, list);
+    }
+    if let Ok(value) = HeaderValue::from_str(&list) {
+        instance.headers.insert(ALTERNATES, value);
+    }
+    if own_format.is_some() {
+        add_field(&mut instance.headers, "accept");
+    }
+    // The request fields a choice reads besides `Accept`.
+    for field in [SAVE_DATA, SEC_CH_PREFERS_REDUCED_DATA, ECT, RTT, DOWNLINK] {
+        add_field(&mut instance.headers, field.as_str());
+    }
+
+    let usable = usable_rungs(&ladder, own_format, accepts_webp(&request.headers));
+    let hints = &request.client_hints;
+    let from_hints = LinkEstimate::from_hints(hints);
+    let sample = LinkSample::measure(ctx.conn.socket);
+    let passive = variants.network_link(ctx.conn.peer.ip(), sample);
+    let inputs = Inputs {
+        save_data: hints.save_data || hints.prefers_reduced_data,
+        link: from_hints.or(passive),
+        page_bytes_besides: 0,
+        target_time: config.target_time(),
+        max_fraction: variants.max_fraction(),
+        save_data_fraction: config.save_data_fraction,
+    };
+    let lengths: Vec<u64> = std::iter::once(original_len)
+        .chain(usable.iter().map(|r| r.len))
+        .collect();
+    let decision = choose(&lengths, &inputs);
+    let chosen = decision.chosen.checked_sub(1).and_then(|i| usable.get(i));
+    tracing::debug!(
+        resource = %ctx.resource,
+        save_data = inputs.save_data,
+        ect = ?hints.ect,
+        rtt_ms = ?hints.rtt_ms,
+        downlink_kbps = ?hints.downlink_kbps,
+        passive = ?passive,
+        max_fraction = inputs.max_fraction,
+        original_len,
+        chosen_len = lengths[decision.chosen],
+        reason = decision.reason.label(),
+        "fidelity decision"
+    );
+    let Some(rung) = chosen else {
+        variants.count_decision(decision.reason.label(), 0);
+        return instance;
+    };
+    let Some(body) = variants.body(rung).await else {
+        // Evicted since the ladder was read: the original is never wrong.
+        variants.count_decision("original", 0);
+        return instance;
+    };
+    variants.count_decision(decision.reason.label(), original_len.saturating_sub(rung.len));
+    // A choice no request field explains (the network's passive estimate, the
+    // server's egress) must not be reused by a shared cache for other clients.
+    let chosen_by_server = from_hints.is_none() && !inputs.save_data;
+    become_variant(&mut instance, original, rung, body, chosen_by_server);
     instance
+}
+
+/// The variants a client can show: WebP when it accepts it (or the original is
+/// WebP), else the rungs in a universally shown format; for text, every rung.
+fn usable_rungs(ladder: &Ladder, own: Option<ImageFormat>, webp: bool) -> Vec<&Rung> {
+    let has_webp = ladder
+        .rungs
+        .iter()
+        .any(|r| r.image_format() == Some(ImageFormat::Webp));
+    let want_webp = (webp || own == Some(ImageFormat::Webp)) && has_webp;
+    ladder
+        .rungs
+        .iter()
+        .filter(|r| match r.image_format() {
+            Some(format) => (format == ImageFormat::Webp) == want_webp,
+            None => true,
+        })
+        .collect()
+}
+
+/// The RFC 2295 variant list: the original first, at source quality 1.
+fn variant_list(
+    ctx: &RequestContext,
+    headers: &HeaderMap,
+    original: Hash,
+    original_len: u64,
+    ladder: &Ladder,
+) -> String {
+    let own_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(wirefold_http::media_type_essence)
+        .unwrap_or_default();
+    let urls: Vec<String> = ladder.rungs.iter().map(|r| r.url(&original)).collect();
+    let essences: Vec<String> = ladder
+        .rungs
+        .iter()
+        .map(|r| wirefold_http::media_type_essence(&r.media_type))
+        .collect();
+    let mut list = vec![VariantDescription {
+        url: ctx.profile.uri.path(),
+        source_quality: 1.0,
+        media_type: &own_type,
+        length: original_len,
+    }];
+    for ((rung, url), media_type) in ladder.rungs.iter().zip(&urls).zip(&essences) {
+        list.push(VariantDescription {
+            url,
+            source_quality: rung.source_quality(),
+            media_type,
+            length: rung.len,
+        });
+    }
+    alternates(&list)
+}
+
+/// `300 Multiple Choices` with the list in `Alternates` and as links in a page,
+/// `TCN: list` (RFC 2295 §10.2). Not stored: it answers one request's wish.
+fn list_response(instance: Instance, list: String) -> Instance {
+    let mut page = String::from("<!DOCTYPE html>\n<title>Variants</title>\n<ul>\n");
+    for entry in list.split("}}, ") {
+        if let Some(url) = entry.split('"').nth(1) {
+            let _ = writeln!(page, "<li><a href=\"{url}\">{url}</a></li>");
+        }
+    }
+    page.push_str("</ul>\n");
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(TCN, HeaderValue::from_static("list"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Ok(value) = HeaderValue::from_str(&list) {
+        headers.insert(ALTERNATES, value);
+    }
+    add_field(&mut headers, "negotiate");
+    let bytes = Bytes::from(page);
+    Instance {
+        status: StatusCode::MULTIPLE_CHOICES,
+        headers,
+        body: InstanceBody::Whole {
+            hash: Hash::of(&bytes),
+            bytes,
+        },
+        provenance: instance.provenance,
+        reusable: false,
+        last_modified: None,
+        origin_coded: None,
+    }
+}
+
+/// Turns the original's instance into the chosen variant's: its body, type,
+/// validator and URL.
+fn become_variant(
+    instance: &mut Instance,
+    original: Hash,
+    rung: &Rung,
+    body: Bytes,
+    chosen_by_server: bool,
+) {
+    let headers = &mut instance.headers;
+    if let Ok(value) = HeaderValue::from_str(&rung.media_type) {
+        headers.insert(header::CONTENT_TYPE, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&rung.url(&original)) {
+        headers.insert(header::CONTENT_LOCATION, value);
+    }
+    headers.insert(TCN, HeaderValue::from_static("choice"));
+    if let Ok(value) = HeaderValue::from_str(&format!("\"{}\"", content_etag(&rung.hash))) {
+        headers.insert(header::ETAG, value);
+    }
+    if chosen_by_server {
+        let kept = headers
+            .get_all(header::CACHE_CONTROL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|d| {
+                let name = d.split('=').next().unwrap_or("").to_ascii_lowercase();
+                !matches!(name.as_str(), "public" | "s-maxage" | "private" | "")
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let value = if kept.is_empty() {
+            "private".to_string()
+        } else {
+            format!("private, {kept}")
+        };
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(header::CACHE_CONTROL, value);
+        }
+    }
+    instance.body = InstanceBody::Whole {
+        bytes: body,
+        hash: rung.hash,
+    };
+    instance.origin_coded = None;
+}
+
+/// The instance at a variant URL (`<original hex>/<variant hex>.<extension>` after
+/// [`VARIANT_PREFIX`]): `None` unless it names a variant of a known ladder whose
+/// body is still kept. Immutable: its URL names its content.
+pub async fn variant_at(variants: &Variants, rest: &str) -> Option<Instance> {
+    let (original, file) = rest.split_once('/')?;
+    let (variant, _extension) = file.split_once('.')?;
+    let original = Hash::from_hex(original).ok()?;
+    let variant = Hash::from_hex(variant).ok()?;
+    let ladder = variants.ladder(&original).await?;
+    let rung = ladder.rungs.iter().find(|r| r.hash == variant)?;
+    if rung.url(&original) != format!("{VARIANT_PREFIX}{rest}") {
+        return None;
+    }
+    let bytes = variants.body(rung).await?;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(&rung.media_type).ok()?,
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=31536000, immutable"),
+    );
+    headers.insert(
+        header::ETAG,
+        HeaderValue::from_str(&format!("\"{}\"", content_etag(&rung.hash))).ok()?,
+    );
+    Some(Instance {
+        status: StatusCode::OK,
+        headers,
+        body: InstanceBody::Whole {
+            bytes,
+            hash: rung.hash,
+        },
+        provenance: Provenance::Hit {
+            age: std::time::Duration::ZERO,
+        },
+        reusable: true,
+        last_modified: None,
+        origin_coded: None,
+    })
 }

@@ -12,7 +12,7 @@
 //! | [`classify`] | first, on every request | the request head | nothing | a [`ClientProfile`](crate::model::ClientProfile), every field later stages use parsed once; or 400 |
 //! | [`fetch`] | after classify | [`Fetcher`](fetch::Fetcher) (source, cache, limits), an optional [`OriginObserver`](crate::model::OriginObserver) | the origin request it sends | the current [`Instance`](crate::model::Instance) and what to store; or a finished error response |
 //! | [`remember`] | after fetch, before anything is sent | [`Cache`](crate::cache::Cache), [`DeltaEngine`](delta::DeltaEngine) | the store | the instance, unchanged |
-//! | [`adapt`] | on every instance | the context | the instance's fidelity (passes through until adaptive fidelity lands) | an instance |
+//! | [`adapt`] | on every instance | [`Variants`](crate::variants::Variants), `[fidelity]` | the instance's fidelity: a smaller variant, `Alternates`, `TCN`, `Vary`, `Accept-CH`; queues first-seen originals for variants | an instance |
 //! | [`hint`] | on every instance | the context | hints about what the client will need (passes through until inline download lands) | an instance |
 //! | [`encode`] | on every instance | [`DerivedBodies`](delta::derived::DerivedBodies), [`DeltaEngine`](delta::DeltaEngine) | the representation's coding, `Use-As-Dictionary` and dictionary links | a [`Representation`](encode::Representation) |
 //! | [`respond`] | last | metrics | status (304, 206, 412, 416), validators, `Vary`, `Cache-Status` | the response, and what it delivers for the request's record |
@@ -46,6 +46,7 @@ use crate::metrics::Metrics;
 use crate::model::{ConnInfo, RequestContext};
 use crate::record::{Delivery, RequestRecord};
 use crate::recorder::{OpenRecord, Records};
+use crate::variants::{Variants, VARIANT_PREFIX};
 use delta::derived::DerivedBodies;
 use delta::DeltaEngine;
 use fetch::{Fetcher, Source};
@@ -59,6 +60,8 @@ pub struct Pipeline {
     pub deltas: Arc<DeltaEngine>,
     pub bodies: Arc<DerivedBodies>,
     pub metrics: Arc<Metrics>,
+    /// Adaptive fidelity's variants, network estimates and egress fraction.
+    pub variants: Arc<Variants>,
     /// Where each request's record goes: the access log and the status page.
     pub records: Arc<Records>,
     /// Work that outlives a request (revalidations, encodings at the kept level),
@@ -81,6 +84,7 @@ impl Pipeline {
             metrics.derived_counters(),
             Arc::new(background.clone()),
         ));
+        let variants = Arc::new(Variants::new(store.clone(), background.clone(), &metrics));
         let deltas = Arc::new(DeltaEngine::new(
             live.current().delta.clone(),
             store,
@@ -101,9 +105,16 @@ impl Pipeline {
             deltas,
             bodies,
             metrics,
+            variants,
             records,
             background,
         }
+    }
+
+    /// Starts the tasks that live as long as the pipeline (the egress controller);
+    /// needs a Tokio runtime.
+    pub fn start_tasks(self: &Arc<Self>) {
+        Variants::run_egress_controller(&self.variants, self.live.clone(), self.metrics.clone());
     }
 
     /// The configuration in force now.
@@ -174,19 +185,37 @@ impl Pipeline {
             }
         };
         record.update(|r| r.resource = Some(ctx.resource.clone()));
-        let fetched = fetch::fetch(&self.fetcher, &ctx, req, None).await;
-        record.update(|r| r.origin_wait = ctx.origin_wait.get());
-        let fetched = match fetched {
-            Ok(fetched) => fetched,
-            Err(response) => {
-                record.deliver(Delivery::error(None));
-                return response;
+        let config = self.config();
+        let instance = match ctx.profile.uri.path().strip_prefix(VARIANT_PREFIX) {
+            // A variant's own URL: served from the store, never from the origin.
+            Some(rest) => {
+                let found = if ctx.profile.is_get_or_head() {
+                    adapt::variant_at(&self.variants, rest).await
+                } else {
+                    None
+                };
+                let Some(instance) = found else {
+                    record.deliver(Delivery::error(None));
+                    return crate::body::error_response(StatusCode::NOT_FOUND, "no such variant");
+                };
+                instance
+            }
+            None => {
+                let fetched = fetch::fetch(&self.fetcher, &ctx, req, None).await;
+                record.update(|r| r.origin_wait = ctx.origin_wait.get());
+                let fetched = match fetched {
+                    Ok(fetched) => fetched,
+                    Err(response) => {
+                        record.deliver(Delivery::error(None));
+                        return response;
+                    }
+                };
+                let instance =
+                    remember::remember(&self.cache, &self.deltas, &self.metrics, fetched).await;
+                adapt::adapt(&self.variants, &config.fidelity, &ctx, instance).await
             }
         };
-        let instance = remember::remember(&self.cache, &self.deltas, &self.metrics, fetched).await;
-        let instance = adapt::adapt(&ctx, instance);
         let instance = hint::hint(&ctx, instance);
-        let config = self.config();
         let representation =
             encode::encode(&config, &self.bodies, &self.deltas, &ctx, instance).await;
         let (response, delivery) = respond::respond(&self.metrics, &ctx, representation);

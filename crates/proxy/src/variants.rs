@@ -1,0 +1,656 @@
+//! Adaptive fidelity's service, which the `adapt` stage uses: the variants of
+//! originals (made in the background on first sight, under a CPU budget, kept in the
+//! store by content hash and typed [`Variant`]), their URLs under
+//! [`VARIANT_PREFIX`], the passive estimate of each client network's link (SPAND's
+//! idea: shared by all clients of a /24 or /48, from TCP_INFO of our own
+//! connections), and the egress controller's maximum-fidelity fraction.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fidelity::choice::{EgressController, LinkEstimate, Smoothed};
+use fidelity::image::{self as images, ImageError};
+use fidelity::FidelityConfig;
+use serde::{Deserialize, Serialize};
+use store::memo::Bounded;
+use store::{Hash, Store};
+use wirefold_http::fidelity::{ImageFormat, TextKind};
+
+use crate::background::Background;
+use crate::live::LiveConfig;
+use crate::metrics::{FidelityMetrics, KindLabels, Metrics, ReasonLabels};
+use crate::record::LinkSample;
+use delta::derived::Variant;
+
+/// Where variants live: `/.wirefold/v/<original hex>/<variant hex>.<extension>`.
+/// Content addressed both ways, so a URL names one body forever (`immutable`).
+pub const VARIANT_PREFIX: &str = "/.wirefold/v/";
+
+/// The ladders remembered in memory (each a few hundred bytes).
+const LADDERS_IN_MEMORY: usize = 16_384;
+/// Client networks remembered in memory.
+const NETWORKS_IN_MEMORY: usize = 16_384;
+/// A network's estimate is written to the store at most this often.
+const NETWORK_KEEP_INTERVAL: Duration = Duration::from_secs(10);
+/// The egress controller's period.
+const EGRESS_PERIOD: Duration = Duration::from_secs(1);
+
+/// What an original is, for its variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OriginalKind {
+    Image(ImageFormat),
+    Text(TextKind),
+}
+
+impl OriginalKind {
+    pub fn of(content_type: &str) -> Option<OriginalKind> {
+        ImageFormat::from_media_type(content_type)
+            .map(OriginalKind::Image)
+            .or_else(|| TextKind::from_media_type(content_type).map(OriginalKind::Text))
+    }
+}
+
+/// One kept variant of an original.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rung {
+    pub variant: Variant,
+    /// The variant body's SHA-256.
+    pub hash: Hash,
+    pub len: u64,
+    /// Its `Content-Type`.
+    pub media_type: String,
+    extension: &'static str,
+}
+
+impl Rung {
+    /// Its URL, beside the original's hash.
+    pub fn url(&self, original: &Hash) -> String {
+        format!(
+            "{VARIANT_PREFIX}{}/{}.{}",
+            original.to_hex(),
+            self.hash.to_hex(),
+            self.extension
+        )
+    }
+
+    /// RFC 2295's source quality: the share of the original's bytes the ladder
+    /// aimed at (0.7 per image step); a minified text means the same (1).
+    pub fn source_quality(&self) -> f64 {
+        match self.variant {
+            Variant::Image { step, .. } => images::STEP_RATIO.powi(i32::from(step)),
+            _ => 1.0,
+        }
+    }
+
+    /// An image rung's format, `None` for text.
+    pub fn image_format(&self) -> Option<ImageFormat> {
+        match self.variant {
+            Variant::Image { format, .. } => Some(format),
+            _ => None,
+        }
+    }
+}
+
+/// The variants of one original; empty when none was worth keeping.
+#[derive(Debug, Default, PartialEq)]
+pub struct Ladder {
+    pub rungs: Vec<Rung>,
+}
+
+/// A ladder as the store keeps it (record `fidelity:<original hex>`).
+#[derive(Serialize, Deserialize)]
+struct StoredLadder {
+    rungs: Vec<StoredRung>,
+    /// Why there are no rungs, for an operator reading the store.
+    refused: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredRung {
+    /// `minified`, or an image format's extension.
+    kind: String,
+    step: u8,
+    hash: String,
+    len: u64,
+    media_type: String,
+}
+
+impl StoredLadder {
+    fn into_ladder(self) -> Option<Ladder> {
+        let rungs = self
+            .rungs
+            .into_iter()
+            .map(|r| {
+                let hash = Hash::from_hex(&r.hash).ok()?;
+                let (variant, extension) = if r.kind == "minified" {
+                    let kind = TextKind::from_media_type(&r.media_type)?;
+                    (Variant::Minified, kind.extension())
+                } else {
+                    let format = ImageFormat::from_extension(&r.kind)?;
+                    let step = r.step;
+                    (Variant::Image { format, step }, format.extension())
+                };
+                Some(Rung {
+                    variant,
+                    hash,
+                    len: r.len,
+                    media_type: r.media_type,
+                    extension,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Ladder { rungs })
+    }
+
+    fn of(ladder: &Ladder, refused: Option<String>) -> StoredLadder {
+        let rungs = ladder
+            .rungs
+            .iter()
+            .map(|r| StoredRung {
+                kind: match r.variant {
+                    Variant::Image { format, .. } => format.extension().to_string(),
+                    _ => "minified".to_string(),
+                },
+                step: match r.variant {
+                    Variant::Image { step, .. } => step,
+                    _ => 0,
+                },
+                hash: r.hash.to_hex(),
+                len: r.len,
+                media_type: r.media_type.clone(),
+            })
+            .collect();
+        StoredLadder { rungs, refused }
+    }
+}
+
+fn ladder_key(original: &Hash) -> String {
+    format!("fidelity:{}", original.to_hex())
+}
+
+/// A client network: the /24 of an IPv4 address, the /48 of an IPv6 one (an
+/// IPv4-mapped IPv6 address is its IPv4 address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Network(IpAddr);
+
+impl Network {
+    pub fn of(address: IpAddr) -> Network {
+        match address.to_canonical() {
+            IpAddr::V4(v4) => {
+                let [a, b, c, _] = v4.octets();
+                Network(IpAddr::from([a, b, c, 0]))
+            }
+            IpAddr::V6(v6) => {
+                let mut octets = v6.octets();
+                octets[6..].fill(0);
+                Network(IpAddr::from(octets))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            IpAddr::V4(v4) => write!(f, "{v4}/24"),
+            IpAddr::V6(v6) => write!(f, "{v6}/48"),
+        }
+    }
+}
+
+/// A network's smoothed link, as measured on our connections to its clients.
+#[derive(Clone, Copy, Debug)]
+struct NetworkLink {
+    rtt_seconds: Smoothed,
+    bytes_per_second: Smoothed,
+    kept: Option<Instant>,
+}
+
+impl NetworkLink {
+    fn new() -> NetworkLink {
+        // RFC 6298's gain for RTT; the same for rate samples, which vary as much.
+        NetworkLink {
+            rtt_seconds: Smoothed::new(0.125),
+            bytes_per_second: Smoothed::new(0.125),
+            kept: None,
+        }
+    }
+
+    fn estimate(&self) -> Option<LinkEstimate> {
+        Some(LinkEstimate {
+            rtt: Duration::from_secs_f64(self.rtt_seconds.get()?),
+            bytes_per_second: self.bytes_per_second.get()?,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredNetwork {
+    rtt_seconds: f64,
+    bytes_per_second: f64,
+}
+
+fn network_key(network: &Network) -> String {
+    format!("network:{network}")
+}
+
+/// The service; one per server.
+pub struct Variants {
+    store: Option<Store>,
+    background: Background,
+    metrics: FidelityMetrics,
+    ladders: Arc<Bounded<Hash, Arc<Ladder>>>,
+    /// Originals queued or being made, so concurrent first sights queue one job.
+    pending: Arc<Mutex<HashSet<Hash>>>,
+    /// One maker at a time: with its pauses, that bounds its CPU (see `schedule`).
+    maker: Arc<tokio::sync::Semaphore>,
+    networks: Arc<Bounded<Network, NetworkLink>>,
+    /// The egress controller's fraction, as `f64` bits.
+    max_fraction: AtomicU64,
+}
+
+impl Variants {
+    pub fn new(store: Option<Store>, background: Background, metrics: &Metrics) -> Variants {
+        Variants {
+            store,
+            background,
+            metrics: metrics.fidelity.clone(),
+            ladders: Arc::new(Bounded::with_entries(LADDERS_IN_MEMORY)),
+            pending: Arc::default(),
+            maker: Arc::new(tokio::sync::Semaphore::new(1)),
+            networks: Arc::new(Bounded::with_entries(NETWORKS_IN_MEMORY)),
+            max_fraction: AtomicU64::new(1.0_f64.to_bits()),
+        }
+    }
+
+    /// The largest share of an original a response may carry now (1: no cap).
+    pub fn max_fraction(&self) -> f64 {
+        f64::from_bits(self.max_fraction.load(Ordering::Relaxed))
+    }
+
+    /// The ladder of `original`: `Some` (perhaps empty) once it was made, `None`
+    /// before. Reads the store off the reactor on a memory miss.
+    pub async fn ladder(&self, original: &Hash) -> Option<Arc<Ladder>> {
+        if let Some(ladder) = self.ladders.get(original) {
+            return Some(ladder);
+        }
+        let store = self.store.clone()?;
+        let key = ladder_key(original);
+        let stored = tokio::task::spawn_blocking(move || store.get_record(&key))
+            .await
+            .ok()?
+            .ok()??;
+        let ladder = serde_json::from_slice::<StoredLadder>(&stored)
+            .ok()?
+            .into_ladder()?;
+        let ladder = Arc::new(ladder);
+        self.ladders.insert(*original, ladder.clone());
+        Some(ladder)
+    }
+
+    /// The body of a rung, from memory or the store (off the reactor).
+    pub async fn body(&self, rung: &Rung) -> Option<Bytes> {
+        let store = self.store.clone()?;
+        if let Some(bytes) = store.get_blob_in_memory(&rung.hash) {
+            return Some(bytes);
+        }
+        let hash = rung.hash;
+        tokio::task::spawn_blocking(move || store.get_blob(&hash))
+            .await
+            .ok()?
+            .ok()?
+    }
+
+    /// Queues `original` for its variants unless it is queued or the queue is full.
+    /// Returns at once: the variants are made in the background, one original at a
+    /// time, each job followed by a pause of its duration × (1/`cpu_share` − 1), so
+    /// the maker's average use stays within `cpu_share` of a core. Without a store
+    /// there is nowhere to keep variants, and nothing is queued.
+    pub fn schedule(
+        &self,
+        original: Hash,
+        bytes: Bytes,
+        kind: OriginalKind,
+        config: &FidelityConfig,
+    ) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            if pending.contains(&original) {
+                return;
+            }
+            if pending.len() >= config.queue {
+                self.metrics.queue_full.inc();
+                return;
+            }
+            pending.insert(original);
+        }
+        let pending = self.pending.clone();
+        let maker = self.maker.clone();
+        let background = self.background.clone();
+        let metrics = self.metrics.clone();
+        let ladders = self.ladders.clone();
+        let config = config.clone();
+        tokio::spawn(async move {
+            let Ok(_turn) = maker.acquire_owned().await else {
+                return;
+            };
+            let (done, finished) = tokio::sync::oneshot::channel();
+            let started = Instant::now();
+            let share = config.cpu_share;
+            let maker_metrics = metrics.clone();
+            background.spawn_blocking(move || {
+                let ladder = make_and_keep(&store, original, &bytes, kind, &config, &maker_metrics);
+                if let Some(ladder) = ladder {
+                    ladders.insert(original, Arc::new(ladder));
+                }
+                let _ = done.send(());
+            });
+            let _ = finished.await;
+            let spent = started.elapsed();
+            // The metric says what the budget bounded: the maker's working time.
+            metrics.maker_seconds.inc_by(spent.as_secs_f64());
+            tokio::time::sleep(spent.mul_f64(1.0 / share - 1.0)).await;
+            pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&original);
+        });
+    }
+
+    /// Takes a passive sample of the client's link from the kernel's view of its
+    /// connection (its earlier responses), and returns its network's smoothed
+    /// estimate, if there is one yet.
+    pub fn network_link(&self, peer: IpAddr, sample: Option<LinkSample>) -> Option<LinkEstimate> {
+        let network = Network::of(peer);
+        let known = self.networks.get(&network);
+        if known.is_none() {
+            self.load_network(network);
+        }
+        let mut link = known.unwrap_or_else(NetworkLink::new);
+        if let Some(sample) = sample {
+            if let Some(rtt) = sample.rtt {
+                link.rtt_seconds.add(rtt.as_secs_f64());
+            }
+            if let Some(rate) = sample.delivery_rate {
+                // An application-limited sample only shows the path is at least
+                // that fast.
+                let floor_only = sample.app_limited;
+                let current = link.bytes_per_second.get();
+                if !floor_only || current.is_none_or(|c| (rate as f64) > c) {
+                    link.bytes_per_second.add(rate as f64);
+                }
+            }
+            self.metrics.network_samples.inc();
+            let due = link
+                .kept
+                .is_none_or(|at| at.elapsed() >= NETWORK_KEEP_INTERVAL);
+            if due {
+                if let Some(estimate) = link.estimate() {
+                    link.kept = Some(Instant::now());
+                    self.keep_network(network, estimate);
+                }
+            }
+            self.networks.insert(network, link);
+        }
+        link.estimate()
+    }
+
+    fn keep_network(&self, network: Network, estimate: LinkEstimate) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let stored = StoredNetwork {
+            rtt_seconds: estimate.rtt.as_secs_f64(),
+            bytes_per_second: estimate.bytes_per_second,
+        };
+        let Ok(value) = serde_json::to_vec(&stored) else {
+            return;
+        };
+        self.background.spawn_blocking(move || {
+            if let Err(e) = store.put_record(&network_key(&network), &value, &[]) {
+                tracing::debug!(error = %e, %network, "network estimate not kept");
+            }
+        });
+    }
+
+    /// Fills the memory from the store's estimate of `network`, in the background
+    /// (a later request of that network benefits).
+    fn load_network(&self, network: Network) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let networks = self.networks.clone();
+        self.background.spawn_blocking(move || {
+            let Ok(Some(value)) = store.get_record(&network_key(&network)) else {
+                return;
+            };
+            let Ok(stored) = serde_json::from_slice::<StoredNetwork>(&value) else {
+                return;
+            };
+            let valid = |x: f64| x.is_finite() && x > 0.0;
+            if !valid(stored.rtt_seconds) || !valid(stored.bytes_per_second) {
+                return;
+            }
+            if networks.get(&network).is_none() {
+                let mut link = NetworkLink::new();
+                link.rtt_seconds.add(stored.rtt_seconds);
+                link.bytes_per_second.add(stored.bytes_per_second);
+                link.kept = Some(Instant::now());
+                networks.insert(network, link);
+            }
+        });
+    }
+
+    /// Runs the egress controller for as long as `variants` lives: every second it
+    /// reads the bytes sent since the last period, smooths them, and moves the
+    /// maximum fraction to keep egress between `fidelity.egress_low` and
+    /// `egress_high` of `fidelity.egress_limit_bps` (read live; 0 holds the fraction
+    /// at 1).
+    pub fn run_egress_controller(
+        variants: &Arc<Variants>,
+        live: Arc<LiveConfig>,
+        metrics: Arc<Metrics>,
+    ) {
+        let weak: Weak<Variants> = Arc::downgrade(variants);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(EGRESS_PERIOD);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut controller: Option<(u64, f64, f64, EgressController)> = None;
+            let mut last = (Instant::now(), metrics.totals().1);
+            loop {
+                ticks.tick().await;
+                let Some(variants) = weak.upgrade() else {
+                    return;
+                };
+                let now = (Instant::now(), metrics.totals().1);
+                let seconds = now.0.duration_since(last.0).as_secs_f64().max(1e-3);
+                let rate = now.1.saturating_sub(last.1) as f64 / seconds;
+                last = now;
+                let config = live.current().fidelity.clone();
+                if config.egress_limit_bps == 0 || !config.enabled {
+                    controller = None;
+                    variants.set_max_fraction(1.0);
+                    metrics.fidelity.egress.set(rate);
+                    continue;
+                }
+                let settings = (config.egress_limit_bps, config.egress_low, config.egress_high);
+                let same = controller
+                    .as_ref()
+                    .is_some_and(|(l, lo, hi, _)| (*l, *lo, *hi) == settings);
+                if !same {
+                    let fresh =
+                        EgressController::new(settings.0, settings.1, settings.2);
+                    controller = Some((settings.0, settings.1, settings.2, fresh));
+                }
+                if let Some((_, _, _, c)) = controller.as_mut() {
+                    let fraction = c.observe(rate);
+                    variants.set_max_fraction(fraction);
+                    metrics.fidelity.egress.set(c.egress());
+                }
+            }
+        });
+    }
+
+    fn set_max_fraction(&self, fraction: f64) {
+        self.max_fraction
+            .store(fraction.to_bits(), Ordering::Relaxed);
+        self.metrics.max_fraction.set(fraction);
+    }
+
+    /// Counts a choice by its reason.
+    pub fn count_decision(&self, reason: &'static str, saved: u64) {
+        self.metrics
+            .decisions
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+        self.metrics.bytes_saved.inc_by(saved);
+    }
+}
+
+/// Makes the variants of `original` and keeps them and its ladder in the store.
+/// Returns the ladder, or `None` when the store could not keep it (it will be
+/// tried again on a later sight).
+fn make_and_keep(
+    store: &Store,
+    original: Hash,
+    bytes: &[u8],
+    kind: OriginalKind,
+    config: &FidelityConfig,
+    metrics: &FidelityMetrics,
+) -> Option<Ladder> {
+    let made = match kind {
+        OriginalKind::Image(format) => image_rungs(bytes, format, config),
+        OriginalKind::Text(_) => Err("no_saving"),
+    };
+    let (rungs, refused) = match made {
+        Ok(rungs) if rungs.is_empty() => (rungs, Some("no_saving")),
+        Ok(rungs) => (rungs, None),
+        Err(reason) => (Vec::new(), Some(reason)),
+    };
+    if let Some(reason) = refused {
+        metrics.refused.get_or_create(&ReasonLabels { reason }).inc();
+    }
+    let mut ladder = Ladder::default();
+    let mut refs = vec![original];
+    for (variant, media_type, extension, body) in rungs {
+        if let Err(e) = store.put_encoding(&original, &variant.to_string(), &body) {
+            tracing::debug!(error = %e, %variant, "variant not kept");
+            return None;
+        }
+        let hash = Hash::of(&body);
+        refs.push(hash);
+        let kind = match variant {
+            Variant::Image { .. } => "image",
+            _ => "text",
+        };
+        metrics.variants_made.get_or_create(&KindLabels { kind }).inc();
+        ladder.rungs.push(Rung {
+            variant,
+            hash,
+            len: body.len() as u64,
+            media_type,
+            extension,
+        });
+    }
+    let stored = StoredLadder::of(&ladder, refused.map(str::to_string));
+    let value = serde_json::to_vec(&stored).ok()?;
+    if let Err(e) = store.put_record(&ladder_key(&original), &value, &refs) {
+        tracing::debug!(error = %e, "ladder not kept");
+        return None;
+    }
+    Some(ladder)
+}
+
+type MadeRung = (Variant, String, &'static str, Vec<u8>);
+
+fn image_rungs(
+    bytes: &[u8],
+    format: ImageFormat,
+    config: &FidelityConfig,
+) -> Result<Vec<MadeRung>, &'static str> {
+    if bytes.len() < config.min_image_bytes {
+        return Ok(Vec::new());
+    }
+    let pixels = images::decode(bytes, format, &config.image_limits()).map_err(|e| {
+        tracing::debug!(error = %e, "image keeps its original only");
+        match e {
+            ImageError::InputTooLarge { .. } => "too_large",
+            ImageError::UnknownFormat | ImageError::FormatMismatch { .. } => "format",
+            ImageError::TooManyPixels { .. } => "pixels",
+            ImageError::Animated => "animated",
+            ImageError::Decode(_) | ImageError::Truncated => "undecodable",
+        }
+    })?;
+    Ok(images::ladder_formats(format, &pixels)
+        .into_iter()
+        .flat_map(|out| images::ladder(&pixels, bytes.len(), out, config.steps))
+        .map(|r| {
+            let variant = Variant::Image {
+                format: r.format,
+                step: r.step,
+            };
+            (
+                variant,
+                r.format.media_type().to_string(),
+                r.format.extension(),
+                r.bytes,
+            )
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn networks_are_slash_24_and_slash_48() {
+        let v4 = Network::of("203.0.113.77".parse().unwrap());
+        assert_eq!(v4.to_string(), "203.0.113.0/24");
+        assert_eq!(v4, Network::of("203.0.113.1".parse().unwrap()));
+        let mapped = Network::of("::ffff:203.0.113.9".parse().unwrap());
+        assert_eq!(mapped, v4);
+        let v6 = Network::of("2001:db8:1234:5678::1".parse().unwrap());
+        assert_eq!(v6.to_string(), "2001:db8:1234::/48");
+    }
+
+    #[test]
+    fn a_stored_ladder_reads_back_typed() {
+        let rung = Rung {
+            variant: Variant::Image {
+                format: ImageFormat::Webp,
+                step: 2,
+            },
+            hash: Hash([3; 32]),
+            len: 1234,
+            media_type: "image/webp".into(),
+            extension: "webp",
+        };
+        let ladder = Ladder {
+            rungs: vec![rung.clone()],
+        };
+        let json = serde_json::to_vec(&StoredLadder::of(&ladder, None)).unwrap();
+        let back = serde_json::from_slice::<StoredLadder>(&json)
+            .unwrap()
+            .into_ladder()
+            .unwrap();
+        assert_eq!(back, ladder);
+        let original = Hash([9; 32]);
+        assert_eq!(
+            rung.url(&original),
+            format!(
+                "/.wirefold/v/{}/{}.webp",
+                original.to_hex(),
+                Hash([3; 32]).to_hex()
+            )
+        );
+        assert!((rung.source_quality() - 0.49).abs() < 1e-9);
+    }
+}

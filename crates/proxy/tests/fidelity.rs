@@ -1,0 +1,275 @@
+//! Adaptive fidelity end to end: variants made in the background on first sight,
+//! chosen by Client Hints, `Save-Data` and the egress controller, served under their
+//! own immutable URLs with RFC 2295 negotiation fields; hostile images and garbage
+//! hints get the original, never an error.
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use fidelity::image::{encode, probe, ImageLimits, Pixels};
+use support::*;
+use wirefold_http::fidelity::ImageFormat;
+
+const CHROMIUM_ACCEPT: &str =
+    "Accept: image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8";
+
+const LIMITS: ImageLimits = ImageLimits {
+    max_side: 16_383,
+    max_pixels: 40_000_000,
+    max_input_bytes: 16 << 20,
+};
+
+/// A photograph-like picture (gradients and texture) as a JPEG at quality 92.
+fn photo_jpeg(width: u32, height: u32) -> Vec<u8> {
+    let mut seed = 0x9e37_79b9_u32;
+    let mut rgba = Vec::with_capacity((width * height * 4) as usize);
+    for y in 0..height {
+        for x in 0..width {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            let noise = (seed % 28) as f64;
+            let fx = f64::from(x) / f64::from(width);
+            let fy = f64::from(y) / f64::from(height);
+            rgba.extend_from_slice(&[
+                (30.0 + 170.0 * fx + noise) as u8,
+                (50.0 + 150.0 * (fx * 9.0).sin().abs() * fy + noise) as u8,
+                (210.0 - 160.0 * fy + noise) as u8,
+                255,
+            ]);
+        }
+    }
+    let pixels = Pixels::from_rgba(width, height, rgba).expect("pixels");
+    encode(&pixels, ImageFormat::Jpeg, 92).expect("jpeg")
+}
+
+/// A PNG whose header claims 20,000 × 20,000 pixels, in a few dozen bytes.
+fn png_bomb() -> Vec<u8> {
+    let small = Pixels::from_rgba(1, 1, vec![0, 0, 0, 255]).expect("pixels");
+    let mut png = encode(&small, ImageFormat::Png, 100).expect("png");
+    // IHDR's width and height at bytes 16..24, its CRC (of type and data) at 29..33.
+    png[16..20].copy_from_slice(&20_000u32.to_be_bytes());
+    png[20..24].copy_from_slice(&20_000u32.to_be_bytes());
+    let mut crc = flate2::Crc::new();
+    crc.update(&png[12..29]);
+    png[29..33].copy_from_slice(&crc.sum().to_be_bytes());
+    png
+}
+
+fn site(dir: &Path) -> Vec<u8> {
+    let photo = photo_jpeg(640, 480);
+    std::fs::write(dir.join("photo.jpg"), &photo).unwrap();
+    std::fs::write(dir.join("bomb.png"), png_bomb()).unwrap();
+    std::fs::write(dir.join("truncated.jpg"), &photo[..photo.len() / 2]).unwrap();
+    let garbage: Vec<u8> = (0..5_000u32).map(|i| (i * 7919 % 251) as u8).collect();
+    std::fs::write(dir.join("garbage.png"), garbage).unwrap();
+    photo
+}
+
+/// Asks for `path` until its response carries `Alternates` (its ladder is made), at
+/// most `tries` times.
+async fn until_negotiable(proxy: &Proxy, path: &str, tries: usize) -> bool {
+    for _ in 0..tries {
+        let r = curl(&proxy.url(path), &["-H", CHROMIUM_ACCEPT]).await;
+        if r.header("alternates").is_some() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+async fn metric(proxy: &Proxy, line_start: &str) -> Option<f64> {
+    let metrics = curl(&proxy.admin_url("/metrics"), &[]).await;
+    String::from_utf8_lossy(&metrics.body)
+        .lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn slow_links_get_smaller_variants_and_fast_ones_the_original() {
+    let root = tempfile::tempdir().unwrap();
+    let photo = site(root.path());
+    let proxy = start_root(root.path(), |_| {}).await;
+    let url = proxy.url("/photo.jpg");
+
+    // First sight: the original, whole; its ladder is made in the background.
+    let first = curl(&url, &["-H", CHROMIUM_ACCEPT, "-H", "Downlink: 0.2"]).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, photo);
+    assert!(until_negotiable(&proxy, "/photo.jpg", 600).await, "no ladder made");
+
+    // A 200 kbit/s, 300 ms link: a WebP variant, negotiated transparently.
+    let slow = curl(
+        &url,
+        &["-H", CHROMIUM_ACCEPT, "-H", "Downlink: 0.2", "-H", "RTT: 300"],
+    )
+    .await;
+    assert_eq!(slow.status, 200);
+    assert_eq!(slow.header("tcn"), Some("choice"));
+    assert_eq!(slow.header("content-type"), Some("image/webp"));
+    assert!(slow.body.len() * 10 < photo.len() * 7, "{}", slow.body.len());
+    let found = probe(&slow.body, &LIMITS).expect("a WebP body");
+    assert_eq!(found.format, ImageFormat::Webp);
+    let vary = slow.header("vary").expect("vary").to_ascii_lowercase();
+    for field in ["accept", "save-data", "ect", "rtt", "downlink"] {
+        assert!(vary.contains(field), "{vary}");
+    }
+    let alternates = slow.header("alternates").expect("alternates");
+    assert!(
+        alternates.starts_with(&format!(
+            "{{\"/photo.jpg\" 1.000 {{type image/jpeg}} {{length {}}}}}",
+            photo.len()
+        )),
+        "{alternates}"
+    );
+    let location = slow.header("content-location").expect("content-location");
+    assert!(location.starts_with("/.wirefold/v/"), "{location}");
+    assert!(alternates.contains(location), "{alternates}");
+
+    // The variant's own URL: the same body, immutable.
+    let own = curl(&proxy.url(location), &[]).await;
+    assert_eq!(own.status, 200);
+    assert_eq!(own.body, slow.body);
+    assert!(own
+        .header("cache-control")
+        .is_some_and(|c| c.contains("immutable")));
+
+    // A client that does not name WebP gets a JPEG variant.
+    let jpeg = curl(
+        &url,
+        &["-H", "Accept: image/jpeg", "-H", "Downlink: 0.2", "-H", "RTT: 300"],
+    )
+    .await;
+    assert_eq!(jpeg.header("content-type"), Some("image/jpeg"));
+    assert!(jpeg.body.len() < photo.len());
+    decode_ok(&jpeg.body, ImageFormat::Jpeg);
+
+    // Save-Data: at most 35% of the original.
+    let saver = curl(&url, &["-H", CHROMIUM_ACCEPT, "-H", "Save-Data: on"]).await;
+    assert!(saver.body.len() * 100 <= photo.len() * 35, "{}", saver.body.len());
+    assert_eq!(saver.header("tcn"), Some("choice"));
+
+    // A fast link, no hints, garbage hints: the original.
+    for hints in [
+        &["-H", "Downlink: 10", "-H", "RTT: 0"][..],
+        &[],
+        &["-H", "Downlink: fast", "-H", "RTT: -5", "-H", "ECT: 9g", "-H", "Save-Data: maybe"],
+        &["-H", "Downlink: 0", "-H", "RTT: 99999999999999999999"],
+    ] {
+        let mut args = vec!["-H", CHROMIUM_ACCEPT];
+        args.extend_from_slice(hints);
+        let r = curl(&url, &args).await;
+        assert_eq!(r.status, 200, "{hints:?}");
+        assert_eq!(r.body, photo, "{hints:?}");
+        assert_eq!(r.header("tcn"), None, "{hints:?}");
+    }
+
+    // Negotiate: vlist gets the list itself.
+    let list = curl(&url, &["-H", "Negotiate: vlist"]).await;
+    assert_eq!(list.status, 300);
+    assert_eq!(list.header("tcn"), Some("list"));
+    assert!(String::from_utf8_lossy(&list.body).contains(location));
+
+    // Made-up variant URLs are not found.
+    for bad in [
+        "/.wirefold/v/".to_string(),
+        "/.wirefold/v/zz/zz.webp".to_string(),
+        format!("{}x", location),
+        location.replace(".webp", ".jpg"),
+    ] {
+        assert_eq!(curl(&proxy.url(&bad), &[]).await.status, 404, "{bad}");
+    }
+
+    let slow_decisions = metric(
+        &proxy,
+        "wirefold_fidelity_decisions_total{reason=\"slow_link\"}",
+    )
+    .await;
+    assert!(slow_decisions.is_some_and(|n| n >= 2.0), "{slow_decisions:?}");
+    proxy.running.shutdown().await;
+}
+
+fn decode_ok(bytes: &[u8], format: ImageFormat) {
+    fidelity::image::decode(bytes, format, &LIMITS).expect("decodes");
+}
+
+#[tokio::test]
+async fn hostile_images_are_served_as_they_came() {
+    let root = tempfile::tempdir().unwrap();
+    site(root.path());
+    let proxy = start_root(root.path(), |_| {}).await;
+    for name in ["bomb.png", "truncated.jpg", "garbage.png"] {
+        let original = std::fs::read(root.path().join(name)).unwrap();
+        let first = curl(&proxy.url(&format!("/{name}")), &["-H", CHROMIUM_ACCEPT]).await;
+        assert_eq!((first.status, &first.body), (200, &original), "{name}");
+    }
+    // Each is judged in the background; wait until all three are.
+    let mut judged = false;
+    for _ in 0..600 {
+        let bombs = metric(&proxy, "wirefold_fidelity_refused_total{reason=\"pixels\"}").await;
+        let broken = metric(
+            &proxy,
+            "wirefold_fidelity_refused_total{reason=\"undecodable\"}",
+        )
+        .await;
+        let mislabelled = metric(&proxy, "wirefold_fidelity_refused_total{reason=\"format\"}").await;
+        if (bombs, broken, mislabelled) == (Some(1.0), Some(1.0), Some(1.0)) {
+            judged = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(judged, "the three images were not all judged");
+    for name in ["bomb.png", "truncated.jpg", "garbage.png"] {
+        let original = std::fs::read(root.path().join(name)).unwrap();
+        let r = curl(
+            &proxy.url(&format!("/{name}")),
+            &["-H", CHROMIUM_ACCEPT, "-H", "Save-Data: on", "-H", "ECT: slow-2g"],
+        )
+        .await;
+        assert_eq!((r.status, &r.body), (200, &original), "{name}");
+        assert_eq!(r.header("tcn"), None, "{name}");
+    }
+    proxy.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_egress_controller_caps_fidelity_when_egress_is_high() {
+    let root = tempfile::tempdir().unwrap();
+    let photo = site(root.path());
+    // 64 kbit/s: a few requests a second exceed it.
+    let proxy = start_root(root.path(), |c| c.fidelity.egress_limit_bps = 64_000).await;
+    curl(&proxy.url("/photo.jpg"), &["-H", CHROMIUM_ACCEPT]).await;
+    assert!(until_negotiable(&proxy, "/photo.jpg", 600).await, "no ladder made");
+    let mut capped = None;
+    for _ in 0..100 {
+        let r = curl(&proxy.url("/photo.jpg"), &["-H", CHROMIUM_ACCEPT]).await;
+        assert_eq!(r.status, 200);
+        if r.header("tcn") == Some("choice") {
+            capped = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let capped = capped.expect("the controller never capped fidelity");
+    assert!(capped.body.len() < photo.len());
+    // Chosen by the server's state, which no request field names: not for sharing.
+    assert!(capped
+        .header("cache-control")
+        .is_some_and(|c| c.contains("private")));
+    let fraction = metric(&proxy, "wirefold_fidelity_max_fraction").await;
+    assert!(fraction.is_some_and(|f| f < 1.0), "{fraction:?}");
+    let egress = metric(
+        &proxy,
+        "wirefold_fidelity_decisions_total{reason=\"egress\"}",
+    )
+    .await;
+    assert!(egress.is_some_and(|n| n >= 1.0), "{egress:?}");
+    proxy.running.shutdown().await;
+}
