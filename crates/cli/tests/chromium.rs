@@ -1325,3 +1325,197 @@ async fn chromium_draws_the_status_pages_charts() {
     let kept = std::fs::read(&kept).expect("docs/status-page.png is kept in the repository");
     assert!(is_png(&kept));
 }
+
+// ---------------------------------------------------------------------------
+// Adaptive fidelity under CDP network throttling
+
+/// One tab driven over its DevTools WebSocket (the Chrome DevTools Protocol).
+struct Devtools {
+    socket: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    next_id: u64,
+}
+
+impl Devtools {
+    /// Opens a blank tab in `session` and connects to it.
+    async fn open(session: &Session) -> Devtools {
+        let r = curl(
+            &format!("http://127.0.0.1:{}/json/new?about:blank", session.port),
+            &["-X", "PUT"],
+        )
+        .await;
+        let tab: serde_json::Value = serde_json::from_slice(&r.body).expect("a tab");
+        let url = tab["webSocketDebuggerUrl"].as_str().expect("a debugger URL");
+        let (socket, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("DevTools WebSocket");
+        Devtools { socket, next_id: 1 }
+    }
+
+    /// Calls `method` and returns its result; events on the way are skipped.
+    async fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let id = self.next_id;
+        self.next_id += 1;
+        let message = serde_json::json!({"id": id, "method": method, "params": params});
+        self.socket
+            .send(Message::text(message.to_string()))
+            .await
+            .expect("CDP send");
+        let answer = async {
+            while let Some(frame) = self.socket.next().await {
+                let Ok(Message::Text(text)) = frame else {
+                    continue;
+                };
+                let value: serde_json::Value = serde_json::from_str(&text).expect("CDP JSON");
+                if value["id"] == id {
+                    return value;
+                }
+            }
+            panic!("DevTools closed the connection during {method}");
+        };
+        let value = tokio::time::timeout(RUN_LIMIT, answer)
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {method} within {RUN_LIMIT:?}"));
+        assert!(value["error"].is_null(), "{method}: {}", value["error"]);
+        value["result"].clone()
+    }
+
+    async fn evaluate(&mut self, expression: &str) -> serde_json::Value {
+        let params = serde_json::json!({"expression": expression, "returnByValue": true});
+        self.call("Runtime.evaluate", params).await["result"]["value"].clone()
+    }
+
+    /// Navigates to `url` and waits until every image of the page finished (loaded
+    /// or failed); returns, per image, its `naturalWidth` and the bytes its response
+    /// body had (Resource Timing's `encodedBodySize`).
+    async fn load_images(&mut self, url: &str) -> Vec<(u64, u64)> {
+        self.call("Page.navigate", serde_json::json!({ "url": url }))
+            .await;
+        let done = "document.readyState === 'complete' && location.href === '".to_string()
+            + url
+            + "' && [...document.images].every(i => i.complete)";
+        let started = std::time::Instant::now();
+        while self.evaluate(&done).await != serde_json::Value::Bool(true) {
+            assert!(started.elapsed() < RUN_LIMIT, "{url} did not finish loading");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let report = "JSON.stringify([...document.images].map(i => [i.naturalWidth, \
+             (performance.getEntriesByName(i.currentSrc)[0] || {}).encodedBodySize || 0]))";
+        let value = self.evaluate(report).await;
+        serde_json::from_str(value.as_str().expect("a JSON string")).expect("pairs")
+    }
+}
+
+/// A photograph-like JPEG (gradients and fine texture) at quality 90.
+fn photo_jpeg(width: u32, height: u32, seed: u32) -> Vec<u8> {
+    let mut state = seed | 1;
+    let mut rgba = Vec::with_capacity((width * height * 4) as usize);
+    for y in 0..height {
+        for x in 0..width {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            let noise = f64::from(state % 28);
+            let fx = f64::from(x) / f64::from(width);
+            let fy = f64::from(y) / f64::from(height);
+            rgba.extend_from_slice(&[
+                (30.0 + 170.0 * fx + noise) as u8,
+                (50.0 + 150.0 * (fx * 9.0).sin().abs() * fy + noise) as u8,
+                (210.0 - 160.0 * fy + noise) as u8,
+                255,
+            ]);
+        }
+    }
+    let pixels = fidelity::image::Pixels::from_rgba(width, height, rgba).expect("pixels");
+    fidelity::image::encode(&pixels, wirefold_http::fidelity::ImageFormat::Jpeg, 90)
+        .expect("a JPEG")
+}
+
+/// Chromium sends `ECT`, `RTT` and `Downlink` after the page's `Accept-CH`; under CDP
+/// throttling (400 kbit/s, 150 ms) its image requests get smaller variants, which it
+/// decodes and shows at their own size; unthrottled it gets the originals.
+#[tokio::test]
+async fn chromium_under_throttling_gets_and_shows_smaller_image_variants() {
+    let Some(exe) = chromium() else { return };
+    let _one = BROWSER.lock().await;
+    const WIDTH: u32 = 800;
+    let root = tempfile::tempdir().unwrap();
+    let mut originals = Vec::new();
+    for i in 1..=2 {
+        let photo = photo_jpeg(WIDTH, 600, i * 7_919);
+        std::fs::write(root.path().join(format!("photo-{i}.jpg")), &photo).unwrap();
+        originals.push(photo.len() as u64);
+    }
+    std::fs::write(
+        root.path().join("index.html"),
+        "<!DOCTYPE html><title>photos</title>\
+         <img src=\"/photo-1.jpg\"><img src=\"/photo-2.jpg\">",
+    )
+    .unwrap();
+    let server = start_root(root.path(), |c| c.fidelity.target_time_ms = 1_500).await;
+    // The ladders are made on first sight, in the background.
+    for i in 1..=2 {
+        let url = server.url(&format!("/photo-{i}.jpg"));
+        let mut made = false;
+        for _ in 0..600 {
+            if curl(&url, &[]).await.header("alternates").is_some() {
+                made = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(made, "no variants were made of {url}");
+    }
+    let page = format!("http://localhost:{}/", server.running.addr.port());
+
+    let profile = tempfile::tempdir().unwrap();
+    let session = Session::start(&exe, profile.path()).await;
+    let mut tab = Devtools::open(&session).await;
+    tab.call("Network.enable", serde_json::json!({})).await;
+    tab.call(
+        "Network.setCacheDisabled",
+        serde_json::json!({"cacheDisabled": true}),
+    )
+    .await;
+    // The first load brings `Accept-CH`; the second's image requests carry the hints.
+    tab.load_images(&format!("{page}?warm")).await;
+    let fast = tab.load_images(&format!("{page}?fast")).await;
+    tab.call(
+        "Network.emulateNetworkConditions",
+        serde_json::json!({
+            "offline": false,
+            "latency": 150,
+            "downloadThroughput": 50_000,
+            "uploadThroughput": 50_000,
+            "connectionType": "cellular3g",
+        }),
+    )
+    .await;
+    let slow = tab.load_images(&format!("{page}?slow")).await;
+    session.close().await;
+
+    eprintln!("originals {originals:?}; unthrottled {fast:?}; throttled {slow:?}");
+    for (i, &(width, bytes)) in fast.iter().enumerate() {
+        assert_eq!(width, u64::from(WIDTH), "unthrottled image {i}: the original");
+        assert_eq!(bytes, originals[i], "unthrottled image {i}: the original's bytes");
+    }
+    assert_eq!(slow.len(), 2);
+    for (i, &(width, bytes)) in slow.iter().enumerate() {
+        assert!(width > 0, "throttled image {i} was decoded and shown");
+        assert!(
+            width < u64::from(WIDTH),
+            "throttled image {i}: a variant of smaller dimensions, shown at {width} px"
+        );
+        assert!(bytes > 0 && bytes * 10 < originals[i] * 7, "throttled image {i}: {bytes} bytes");
+    }
+    let metrics = curl(&server.admin_url("/metrics"), &[]).await;
+    let metrics = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        metrics.contains("wirefold_fidelity_decisions_total{reason=\"slow_link\"}"),
+        "the choices were counted"
+    );
+    server.running.shutdown().await;
+}
