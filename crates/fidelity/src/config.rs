@@ -137,7 +137,9 @@ impl FidelityConfig {
                 format!("{} is outside (0, 1]", self.save_data_fraction),
             ));
         }
-        if !share(self.egress_low) || !share(self.egress_high) || self.egress_low >= self.egress_high
+        if !share(self.egress_low)
+            || !share(self.egress_high)
+            || self.egress_low >= self.egress_high
         {
             problems.push((
                 "fidelity.egress_low",

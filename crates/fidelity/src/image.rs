@@ -346,9 +346,7 @@ fn resize(pixels: &Pixels, width: u32, height: u32) -> Option<Pixels> {
     .ok()?;
     let mut target = ResizeImage::new(width, height, PixelType::U8x4);
     let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Lanczos3));
-    Resizer::new()
-        .resize(&source, &mut target, &options)
-        .ok()?;
+    Resizer::new().resize(&source, &mut target, &options).ok()?;
     Some(Pixels {
         width,
         height,

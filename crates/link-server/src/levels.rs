@@ -1,8 +1,6 @@
 //! How much compression the link affords: the link connection's own delivery rate
-//! (the kernel's TCP_INFO estimate, passive) put through the cost model; and that
-//! measurement itself, which the request's record carries to the status page.
-
-use std::time::Duration;
+//! (the kernel's TCP_INFO estimate, passive: [`LinkSample::measure`], which the
+//! request's record carries to the status page) put through the cost model.
 
 use codec::cost::{cpu_seconds, NetworkPath, Work};
 use codec::dictionary::DictionaryCoding;
@@ -68,7 +66,6 @@ pub fn link_for(measured: Option<LinkSample>, assumed_bps: u64) -> NetworkPath {
         _ => NetworkPath::from_bits_per_second(assumed_bps),
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -379,12 +379,13 @@ impl Variants {
                 link.rtt_seconds.add(rtt.as_secs_f64());
             }
             if let Some(rate) = sample.delivery_rate {
-                // An application-limited sample only shows the path is at least
-                // that fast.
-                let floor_only = sample.app_limited;
-                let current = link.bytes_per_second.get();
-                if !floor_only || current.is_none_or(|c| (rate as f64) > c) {
-                    link.bytes_per_second.add(rate as f64);
+                // An application-limited sample (a small response) only shows the
+                // path is at least that fast: it may raise an estimate, never start
+                // or lower one.
+                let rate = rate as f64;
+                let raises = link.bytes_per_second.get().is_some_and(|c| rate > c);
+                if !sample.app_limited || raises {
+                    link.bytes_per_second.add(rate);
                 }
             }
             self.metrics.network_samples.inc();
@@ -480,13 +481,16 @@ impl Variants {
                     metrics.fidelity.egress.set(rate);
                     continue;
                 }
-                let settings = (config.egress_limit_bps, config.egress_low, config.egress_high);
+                let settings = (
+                    config.egress_limit_bps,
+                    config.egress_low,
+                    config.egress_high,
+                );
                 let same = controller
                     .as_ref()
                     .is_some_and(|(l, lo, hi, _)| (*l, *lo, *hi) == settings);
                 if !same {
-                    let fresh =
-                        EgressController::new(settings.0, settings.1, settings.2);
+                    let fresh = EgressController::new(settings.0, settings.1, settings.2);
                     controller = Some((settings.0, settings.1, settings.2, fresh));
                 }
                 if let Some((_, _, _, c)) = controller.as_mut() {
@@ -535,7 +539,10 @@ fn make_and_keep(
         Err(reason) => (Vec::new(), Some(reason)),
     };
     if let Some(reason) = refused {
-        metrics.refused.get_or_create(&ReasonLabels { reason }).inc();
+        metrics
+            .refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
     let mut ladder = Ladder::default();
     let mut refs = vec![original];
@@ -550,7 +557,10 @@ fn make_and_keep(
             Variant::Image { .. } => "image",
             _ => "text",
         };
-        metrics.variants_made.get_or_create(&KindLabels { kind }).inc();
+        metrics
+            .variants_made
+            .get_or_create(&KindLabels { kind })
+            .inc();
         ladder.rungs.push(Rung {
             variant,
             hash,

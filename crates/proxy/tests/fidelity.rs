@@ -102,18 +102,32 @@ async fn slow_links_get_smaller_variants_and_fast_ones_the_original() {
     let first = curl(&url, &["-H", CHROMIUM_ACCEPT, "-H", "Downlink: 0.2"]).await;
     assert_eq!(first.status, 200);
     assert_eq!(first.body, photo);
-    assert!(until_negotiable(&proxy, "/photo.jpg", 600).await, "no ladder made");
+    assert!(
+        until_negotiable(&proxy, "/photo.jpg", 600).await,
+        "no ladder made"
+    );
 
     // A 200 kbit/s, 300 ms link: a WebP variant, negotiated transparently.
     let slow = curl(
         &url,
-        &["-H", CHROMIUM_ACCEPT, "-H", "Downlink: 0.2", "-H", "RTT: 300"],
+        &[
+            "-H",
+            CHROMIUM_ACCEPT,
+            "-H",
+            "Downlink: 0.2",
+            "-H",
+            "RTT: 300",
+        ],
     )
     .await;
     assert_eq!(slow.status, 200);
     assert_eq!(slow.header("tcn"), Some("choice"));
     assert_eq!(slow.header("content-type"), Some("image/webp"));
-    assert!(slow.body.len() * 10 < photo.len() * 7, "{}", slow.body.len());
+    assert!(
+        slow.body.len() * 10 < photo.len() * 7,
+        "{}",
+        slow.body.len()
+    );
     let found = probe(&slow.body, &LIMITS).expect("a WebP body");
     assert_eq!(found.format, ImageFormat::Webp);
     let vary = slow.header("vary").expect("vary").to_ascii_lowercase();
@@ -143,7 +157,14 @@ async fn slow_links_get_smaller_variants_and_fast_ones_the_original() {
     // A client that does not name WebP gets a JPEG variant.
     let jpeg = curl(
         &url,
-        &["-H", "Accept: image/jpeg", "-H", "Downlink: 0.2", "-H", "RTT: 300"],
+        &[
+            "-H",
+            "Accept: image/jpeg",
+            "-H",
+            "Downlink: 0.2",
+            "-H",
+            "RTT: 300",
+        ],
     )
     .await;
     assert_eq!(jpeg.header("content-type"), Some("image/jpeg"));
@@ -152,14 +173,27 @@ async fn slow_links_get_smaller_variants_and_fast_ones_the_original() {
 
     // Save-Data: at most 35% of the original.
     let saver = curl(&url, &["-H", CHROMIUM_ACCEPT, "-H", "Save-Data: on"]).await;
-    assert!(saver.body.len() * 100 <= photo.len() * 35, "{}", saver.body.len());
+    assert!(
+        saver.body.len() * 100 <= photo.len() * 35,
+        "{}",
+        saver.body.len()
+    );
     assert_eq!(saver.header("tcn"), Some("choice"));
 
     // A fast link, no hints, garbage hints: the original.
     for hints in [
         &["-H", "Downlink: 10", "-H", "RTT: 0"][..],
         &[],
-        &["-H", "Downlink: fast", "-H", "RTT: -5", "-H", "ECT: 9g", "-H", "Save-Data: maybe"],
+        &[
+            "-H",
+            "Downlink: fast",
+            "-H",
+            "RTT: -5",
+            "-H",
+            "ECT: 9g",
+            "-H",
+            "Save-Data: maybe",
+        ],
         &["-H", "Downlink: 0", "-H", "RTT: 99999999999999999999"],
     ] {
         let mut args = vec!["-H", CHROMIUM_ACCEPT];
@@ -191,7 +225,10 @@ async fn slow_links_get_smaller_variants_and_fast_ones_the_original() {
         "wirefold_fidelity_decisions_total{reason=\"slow_link\"}",
     )
     .await;
-    assert!(slow_decisions.is_some_and(|n| n >= 2.0), "{slow_decisions:?}");
+    assert!(
+        slow_decisions.is_some_and(|n| n >= 2.0),
+        "{slow_decisions:?}"
+    );
     proxy.running.shutdown().await;
 }
 
@@ -219,7 +256,8 @@ async fn hostile_images_are_served_as_they_came() {
             "wirefold_fidelity_refused_total{reason=\"undecodable\"}",
         )
         .await;
-        let mislabelled = metric(&proxy, "wirefold_fidelity_refused_total{reason=\"format\"}").await;
+        let mislabelled =
+            metric(&proxy, "wirefold_fidelity_refused_total{reason=\"format\"}").await;
         if (bombs, broken, mislabelled) == (Some(1.0), Some(1.0), Some(1.0)) {
             judged = true;
             break;
@@ -231,7 +269,14 @@ async fn hostile_images_are_served_as_they_came() {
         let original = std::fs::read(root.path().join(name)).unwrap();
         let r = curl(
             &proxy.url(&format!("/{name}")),
-            &["-H", CHROMIUM_ACCEPT, "-H", "Save-Data: on", "-H", "ECT: slow-2g"],
+            &[
+                "-H",
+                CHROMIUM_ACCEPT,
+                "-H",
+                "Save-Data: on",
+                "-H",
+                "ECT: slow-2g",
+            ],
         )
         .await;
         assert_eq!((r.status, &r.body), (200, &original), "{name}");
@@ -247,7 +292,10 @@ async fn the_egress_controller_caps_fidelity_when_egress_is_high() {
     // 64 kbit/s: a few requests a second exceed it.
     let proxy = start_root(root.path(), |c| c.fidelity.egress_limit_bps = 64_000).await;
     curl(&proxy.url("/photo.jpg"), &["-H", CHROMIUM_ACCEPT]).await;
-    assert!(until_negotiable(&proxy, "/photo.jpg", 600).await, "no ladder made");
+    assert!(
+        until_negotiable(&proxy, "/photo.jpg", 600).await,
+        "no ladder made"
+    );
     let mut capped = None;
     for _ in 0..100 {
         let r = curl(&proxy.url("/photo.jpg"), &["-H", CHROMIUM_ACCEPT]).await;

@@ -23,7 +23,11 @@ fn photo(width: u32, height: u32, alpha: bool) -> RgbaImage {
         let r = 40.0 + 160.0 * fx + noise;
         let g = 60.0 + 120.0 * (fx * 7.0).sin().abs() * fy + noise;
         let b = 200.0 - 150.0 * fy + noise;
-        let a = if alpha { (255.0 * (1.0 - fx * 0.8)) as u8 } else { 255 };
+        let a = if alpha {
+            (255.0 * (1.0 - fx * 0.8)) as u8
+        } else {
+            255
+        };
         Rgba([r as u8, g as u8, b as u8, a])
     })
 }
@@ -40,7 +44,12 @@ fn jpeg(image: &RgbaImage, quality: u8) -> Vec<u8> {
 fn png(image: &RgbaImage) -> Vec<u8> {
     let mut out = Vec::new();
     PngEncoder::new(&mut out)
-        .write_image(image, image.width(), image.height(), ExtendedColorType::Rgba8)
+        .write_image(
+            image,
+            image.width(),
+            image.height(),
+            ExtendedColorType::Rgba8,
+        )
         .expect("png encodes");
     out
 }
@@ -78,7 +87,12 @@ fn a_photo_gets_a_ladder_in_webp_and_jpeg() {
         check_ladder(original.len(), &rungs, format);
         // The smallest rungs got there by shrinking.
         let last = rungs.last().expect("rungs");
-        assert!(last.width < 480, "{format:?} {}x{}", last.width, last.height);
+        assert!(
+            last.width < 480,
+            "{format:?} {}x{}",
+            last.width,
+            last.height
+        );
     }
 }
 
@@ -114,7 +128,11 @@ fn png_header(width: u32, height: u32) -> Vec<u8> {
     ihdr.extend_from_slice(&height.to_be_bytes());
     ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
     chunk(&mut out, b"IHDR", &ihdr);
-    chunk(&mut out, b"IDAT", &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01]);
+    chunk(
+        &mut out,
+        b"IDAT",
+        &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+    );
     chunk(&mut out, b"IEND", &[]);
     out
 }
@@ -154,7 +172,12 @@ fn broken_images_are_errors_never_panics() {
     }
     let png_bytes = png(&photo(40, 40, true));
     assert_eq!(
-        decode(&png_bytes[..png_bytes.len() - 12], ImageFormat::Png, &LIMITS).err(),
+        decode(
+            &png_bytes[..png_bytes.len() - 12],
+            ImageFormat::Png,
+            &LIMITS
+        )
+        .err(),
         Some(ImageError::Truncated)
     );
     assert_eq!(
@@ -188,9 +211,8 @@ fn animated_gifs_keep_their_original() {
     let mut out = Vec::new();
     {
         let mut encoder = image::codecs::gif::GifEncoder::new(&mut out);
-        let frames = (0..2).map(|i| {
-            image::Frame::new(RgbaImage::from_pixel(8, 8, Rgba([i * 100, 0, 0, 255])))
-        });
+        let frames = (0..2)
+            .map(|i| image::Frame::new(RgbaImage::from_pixel(8, 8, Rgba([i * 100, 0, 0, 255]))));
         encoder.encode_frames(frames).expect("gif encodes");
     }
     assert_eq!(

@@ -37,7 +37,6 @@ use crate::variants::{Ladder, OriginalKind, Rung, Variants, VARIANT_PREFIX};
 /// The hints a page asks the browser for (`Accept-CH`): what the choice reads.
 const LINK_HINTS: &str = "ECT, RTT, Downlink, Save-Data";
 
-
 /// Runs on every instance, after `remember` (what is stored is always the full
 /// instance): may replace a `Whole` body with a smaller variant of the same content
 /// (never other content), and adds `Accept-CH` to pages and the negotiation fields
@@ -153,7 +152,10 @@ pub async fn adapt(
         variants.count_decision("original", 0);
         return instance;
     };
-    variants.count_decision(decision.reason.label(), original_len.saturating_sub(rung.len));
+    variants.count_decision(
+        decision.reason.label(),
+        original_len.saturating_sub(rung.len),
+    );
     // A choice no request field explains (the network's passive estimate, the
     // server's egress) must not be reused by a shared cache for other clients.
     let chosen_by_server = from_hints.is_none() && !inputs.save_data;
