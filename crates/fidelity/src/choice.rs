@@ -66,6 +66,13 @@ pub enum Reason {
 }
 
 impl Reason {
+    pub const ALL: [Reason; 4] = [
+        Reason::Original,
+        Reason::SlowLink,
+        Reason::SaveData,
+        Reason::Egress,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             Reason::Original => "original",

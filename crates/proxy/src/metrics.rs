@@ -2,6 +2,7 @@
 
 use crate::model::CLIENT_CLOSED;
 use delta::derived::{DerivedCounters, LookupResult};
+use fidelity::choice::Reason;
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -331,6 +332,19 @@ impl Metrics {
         );
         let fidelity = FidelityMetrics::default();
         fidelity.max_fraction.set(1.0);
+        // Every reason and kind shows from the start, at 0, so a rate over them
+        // needs no special case for "never happened yet".
+        for reason in Reason::ALL {
+            let reason = reason.label();
+            fidelity
+                .decisions
+                .get_or_create(&ReasonLabels { reason })
+                .inc_by(0);
+        }
+        fidelity
+            .variants_made
+            .get_or_create(&KindLabels { kind: "image" })
+            .inc_by(0);
         registry.register(
             "fidelity_decisions",
             "Variant choices for negotiable responses, by reason",

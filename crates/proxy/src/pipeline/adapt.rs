@@ -17,7 +17,7 @@
 use std::fmt::Write;
 
 use bytes::Bytes;
-use fidelity::choice::{choose, Inputs, LinkEstimate};
+use fidelity::choice::{choose, Inputs, LinkEstimate, Reason};
 use fidelity::FidelityConfig;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
@@ -97,9 +97,9 @@ pub async fn adapt(
         OriginalKind::Image(format) => Some(format),
         OriginalKind::Text(_) => None,
     };
-    let list = variant_list(ctx, &instance.headers, original, original_len, &ladder);
+    let (list, urls) = variant_list(ctx, &instance.headers, original, original_len, &ladder);
     if wants_variant_list(&request.headers) {
-        return list_response(instance, list);
+        return list_response(instance, list, &urls);
     }
     if let Ok(value) = HeaderValue::from_str(&list) {
         instance.headers.insert(ALTERNATES, value);
@@ -158,7 +158,11 @@ pub async fn adapt(
     );
     // A choice no request field explains (the network's passive estimate, the
     // server's egress) must not be reused by a shared cache for other clients.
-    let chosen_by_server = from_hints.is_none() && !inputs.save_data;
+    let chosen_by_server = match decision.reason {
+        Reason::SaveData => false,
+        Reason::SlowLink => from_hints.is_none(),
+        Reason::Egress | Reason::Original => true,
+    };
     become_variant(&mut instance, original, rung, body, chosen_by_server);
     instance
 }
@@ -181,14 +185,15 @@ fn usable_rungs(ladder: &Ladder, own: Option<ImageFormat>, webp: bool) -> Vec<&R
         .collect()
 }
 
-/// The RFC 2295 variant list: the original first, at source quality 1.
+/// The RFC 2295 variant list (`Alternates`), the original first at source quality
+/// 1, and the URLs it lists in that order.
 fn variant_list(
     ctx: &RequestContext,
     headers: &HeaderMap,
     original: Hash,
     original_len: u64,
     ladder: &Ladder,
-) -> String {
+) -> (String, Vec<String>) {
     let own_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -214,17 +219,18 @@ fn variant_list(
             length: rung.len,
         });
     }
-    alternates(&list)
+    let listed = alternates(&list);
+    let urls = list.iter().map(|v| v.url.to_string()).collect();
+    (listed, urls)
 }
 
 /// `300 Multiple Choices` with the list in `Alternates` and as links in a page,
 /// `TCN: list` (RFC 2295 §10.2). Not stored: it answers one request's wish.
-fn list_response(instance: Instance, list: String) -> Instance {
+fn list_response(instance: Instance, list: String, urls: &[String]) -> Instance {
     let mut page = String::from("<!DOCTYPE html>\n<title>Variants</title>\n<ul>\n");
-    for entry in list.split("}}, ") {
-        if let Some(url) = entry.split('"').nth(1) {
-            let _ = writeln!(page, "<li><a href=\"{url}\">{url}</a></li>");
-        }
+    // Paths of the request and of wirefold's own URLs: no markup characters.
+    for url in urls.iter().filter(|u| !u.contains(['"', '<', '>', '&'])) {
+        let _ = writeln!(page, "<li><a href=\"{url}\">{url}</a></li>");
     }
     page.push_str("</ul>\n");
     let mut headers = HeaderMap::new();
