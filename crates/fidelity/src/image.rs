@@ -392,7 +392,7 @@ pub fn encode(pixels: &Pixels, format: ImageFormat, quality: u8) -> Option<Vec<u
         ImageFormat::Gif => return None,
         ImageFormat::Png => {
             let encoder =
-                PngEncoder::new_with_quality(&mut out, CompressionType::Best, PngFilter::Adaptive);
+                PngEncoder::new_with_quality(&mut out, CompressionType::Default, PngFilter::Adaptive);
             if pixels.opaque {
                 encoder
                     .write_image(&rgb(pixels), w, h, ExtendedColorType::Rgb8)
