@@ -391,8 +391,11 @@ pub fn encode(pixels: &Pixels, format: ImageFormat, quality: u8) -> Option<Vec<u
         // Variants are never made as GIF (see `ladder_formats`).
         ImageFormat::Gif => return None,
         ImageFormat::Png => {
-            let encoder =
-                PngEncoder::new_with_quality(&mut out, CompressionType::Default, PngFilter::Adaptive);
+            let encoder = PngEncoder::new_with_quality(
+                &mut out,
+                CompressionType::Default,
+                PngFilter::Adaptive,
+            );
             if pixels.opaque {
                 encoder
                     .write_image(&rgb(pixels), w, h, ExtendedColorType::Rgb8)
