@@ -165,6 +165,16 @@ pub struct FidelityMetrics {
     pub egress: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
+/// Why an original got no variants: `wirefold_fidelity_refused_total`'s reasons.
+pub const FIDELITY_REFUSALS: [&str; 6] = [
+    "pixels",
+    "format",
+    "animated",
+    "undecodable",
+    "too_large",
+    "no_saving",
+];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,
@@ -345,6 +355,12 @@ impl Metrics {
             .variants_made
             .get_or_create(&KindLabels { kind: "image" })
             .inc_by(0);
+        for reason in FIDELITY_REFUSALS {
+            fidelity
+                .refused
+                .get_or_create(&ReasonLabels { reason })
+                .inc_by(0);
+        }
         registry.register(
             "fidelity_decisions",
             "Variant choices for negotiable responses, by reason",

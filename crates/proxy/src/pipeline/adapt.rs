@@ -2,8 +2,8 @@
 //! Stemm & Katz's transparent content negotiation, with the fields browsers send
 //! today).
 //!
-//! An original that may have variants (a JPEG, PNG, GIF or WebP image; HTML, CSS or
-//! JavaScript) is queued for them on first sight and served whole meanwhile: no
+//! An original that may have variants (a JPEG, PNG, GIF or WebP image; text waits
+//! for its minifiers) is queued for them on first sight and served whole meanwhile: no
 //! response waits for an encoder. Once its ladder exists, each response carries
 //! `Alternates` (RFC 2295), and the representation is chosen by
 //! [`fidelity::choice::choose`]: the largest one whose estimated transfer time over
@@ -66,6 +66,11 @@ pub async fn adapt(
         instance
             .headers
             .insert(ACCEPT_CH, HeaderValue::from_static(LINK_HINTS));
+    }
+    if let OriginalKind::Text(_) = kind {
+        // No minifier is wired in yet (docs/fidelity.md): queuing text would only
+        // write empty ladders.
+        return instance;
     }
     let negotiable = request.is_get_or_head()
         && instance.status == StatusCode::OK
