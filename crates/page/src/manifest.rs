@@ -9,13 +9,15 @@
 //! fetch (lazy images, a stylesheet's background images) are kept last and marked
 //! speculative: pushing them may pay, hinting them may not.
 
+use serde::{Deserialize, Serialize};
 use url::Url;
 
 use crate::css::{CssReference, CssReferenceKind};
 use crate::{sizes, InlineReference, ReferenceKind, Viewport};
 
 /// What a browser fetches a resource as: the `as` of a preload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Destination {
     Style,
     Script,
@@ -57,7 +59,8 @@ impl Destination {
 }
 
 /// How much the first render waits for a resource; entries are ordered by it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Priority {
     /// Stylesheets that apply, classic scripts in the head, fonts, imports.
     RenderBlocking,
@@ -72,7 +75,7 @@ pub enum Priority {
 }
 
 /// One resource of a page.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManifestEntry {
     /// Absolute URL.
     pub url: String,
