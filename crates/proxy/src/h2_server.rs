@@ -8,6 +8,14 @@
 //! windows, 200 concurrent streams, 400 KiB send buffer per stream, the header list
 //! limit), a ping every 30 s answered within 20 s or the connection is closed, and a
 //! graceful shutdown (GOAWAY, in-flight streams finish) when the server stops.
+//!
+//! Push: a response carrying [`PushPromises`](crate::pipeline::hint::PushPromises)
+//! (the hint stage's, with `hints.push` on) gets a PUSH_PROMISE per resource right
+//! after its head; each promised request (the page's codings, none of its
+//! credentials) is answered through the responder like any request, and pushed when
+//! it is a complete cacheable 200. A client that turned push off (every browser)
+//! refuses the first promise and no more are tried; one that already holds a pushed
+//! resource resets its stream, which stops the body.
 
 use std::future::poll_fn;
 use std::pin::Pin;
@@ -101,7 +109,9 @@ pub async fn serve<S, R>(
                 let _ = changed;
                 connection.graceful_shutdown();
             }
-            _ = &mut peer_dead => {
+            // Only a ping left unanswered; the watcher ending with the connection
+            // (its sender dropped) is not a verdict.
+            Ok(()) = &mut peer_dead => {
                 tracing::debug!(peer = %conn.peer, "h2 peer did not answer a ping: closing");
                 connection.abrupt_shutdown(Reason::NO_ERROR);
                 // Let the GOAWAY out, then stop.
@@ -151,17 +161,100 @@ async fn answer<R: Responder>(
             tracing::debug!(error = %e, "103 Early Hints not sent");
         }
     }
-    let response = responder.respond(request, conn).await;
+    // What a pushed request carries over from the page's: how the client decodes,
+    // never who it is (a pushed response must be fit for anyone holding the page).
+    let push_fields = push_request_fields(request.headers());
+    let authority = request.uri().authority().cloned();
+    let scheme = request.uri().scheme().cloned();
+    let response = responder.clone().respond(request, conn).await;
     let (mut parts, body) = response.into_parts();
     strip_connection_fields(&mut parts.headers);
+    let pushes = parts
+        .extensions
+        .remove::<crate::pipeline::hint::PushPromises>()
+        .unwrap_or_default();
     let end = body.is_end_stream();
     let send = match respond.send_response(Response::from_parts(parts, ()), end) {
         Ok(send) => send,
         // The client reset the stream or left: the body is dropped unread.
         Err(e) => return tracing::debug!(error = %e, "h2 response not sent"),
     };
+    // Promised right after the page's head, before its body names them.
+    for path in pushes.0 {
+        let mut uri = http::Uri::builder().path_and_query(path.as_str());
+        if let (Some(scheme), Some(authority)) = (&scheme, &authority) {
+            uri = uri.scheme(scheme.clone()).authority(authority.clone());
+        }
+        let Ok(promised) =
+            uri.build()
+                .and_then(|uri| Request::get(uri).body(()))
+                .map(|mut promised| {
+                    *promised.headers_mut() = push_fields.clone();
+                    promised
+                })
+        else {
+            continue;
+        };
+        match respond.push_request(promised.clone()) {
+            Ok(pushed) => {
+                let request = promised.map(|()| body::empty());
+                tokio::spawn(push(responder.clone(), request, pushed, conn));
+            }
+            // The client turned push off (every browser) or the stream is gone: stop.
+            Err(e) => {
+                tracing::debug!(error = %e, "push refused");
+                break;
+            }
+        }
+    }
     if !end {
         send_body(send, body).await;
+    }
+}
+
+/// The fields a pushed request takes from the page's request: those that choose the
+/// representation (codings, languages, client hints), none that identify the client.
+fn push_request_fields(page_request: &HeaderMap) -> HeaderMap {
+    let mut fields = HeaderMap::new();
+    for name in [
+        http::header::ACCEPT_ENCODING,
+        http::header::ACCEPT_LANGUAGE,
+        http::header::USER_AGENT,
+    ] {
+        if let Some(value) = page_request.get(&name) {
+            fields.insert(name, value.clone());
+        }
+    }
+    fields.insert(http::header::ACCEPT, http::HeaderValue::from_static("*/*"));
+    fields
+}
+
+/// Answers one promised request through the responder and pushes the response when it
+/// is a complete, cacheable 200 (`no-store`, `private` and `Set-Cookie` are not); the
+/// promise is cancelled otherwise.
+async fn push<R: Responder>(
+    responder: Arc<R>,
+    request: Request<Body>,
+    mut pushed: h2::server::SendPushedResponse<Bytes>,
+    conn: ConnInfo,
+) {
+    let response = responder.respond(request, conn).await;
+    let (mut parts, body) = response.into_parts();
+    let cache_control = wirefold_http::cache_control::CacheControl::from_headers(&parts.headers);
+    let fit = parts.status == StatusCode::OK
+        && !cache_control.no_store
+        && !cache_control.private
+        && !parts.headers.contains_key(http::header::SET_COOKIE);
+    if !fit {
+        pushed.send_reset(Reason::CANCEL);
+        return;
+    }
+    strip_connection_fields(&mut parts.headers);
+    let end = body.is_end_stream();
+    match pushed.send_response(Response::from_parts(parts, ()), end) {
+        Ok(send) if !end => send_body(send, body).await,
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "pushed response not sent"),
     }
 }
 

@@ -26,6 +26,9 @@ pub struct PageManifest {
     pub hash: Hash,
     /// Ranked, best first.
     pub entries: Vec<ManifestEntry>,
+    /// Its stylesheets were read for their imports and fonts (`hints.stylesheet_depth`).
+    #[serde(default)]
+    pub stylesheets_read: bool,
 }
 
 /// Pages whose latest manifest is remembered in memory (a page not found is
@@ -38,6 +41,8 @@ pub struct Manifests {
     metrics: Arc<Metrics>,
     /// By page URL: the latest version's manifest, or `None` for no page known.
     latest: Bounded<String, Option<Arc<PageManifest>>>,
+    /// Page versions whose stylesheets are being read (or were): read once each.
+    reading: Bounded<(String, Hash), ()>,
 }
 
 impl Manifests {
@@ -46,6 +51,7 @@ impl Manifests {
             store,
             metrics,
             latest: Bounded::with_entries(PAGES_REMEMBERED),
+            reading: Bounded::with_entries(PAGES_REMEMBERED),
         }
     }
 
@@ -87,6 +93,7 @@ impl Manifests {
             let manifest = PageManifest {
                 hash,
                 entries: page_manifest(&references, &url, &rules),
+                stylesheets_read: false,
             };
             if let Some(store) = &store {
                 write(store, &url, &manifest);
@@ -103,6 +110,40 @@ impl Manifests {
                 .insert(page_url.to_string(), Some(manifest.clone()));
         }
         manifest
+    }
+
+    /// Claims the reading of `manifest`'s stylesheets for the page at `page_url`:
+    /// true for the first caller, false when read or being read.
+    pub fn claim_stylesheets(&self, page_url: &str, manifest: &PageManifest) -> bool {
+        if manifest.stylesheets_read {
+            return false;
+        }
+        let key = (page_url.to_string(), manifest.hash);
+        if self.reading.get(&key).is_some() {
+            return false;
+        }
+        self.reading.insert(key, ());
+        true
+    }
+
+    /// Puts `manifest` (the same page version, its stylesheets read) in place of the
+    /// one kept for the page at `page_url`, in memory and in the store.
+    pub async fn replace(&self, page_url: &str, manifest: PageManifest, added_entries: usize) {
+        self.metrics.manifest_entries.inc_by(added_entries as u64);
+        let manifest = Arc::new(manifest);
+        let still_latest = self
+            .latest
+            .get(page_url)
+            .flatten()
+            .is_some_and(|known| known.hash == manifest.hash);
+        if still_latest {
+            self.latest
+                .insert(page_url.to_string(), Some(manifest.clone()));
+        }
+        if let Some(store) = self.store.clone() {
+            let url = page_url.to_string();
+            delta::blocking::run(move || write(&store, &url, &manifest)).await;
+        }
     }
 
     /// The latest manifest known for the page at `page_url`, for hints sent before

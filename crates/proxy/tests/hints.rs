@@ -295,3 +295,139 @@ async fn http2_serves_request_bodies_large_responses_and_many_streams() {
     assert_eq!(codes.lines().filter(|c| *c == "200").count(), 20, "{codes}");
     proxy.running.shutdown().await;
 }
+
+#[tokio::test]
+async fn stylesheets_are_read_for_imports_and_fonts_once_through_the_cache() {
+    let css_requests = Arc::new(AtomicU32::new(0));
+    let counted = css_requests.clone();
+    let origin = origin(move |req| {
+        let css = |body: &'static str| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            response(
+                200,
+                &[
+                    ("content-type", "text/css"),
+                    ("cache-control", "max-age=60"),
+                ],
+                body,
+            )
+        };
+        match req.uri().path() {
+            "/" => response(
+                200,
+                &[("content-type", "text/html"), ("cache-control", "no-cache")],
+                "<link rel=stylesheet href=/a.css><img src=/i.png>",
+            ),
+            "/a.css" => css("@import 'b.css'; @font-face { src: url(/f.woff2) format('woff2') }"),
+            // An import cycle back to a.css, and a background that may never load.
+            "/b.css" => css("@import url(a.css); body { background: url(bg.png) }"),
+            _ => response(404, &[], "no"),
+        }
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let expected = [
+        "</a.css>; rel=preload; as=style; nopush",
+        "</b.css>; rel=preload; as=style; nopush",
+        "</f.woff2>; rel=preload; as=font; type=\"font/woff2\"; crossorigin; nopush",
+        "</i.png>; rel=preload; as=image; nopush",
+    ];
+    let mut announced = Vec::new();
+    // The stylesheets are read in the background after the first answer.
+    for _ in 0..100 {
+        announced = links(&curl(&proxy.url("/"), &[]).await);
+        if announced == expected {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(announced, expected);
+    // Each stylesheet came from the origin once (then the cache): the cycle ended.
+    assert_eq!(css_requests.load(Ordering::SeqCst), 2);
+    proxy.running.shutdown().await;
+    let depth_zero = start_proxy(&origin.url(""), |c| c.hints.stylesheet_depth = 0).await;
+    curl(&depth_zero.url("/"), &[]).await;
+    let plain = links(&curl(&depth_zero.url("/"), &[]).await);
+    assert_eq!(plain, [expected[0], expected[3]]);
+    depth_zero.running.shutdown().await;
+}
+
+/// `nghttp` (nghttp2-client) with push enabled: `-v` prints every frame.
+async fn nghttp(url: &str, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("nghttp")
+        .args(["-v", "-n", "--timeout=20"])
+        .args(args)
+        .arg(url)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("nghttp (apt-get install nghttp2-client) runs: {e}"));
+    assert!(
+        out.status.success(),
+        "nghttp {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The paths nghttp saw promised, and those whose pushed stream ended with a 200.
+fn promised_paths(verbose: &str) -> Vec<String> {
+    verbose
+        .lines()
+        .filter(|l| l.contains("recv (stream_id=") && l.contains(":path:"))
+        .filter_map(|l| l.split(":path: ").nth(1))
+        .map(|p| p.trim().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn push_sends_the_announced_resources_to_clients_that_enable_it() {
+    let origin = origin(|req| match req.uri().path() {
+        "/" => response(200, &[("content-type", "text/html")], PAGE),
+        "/head.js" => response(
+            200,
+            &[
+                ("content-type", "text/javascript"),
+                ("cache-control", "no-store"),
+            ],
+            "personal()",
+        ),
+        path => response(
+            200,
+            &[
+                ("content-type", "text/css"),
+                ("cache-control", "max-age=60"),
+            ],
+            format!("/* {path} */ body {{}}"),
+        ),
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |c| {
+        c.tls.self_signed = true;
+        c.hints.push = true;
+    })
+    .await;
+    let url = proxy.url("/");
+    let pushed = nghttp(&url, &["-H", "accept-encoding: gzip"]).await;
+    let promised = promised_paths(&pushed);
+    assert_eq!(
+        promised,
+        ["/site.css", "/f.woff2", "/head.js", "/hero.jpg", "/late.js"],
+        "{pushed}"
+    );
+    // The pushed responses: complete, their own coding, and no-store not pushed.
+    assert!(
+        pushed.contains("RST_STREAM") && pushed.contains("error_code=CANCEL"),
+        "{pushed}"
+    );
+    let site_css = curl(&proxy.url("/site.css"), &["--http2", "--compressed"]).await;
+    assert_eq!(site_css.body, b"/* /site.css */ body {}");
+    // Pushed links lose `nopush`.
+    assert!(links(&curl(&url, &[]).await)[0].ends_with("as=style"));
+
+    // Push off in the client (browsers), or Save-Data: none, and the page is whole.
+    let no_push = nghttp(&url, &["--no-push"]).await;
+    assert!(promised_paths(&no_push).is_empty(), "{no_push}");
+    let save_data = nghttp(&url, &["-H", "save-data: on"]).await;
+    assert!(promised_paths(&save_data).is_empty(), "{save_data}");
+    proxy.running.shutdown().await;
+}

@@ -29,8 +29,16 @@ pub struct HintConfig {
     /// Also announce resources on other sites (scheme, host or port). Off, only the
     /// page's own origin's.
     pub cross_site: bool,
+    /// Push the announced same-origin resources to HTTP/2 clients that enable push
+    /// (`SETTINGS_ENABLE_PUSH=1`: nghttp, a client proxy; browsers no longer do),
+    /// right after the page's head, unless the request says `Save-Data: on`.
+    pub push: bool,
     /// Entries kept in a page's manifest (stored with the page), at most.
     pub max_manifest_entries: usize,
+    /// How deep a page's stylesheets are read for their imports and fonts (fetched
+    /// through the cache like any request, after the page is served): 0 reads none,
+    /// 1 the page's own stylesheets, 2 also what they import.
+    pub stylesheet_depth: u8,
 }
 
 impl Default for HintConfig {
@@ -41,7 +49,9 @@ impl Default for HintConfig {
             max_links: 8,
             max_link_bytes: 2048,
             cross_site: false,
+            push: false,
             max_manifest_entries: 64,
+            stylesheet_depth: 2,
         }
     }
 }
@@ -51,6 +61,8 @@ impl Default for HintConfig {
 pub const MAX_LINKS: usize = 64;
 /// The most bytes of `Link` values: well inside every client's header limits.
 pub const MAX_LINK_BYTES: usize = 16 * 1024;
+/// The deepest `hints.stylesheet_depth`.
+pub const MAX_STYLESHEET_DEPTH: u8 = 4;
 /// The most manifest entries per page.
 pub const MAX_MANIFEST_ENTRIES: usize = 1024;
 
@@ -79,6 +91,12 @@ impl HintConfig {
             1,
             MAX_MANIFEST_ENTRIES,
         );
+        bound(
+            "hints.stylesheet_depth",
+            self.stylesheet_depth.into(),
+            0,
+            MAX_STYLESHEET_DEPTH.into(),
+        );
         problems
     }
 
@@ -105,21 +123,42 @@ pub fn is_page(instance: &Instance) -> bool {
     html && instance.status == StatusCode::OK && matches!(instance.body, InstanceBody::Whole { .. })
 }
 
+/// What the hint stage did to a response.
+pub struct Hinted {
+    pub instance: Instance,
+    /// `Link: rel=preload` values added.
+    pub links: usize,
+    /// Paths (with query) of the same-origin resources to push after the page's head,
+    /// best first; empty unless `hints.push` is on and the client did not ask to save
+    /// data.
+    pub pushes: Vec<String>,
+}
+
+/// The resources an HTTP/2 listener is to push with a response, carried in the
+/// response's extensions from the hint stage to the listener.
+#[derive(Clone, Debug, Default)]
+pub struct PushPromises(pub Vec<String>);
+
 /// Runs on every instance, after `adapt`. For a page with a manifest (of this very
 /// content: a changed page never announces what it no longer references), appends
 /// `Link: rel=preload` fields for its best-ranked entries, within `config`'s bounds,
-/// skipping URLs the origin's own `Link` fields already name. May change only the
-/// instance's head, never its body. Every other instance passes through unchanged,
-/// as it does with `hints.enabled` off. Returns the instance to encode and how many
-/// links it added.
+/// skipping URLs the origin's own `Link` fields already name; with `hints.push` on
+/// (and no `Save-Data: on`), the same-origin ones among them are also to be pushed,
+/// and their links lose `nopush`. May change only the instance's head, never its
+/// body. Every other instance passes through unchanged, as it does with
+/// `hints.enabled` off.
 pub fn hint(
     config: &HintConfig,
     ctx: &RequestContext,
     entries: Option<&[ManifestEntry]>,
     mut instance: Instance,
-) -> (Instance, usize) {
+) -> Hinted {
     let Some(entries) = entries.filter(|_| config.enabled) else {
-        return (instance, 0);
+        return Hinted {
+            instance,
+            links: 0,
+            pushes: Vec::new(),
+        };
     };
     let origin = page_origin(ctx);
     let named: Vec<String> = instance
@@ -129,14 +168,23 @@ pub fn hint(
         .filter_map(|v| v.to_str().ok())
         .map(str::to_string)
         .collect();
-    let links = preload_links(config, &origin, entries, |target| {
+    let pushing = config.push && !ctx.profile.client_hints.save_data;
+    let links = preload_links(config, &origin, entries, pushing, |target| {
         named.iter().any(|n| n.contains(&format!("<{target}>")))
     });
     let added = links.len();
+    let mut pushes = Vec::new();
     for link in links {
-        instance.headers.append(LINK, link);
+        if let Some(path) = link.pushed {
+            pushes.push(path);
+        }
+        instance.headers.append(LINK, link.value);
     }
-    (instance, added)
+    Hinted {
+        instance,
+        links: added,
+        pushes,
+    }
 }
 
 /// The fields of a 103 Early Hints response for a page whose latest manifest is
@@ -149,13 +197,13 @@ pub fn early_hints(
     if !(config.enabled && config.early_hints) {
         return None;
     }
-    let links = preload_links(config, &page_origin(ctx), entries, |_| false);
+    let links = preload_links(config, &page_origin(ctx), entries, false, |_| false);
     if links.is_empty() {
         return None;
     }
     let mut fields = HeaderMap::new();
     for link in links {
-        fields.append(LINK, link);
+        fields.append(LINK, link.value);
     }
     Some(fields)
 }
@@ -177,28 +225,36 @@ fn page_origin(ctx: &RequestContext) -> String {
     format!("{scheme}://{host}")
 }
 
+/// One announced resource: its `Link` value, and its path when it is to be pushed.
+struct PreloadLink {
+    value: HeaderValue,
+    pushed: Option<String>,
+}
+
 /// The preload links for `entries`, best first, skipping what a browser would not
 /// use (frames, speculative resources) and what `already_named`, within the bounds.
+/// With `pushing`, same-origin resources are marked to be pushed.
 fn preload_links(
     config: &HintConfig,
     origin: &str,
     entries: &[ManifestEntry],
+    pushing: bool,
     already_named: impl Fn(&str) -> bool,
-) -> Vec<HeaderValue> {
+) -> Vec<PreloadLink> {
     let mut links = Vec::new();
     let mut bytes = 0;
     for entry in entries {
         if links.len() == config.max_links {
             break;
         }
-        let Some(link) = preload_link(origin, entry, &already_named) else {
+        let Some(link) = preload_link(origin, entry, pushing, &already_named) else {
             continue;
         };
-        if bytes + link.len() > config.max_link_bytes {
+        if bytes + link.value.len() > config.max_link_bytes {
             // A shorter one further down may still fit.
             continue;
         }
-        bytes += link.len();
+        bytes += link.value.len();
         links.push(link);
     }
     links
@@ -206,23 +262,25 @@ fn preload_links(
 
 /// One `Link` value: `</app.css>; rel=preload; as=style; nopush`, with `crossorigin`
 /// when the page fetches it with CORS (fonts, modules, `crossorigin` elements) and
-/// `type` for fonts. Same-origin URLs are written as paths (right whatever name the
-/// client used for us); a URL that cannot be a field value is skipped.
+/// `type` for fonts; `nopush` unless it is pushed (`pushing`, same origin). Same-origin
+/// URLs are written as paths (right whatever name the client used for us); a URL
+/// that cannot be a field value is skipped.
 fn preload_link(
     origin: &str,
     entry: &ManifestEntry,
+    pushing: bool,
     already_named: impl Fn(&str) -> bool,
-) -> Option<HeaderValue> {
+) -> Option<PreloadLink> {
     let preloadable =
         entry.destination != Destination::Document && entry.priority != Priority::Speculative;
     if !preloadable {
         return None;
     }
-    let target = entry
+    let same_origin = entry
         .url
         .strip_prefix(origin)
-        .filter(|path| path.starts_with('/'))
-        .unwrap_or(&entry.url);
+        .filter(|path| path.starts_with('/'));
+    let target = same_origin.unwrap_or(&entry.url);
     if already_named(target) || already_named(&entry.url) {
         return None;
     }
@@ -243,8 +301,14 @@ fn preload_link(
         Some(_) if !entry.module => link.push_str("; crossorigin"),
         _ => {}
     }
-    link.push_str("; nopush");
-    HeaderValue::from_str(&link).ok()
+    let pushed = same_origin.filter(|_| pushing).map(str::to_string);
+    if pushed.is_none() {
+        link.push_str("; nopush");
+    }
+    Some(PreloadLink {
+        value: HeaderValue::from_str(&link).ok()?,
+        pushed,
+    })
 }
 
 #[cfg(test)]
@@ -263,8 +327,8 @@ mod tests {
         }
     }
 
-    fn values(links: &[HeaderValue]) -> Vec<&str> {
-        links.iter().map(|v| v.to_str().unwrap()).collect()
+    fn values(links: &[PreloadLink]) -> Vec<&str> {
+        links.iter().map(|l| l.value.to_str().unwrap()).collect()
     }
 
     #[test]
@@ -320,7 +384,13 @@ mod tests {
                 Priority::EagerImage,
             ),
         ];
-        let links = preload_links(&HintConfig::default(), "https://e.com", &entries, |_| false);
+        let links = preload_links(
+            &HintConfig::default(),
+            "https://e.com",
+            &entries,
+            false,
+            |_| false,
+        );
         assert_eq!(
             values(&links),
             [
@@ -346,7 +416,7 @@ mod tests {
             ..HintConfig::default()
         };
         assert_eq!(
-            preload_links(&count, "https://e.com", &entries, |_| false).len(),
+            preload_links(&count, "https://e.com", &entries, false, |_| false).len(),
             3
         );
         let bytes = HintConfig {
@@ -354,8 +424,8 @@ mod tests {
             max_link_bytes: 300,
             ..HintConfig::default()
         };
-        let links = preload_links(&bytes, "https://e.com", &entries, |_| false);
-        assert!(links.iter().map(|l| l.len()).sum::<usize>() <= 300);
+        let links = preload_links(&bytes, "https://e.com", &entries, false, |_| false);
+        assert!(links.iter().map(|l| l.value.len()).sum::<usize>() <= 300);
         assert!(links.len() >= 2, "short links further down still fit");
     }
 
@@ -378,10 +448,46 @@ mod tests {
                 Priority::RenderBlocking,
             ),
         ];
-        let links = preload_links(&HintConfig::default(), "https://e.com", &entries, |t| {
-            t == "/a.css"
-        });
+        let links = preload_links(
+            &HintConfig::default(),
+            "https://e.com",
+            &entries,
+            false,
+            |t| t == "/a.css",
+        );
         assert_eq!(values(&links), ["</c.css>; rel=preload; as=style; nopush"]);
+    }
+
+    #[test]
+    fn pushed_links_are_same_origin_and_lose_nopush() {
+        let entries = [
+            entry(
+                "https://e.com/a.css",
+                Destination::Style,
+                Priority::RenderBlocking,
+            ),
+            entry(
+                "https://cdn.example/b.js",
+                Destination::Script,
+                Priority::RenderBlocking,
+            ),
+        ];
+        let links = preload_links(
+            &HintConfig::default(),
+            "https://e.com",
+            &entries,
+            true,
+            |_| false,
+        );
+        assert_eq!(
+            values(&links),
+            [
+                "</a.css>; rel=preload; as=style",
+                "<https://cdn.example/b.js>; rel=preload; as=script; nopush"
+            ]
+        );
+        let pushed: Vec<_> = links.iter().map(|l| l.pushed.as_deref()).collect();
+        assert_eq!(pushed, [Some("/a.css"), None]);
     }
 
     #[test]

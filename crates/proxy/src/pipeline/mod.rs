@@ -195,13 +195,23 @@ impl Pipeline {
             Some(building) => Some(building.await),
             None => None,
         };
+        if let Some(manifest) = &manifest {
+            self.read_stylesheets(&config.hints, &ctx, manifest);
+        }
         let entries = manifest.as_ref().map(|m| m.entries.as_slice());
-        let (instance, links) = hint::hint(&config.hints, &ctx, entries, instance);
+        let hint::Hinted {
+            instance,
+            links,
+            pushes,
+        } = hint::hint(&config.hints, &ctx, entries, instance);
         self.metrics.hinted("final", links);
         let representation =
             encode::encode(&config, &self.bodies, &self.deltas, &ctx, instance).await;
-        let (response, delivery) = respond::respond(&self.metrics, &ctx, representation);
+        let (mut response, delivery) = respond::respond(&self.metrics, &ctx, representation);
         record.deliver(delivery);
+        if !pushes.is_empty() && response.status() == StatusCode::OK {
+            response.extensions_mut().insert(hint::PushPromises(pushes));
+        }
         response
     }
 
@@ -233,6 +243,126 @@ impl Pipeline {
         // Built here, awaited by the caller: no borrow of the instance (whose body
         // is not `Sync`) lives across the await.
         Some(async move { manifests.of_page(&url, hash, &bytes, &rules, shared).await })
+    }
+
+    /// Reads the stylesheets of a page's manifest for their imports and fonts, once
+    /// per page version and in the background (the page is not delayed): each is
+    /// fetched through `fetch` and `remember`, so the cache serves and keeps it like
+    /// any request. Same-origin stylesheets only (the page's own site is the one
+    /// served), at most [`MAX_STYLESHEETS_READ`] per page, `hints.stylesheet_depth`
+    /// deep, each once (an import cycle ends). The manifest is then replaced.
+    fn read_stylesheets(
+        self: &Arc<Self>,
+        hints: &hint::HintConfig,
+        ctx: &RequestContext,
+        manifest: &Arc<crate::manifests::PageManifest>,
+    ) {
+        let page_url = hint::page_url(ctx);
+        if hints.stylesheet_depth == 0 || !self.manifests.claim_stylesheets(&page_url, manifest) {
+            return;
+        }
+        let (pipeline, manifest, rules, max_depth) = (
+            self.clone(),
+            manifest.clone(),
+            hints.manifest_rules(),
+            hints.stylesheet_depth,
+        );
+        let (host, conn) = (ctx.profile.host.clone(), ctx.conn);
+        self.background.spawn(async move {
+            let origin = match url::Url::parse(&page_url) {
+                Ok(url) => url.origin(),
+                Err(_) => return,
+            };
+            let mut entries = manifest.entries.clone();
+            let own_stylesheet = |e: &wirefold_page::manifest::ManifestEntry| {
+                e.destination == wirefold_page::manifest::Destination::Style
+                    && url::Url::parse(&e.url).is_ok_and(|u| u.origin() == origin)
+            };
+            let mut queue: std::collections::VecDeque<_> = entries
+                .iter()
+                .filter(|e| own_stylesheet(e))
+                .cloned()
+                .collect();
+            let mut read = std::collections::HashSet::new();
+            while let Some(sheet) = queue.pop_front() {
+                if read.len() == MAX_STYLESHEETS_READ || sheet.depth >= max_depth {
+                    continue;
+                }
+                if !read.insert(sheet.url.clone()) {
+                    continue;
+                }
+                let Some(css) = pipeline
+                    .fetch_stylesheet(&sheet.url, host.as_ref(), conn)
+                    .await
+                else {
+                    continue;
+                };
+                let found = wirefold_page::css::stylesheet_references(&css, &sheet.url);
+                let known = entries.len();
+                wirefold_page::manifest::add_stylesheet_references(
+                    &mut entries,
+                    &sheet,
+                    &found,
+                    &page_url,
+                    &rules,
+                );
+                if entries.len() > known {
+                    queue.extend(
+                        entries
+                            .iter()
+                            .filter(|e| own_stylesheet(e) && e.depth == sheet.depth + 1)
+                            .filter(|e| !read.contains(&e.url))
+                            .cloned(),
+                    );
+                }
+            }
+            let added = entries.len().saturating_sub(manifest.entries.len());
+            let read_manifest = crate::manifests::PageManifest {
+                hash: manifest.hash,
+                entries,
+                stylesheets_read: true,
+            };
+            pipeline
+                .manifests
+                .replace(&page_url, read_manifest, added)
+                .await;
+        });
+    }
+
+    /// A stylesheet's decoded content, fetched (or found in the cache) the way a
+    /// request for it would be, without credentials; `None` unless a whole 200.
+    async fn fetch_stylesheet(
+        self: &Arc<Self>,
+        url: &str,
+        host: Option<&http::uri::Authority>,
+        conn: ConnInfo,
+    ) -> Option<bytes::Bytes> {
+        let url = url::Url::parse(url).ok()?;
+        let path_and_query = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_string(),
+        };
+        let mut request = Request::builder()
+            .method(Method::GET)
+            .uri(path_and_query)
+            .header(http::header::ACCEPT, "text/css,*/*;q=0.1");
+        if let Some(host) = host {
+            request = request.header(http::header::HOST, host.as_str());
+        }
+        let request = request.body(crate::body::empty()).ok()?;
+        let ctx = self.context(&request, conn, Instant::now()).ok()?;
+        let fetched = fetch::fetch(&self.fetcher, &ctx, request, None)
+            .await
+            .ok()?;
+        let instance = remember::remember(&self.cache, &self.deltas, &self.metrics, fetched).await;
+        match instance.body {
+            crate::model::InstanceBody::Whole { bytes, .. }
+                if instance.status == StatusCode::OK =>
+            {
+                Some(bytes)
+            }
+            _ => None,
+        }
     }
 
     /// Whether `req` may get 103 Early Hints, and its context if so: hints and early
@@ -284,6 +414,10 @@ impl Pipeline {
         })
     }
 }
+
+/// Stylesheets read per page version, at most: a page linking a thousand costs no
+/// more than this many fetches.
+const MAX_STYLESHEETS_READ: usize = 16;
 
 /// Whether `req` is for a page: a GET that a browser makes to navigate
 /// (`Sec-Fetch-Dest: document`), or that accepts HTML. Asset requests never cost a
