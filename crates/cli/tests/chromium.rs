@@ -1344,7 +1344,7 @@ fn certificate(dir: &Path) -> (PathBuf, PathBuf, String) {
     let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
     std::fs::write(&cert_path, cert.pem()).unwrap();
     std::fs::write(&key_path, key.serialize_pem()).unwrap();
-    let spki = sha256_b64(&key.public_key_der());
+    let spki = sha256_b64(&rcgen::PublicKeyData::subject_public_key_info(&key));
     (cert_path, key_path, spki)
 }
 
