@@ -8,6 +8,7 @@
 #                 corpus material: 3 stylesheets, 3 scripts, a font, 3 images)
 #   WIREFOLD=PATH a wirefold binary to use (default: cargo build --release --locked)
 #   LOADS=N       loads per cell (default 10); THINK="0 200 1000" (ms); RATE=10mbit; DELAY=50ms (one way)
+#   HINTS_CONFIG  more `[hints]` lines for the hints arm (e.g. "early_hints = false")
 #
 # Two servers run side by side from one binary and one origin, differing only in
 # `hints.enabled`; each is asked for the page once first (it learns the manifest).
@@ -77,7 +78,10 @@ class H(http.server.SimpleHTTPRequestHandler):
     def __init__(self, *a, **k): super().__init__(*a, directory=root, **k)
     def log_message(self, *a): pass
     def end_headers(self):
-        self.send_header("Cache-Control", "no-cache")
+        # The page is revalidated each time; its assets are static, as on most sites
+        # (a preload answered no-cache would be fetched again when the page uses it).
+        page = urllib.parse.urlparse(self.path).path in ("/", "/index.html")
+        self.send_header("Cache-Control", "no-cache" if page else "max-age=3600")
         super().end_headers()
     def do_GET(self):
         path = urllib.parse.urlparse(self.path).path
@@ -102,6 +106,7 @@ for arm in hints none; do
   PORT[$arm]=$(free_port)
   enabled=true; [[ $arm == none ]] && enabled=false
   printf '[hints]\nenabled = %s\n' "$enabled" > "$TMP/$arm.toml"
+  [[ $arm == hints ]] && printf '%s\n' "${HINTS_CONFIG:-}" >> "$TMP/$arm.toml"
   "$WIREFOLD" serve --origin "http://127.0.0.1:$ORIGIN_PORT" --listen "0.0.0.0:${PORT[$arm]}" \
     --admin "127.0.0.1:$(free_port)" --data-dir "$TMP/$arm" --config "$TMP/$arm.toml" \
     --tls-self-signed >"$TMP/$arm.log" 2>&1 & PIDS+=($!)
