@@ -216,7 +216,11 @@ async fn early_hints_over_http2_for_a_known_page_before_the_origin_answers() {
     let second = heads(&curl_verbose(&url, &page).await);
     assert_eq!(second.len(), 2, "a 103, then the page: {second:?}");
     assert_eq!(second[0].0, 103);
-    assert_eq!(second[0].1, first[0].1, "the latest manifest's links");
+    assert_eq!(
+        second[0].1,
+        first[0].1[..3],
+        "the latest manifest's render-blocking links"
+    );
     assert_eq!(second[1], first[0]);
 
     // Not for assets, not for HTTP/1.1 (clients mis-parse 1xx), not when off.
@@ -228,9 +232,19 @@ async fn early_hints_over_http2_for_a_known_page_before_the_origin_answers() {
     assert_eq!(metric(&metrics, "wirefold_early_hints_total"), 1.0);
     assert_eq!(
         metric(&metrics, "wirefold_hint_links_total{response=\"early\"}"),
-        5.0
+        3.0
     );
     proxy.running.shutdown().await;
+
+    let everything = start_proxy(&origin.url(""), |c| {
+        c.tls.self_signed = true;
+        c.hints.early_hints_render_blocking_only = false;
+    })
+    .await;
+    curl_verbose(&everything.url("/"), &page).await;
+    let all = heads(&curl_verbose(&everything.url("/"), &page).await);
+    assert_eq!((all[0].0, &all[0].1), (103, &first[0].1));
+    everything.running.shutdown().await;
 
     let off = start_proxy(&origin.url(""), |c| {
         c.tls.self_signed = true;
@@ -244,40 +258,58 @@ async fn early_hints_over_http2_for_a_known_page_before_the_origin_answers() {
     off.running.shutdown().await;
 }
 
+/// An origin that reads each request's body whole and answers with its length, or
+/// with `big` for a GET.
+async fn counting_origin(big: &'static str) -> std::net::SocketAddr {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = hyper::service::service_fn(
+                move |req: http::Request<hyper::body::Incoming>| async move {
+                    let body = if req.method() == http::Method::POST {
+                        let received = req.into_body().collect().await?.to_bytes();
+                        bytes::Bytes::from(received.len().to_string())
+                    } else {
+                        bytes::Bytes::from_static(big.as_bytes())
+                    };
+                    let mut answer = http::Response::new(http_body_util::Full::new(body));
+                    answer.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static("application/octet-stream"),
+                    );
+                    Ok::<_, hyper::Error>(answer)
+                },
+            );
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+            );
+        }
+    });
+    addr
+}
+
 #[tokio::test]
 async fn http2_serves_request_bodies_large_responses_and_many_streams() {
-    let big = "0123456789abcdef".repeat(1 << 16); // 1 MiB: beyond the initial windows
-    let served = big.clone();
-    let origin = origin(move |req| {
-        if req.uri().path() == "/echo-length" {
-            let length = req
-                .headers()
-                .get("content-length")
-                .map(|v| v.to_str().unwrap().to_string())
-                .unwrap_or_default();
-            response(200, &[("content-type", "text/plain")], length)
-        } else {
-            response(
-                200,
-                &[("content-type", "application/octet-stream")],
-                served.clone(),
-            )
-        }
-    })
-    .await;
-    let proxy = start_proxy(&origin.url(""), |c| c.tls.self_signed = true).await;
+    // 1 MiB: beyond the initial windows.
+    let big: &'static str = Box::leak("0123456789abcdef".repeat(1 << 16).into_boxed_str());
+    let origin = counting_origin(big).await;
+    let proxy = start_proxy(&format!("http://{origin}"), |c| c.tls.self_signed = true).await;
     let got = curl(&proxy.url("/big"), &["--http2"]).await;
     assert_eq!((got.status, got.version.as_str()), (200, "HTTP/2"));
     assert_eq!(got.body, big.as_bytes());
+    // 3 MB: the client's stream window (1 MiB) must be given back as it is read.
     let upload = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(upload.path(), "x".repeat(300_000)).unwrap();
+    std::fs::write(upload.path(), "x".repeat(3_000_000)).unwrap();
     let from_file = format!("@{}", upload.path().display());
     let posted = curl(
         &proxy.url("/echo-length"),
         &["--http2", "--data-binary", &from_file],
     )
     .await;
-    assert_eq!(posted.body, b"300000");
+    assert_eq!(posted.body, b"3000000");
     // Many streams on one connection, all answered.
     let urls: Vec<String> = (0..20).map(|i| proxy.url(&format!("/big?{i}"))).collect();
     let mut args = vec!["--http2", "-Z", "-o", "/dev/null"];

@@ -22,6 +22,12 @@ pub struct HintConfig {
     /// Send 103 Early Hints on HTTP/2 connections for a page already seen, before the
     /// origin answers (browsers act on 103 over HTTP/2 and HTTP/3 only).
     pub early_hints: bool,
+    /// A 103 announces only render-blocking entries (stylesheets, head scripts,
+    /// fonts: what the page's head asks for first anyway); the rest waits for the
+    /// final response's `Link`. Preloads started from a 103 compete with the page
+    /// itself for the client's link, and the HTTP/2 listener does not prioritise
+    /// streams (docs/benchmarks.md, inline download).
+    pub early_hints_render_blocking_only: bool,
     /// Links per response, at most: the best-ranked entries of the manifest.
     pub max_links: usize,
     /// Bytes of `Link` field values per response, at most.
@@ -46,6 +52,7 @@ impl Default for HintConfig {
         HintConfig {
             enabled: true,
             early_hints: true,
+            early_hints_render_blocking_only: true,
             max_links: 8,
             max_link_bytes: 2048,
             cross_site: false,
@@ -197,6 +204,17 @@ pub fn early_hints(
     if !(config.enabled && config.early_hints) {
         return None;
     }
+    let render_blocking: Vec<ManifestEntry>;
+    let entries = if config.early_hints_render_blocking_only {
+        render_blocking = entries
+            .iter()
+            .filter(|e| e.priority == Priority::RenderBlocking)
+            .cloned()
+            .collect();
+        &render_blocking
+    } else {
+        entries
+    };
     let links = preload_links(config, &page_origin(ctx), entries, false, |_| false);
     if links.is_empty() {
         return None;
