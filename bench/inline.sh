@@ -5,7 +5,8 @@
 #
 # Usage: bench/inline.sh [PAGE_DIR]     (needs root: `wirefold lab link`; chromium, python3, openssl)
 #   PAGE_DIR      an index.html and the files it references (default: a page built from
-#                 corpus material: 3 stylesheets, 3 scripts, a font, 3 images)
+#                 corpus material: the body of a 26 KB corpus page, 3 corpus stylesheets, 3 corpus
+#                 scripts, a font, 3 images)
 #   WIREFOLD=PATH a wirefold binary to use (default: cargo build --release --locked)
 #   LOADS=N       loads per cell (default 10); THINK="0 200 1000" (ms); RATE=10mbit; DELAY=50ms (one way)
 #   HINTS_CONFIG  more `[hints]` lines for the hints arm (e.g. "early_hints = false")
@@ -44,20 +45,26 @@ if [[ -z "$PAGE_DIR" ]]; then
   cp "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-css/$(ls "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-css" | tail -1)" "$PAGE_DIR/standard.css"
   cp "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-shared-with-dev-css/$(ls "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-shared-with-dev-css" | tail -1)" "$PAGE_DIR/shared.css"
   cp "$CORPUS/assets/google__styleguide/javaguide-css/$(ls "$CORPUS/assets/google__styleguide/javaguide-css" | tail -1)" "$PAGE_DIR/javaguide.css"
-  for s in aria roleInfo resolveReferences; do
-    d="$CORPUS/assets/w3c__aria/common_script_${s}-js"
+  # Three scripts of typical size (roleInfo.js, 432 KB, would make the bench measure
+  # Chromium's parsing on two busy cores rather than the network).
+  aria="$CORPUS/assets/w3c__aria/common_script_aria-js"
+  refs="$CORPUS/assets/w3c__aria/common_script_resolveReferences-js"
+  for pair in "aria:$aria/$(ls "$aria" | tail -1)" "aria-old:$aria/$(ls "$aria" | head -1)" \
+              "resolveReferences:$refs/$(ls "$refs" | tail -1)"; do
     # Wrapped so a script that expects its page's globals cannot stop the load.
-    { echo "try {"; cat "$d/$(ls "$d" | tail -1)"; echo "} catch (e) {}"; } > "$PAGE_DIR/$s.js"
+    { echo "try {"; cat "${pair#*:}"; echo "} catch (e) {}"; } > "$PAGE_DIR/${pair%%:*}.js"
   done
   # Incompressible bytes stand in for a font and images (sizes of typical ones).
   head -c 40000 /dev/urandom > "$PAGE_DIR/font.woff2"
   for i in 1 2 3; do head -c 60000 /dev/urandom > "$PAGE_DIR/image$i.jpg"; done
-  body=$(sed -n '/<body/,/<\/body>/p' "$CORPUS/siblings/httpwg__httpwg.github.io/rfc7230.html" | sed 's/<script[^>]*src=[^>]*><\/script>//g')
+  # A corpus page of typical size (rfc9412.html), its own scripts and styles left out.
+  body=$(sed -n '/<body/,/<\/body>/p' "$CORPUS/siblings/httpwg__httpwg.github.io/rfc9412.html" \
+    | sed -e 's/<script[^>]*src=[^>]*><\/script>//g' -e 's/<link[^>]*>//g' -e 's/<img[^>]*>//g')
   cat > "$PAGE_DIR/index.html" <<HTML
 <!doctype html><html><head><meta charset=utf-8><title>page</title>
 <link rel=stylesheet href=standard.css><link rel=stylesheet href=shared.css><link rel=stylesheet href=javaguide.css>
 <link rel=preload as=font href=font.woff2 crossorigin>
-<script src=aria.js></script><script src=roleInfo.js></script><script src=resolveReferences.js></script>
+<script src=aria.js></script><script src=aria-old.js></script><script src=resolveReferences.js></script>
 </head>
 <img src=image1.jpg width=300><img src=image2.jpg width=300><img src=image3.jpg width=300>
 $body

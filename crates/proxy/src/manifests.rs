@@ -41,6 +41,10 @@ pub struct Manifests {
     metrics: Arc<Metrics>,
     /// By page URL: the latest version's manifest, or `None` for no page known.
     latest: Bounded<String, Option<Arc<PageManifest>>>,
+    /// By (page URL, content hash): every version served lately, personalised ones
+    /// too (only someone served that very content gets its manifest), so a page is
+    /// parsed once per content, not per request.
+    versions: Bounded<(String, Hash), Arc<PageManifest>>,
     /// Page versions whose stylesheets are being read (or were): read once each.
     reading: Bounded<(String, Hash), ()>,
 }
@@ -51,6 +55,7 @@ impl Manifests {
             store,
             metrics,
             latest: Bounded::with_entries(PAGES_REMEMBERED),
+            versions: Bounded::with_entries(PAGES_REMEMBERED),
             reading: Bounded::with_entries(PAGES_REMEMBERED),
         }
     }
@@ -72,6 +77,8 @@ impl Manifests {
                     return known;
                 }
             }
+        } else if let Some(known) = self.versions.get(&(page_url.to_string(), hash)) {
+            return known;
         }
         let (store, url, html, rules) = (
             self.store.clone().filter(|_| shared),
@@ -108,6 +115,9 @@ impl Manifests {
         if shared {
             self.latest
                 .insert(page_url.to_string(), Some(manifest.clone()));
+        } else {
+            self.versions
+                .insert((page_url.to_string(), hash), manifest.clone());
         }
         manifest
     }
@@ -236,7 +246,8 @@ mod tests {
         let hash = {
             let store = open();
             let hash = store.put_blob(&html).unwrap();
-            let manifests = Manifests::new(Some(store.clone()), Arc::new(Metrics::new()));
+            let metrics = Arc::new(Metrics::new());
+            let manifests = Manifests::new(Some(store.clone()), metrics.clone());
             let built = manifests.of_page(url, hash, &html, &RULES, true).await;
             assert_eq!(built.entries.len(), 2);
             assert_eq!(built.entries[0].url, "https://e.com/v1.css");
@@ -244,10 +255,14 @@ mod tests {
             let private = page(2);
             let private_hash = store.put_blob(&private).unwrap();
             let other = "https://e.com/mine";
-            manifests
-                .of_page(other, private_hash, &private, &RULES, false)
-                .await;
+            for _ in 0..3 {
+                manifests
+                    .of_page(other, private_hash, &private, &RULES, false)
+                    .await;
+            }
             assert!(manifests.latest(other).await.is_none());
+            // Parsed once per content, personalised or not.
+            assert_eq!(metrics.manifests_built.get(), 2);
             hash
         };
         let manifests = Manifests::new(Some(open()), Arc::new(Metrics::new()));
