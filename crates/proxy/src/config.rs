@@ -9,6 +9,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+// The `[hints]` section is the hint stage's own.
+pub use crate::pipeline::hint::HintConfig;
 // The `[delta]` section is the delta engine's own.
 pub use delta::config::{DeltaConfig, PatternRule};
 // The `[fidelity]` section is adaptive fidelity's own.
@@ -41,6 +43,7 @@ pub struct Config {
     pub compression: CompressionConfig,
     pub delta: DeltaConfig,
     pub fidelity: FidelityConfig,
+    pub hints: HintConfig,
     pub files: FilesConfig,
     pub link: LinkConfig,
     pub log: LogConfig,
@@ -63,6 +66,7 @@ impl Default for Config {
             compression: CompressionConfig::default(),
             delta: DeltaConfig::default(),
             fidelity: FidelityConfig::default(),
+            hints: HintConfig::default(),
             files: FilesConfig::default(),
             link: LinkConfig::default(),
             log: LogConfig::default(),
@@ -747,6 +751,7 @@ impl Config {
                 .into_iter()
                 .map(|(key, message)| ConfigError::Invalid { key, message }),
         );
+        problems.extend(self.hints.problems());
         problems
     }
 }
