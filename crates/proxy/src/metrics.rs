@@ -122,6 +122,12 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// A state of the shared store (`store::SharedState::as_str`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: &'static str,
+}
+
 /// Why something happened; values from a fixed set per metric.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
@@ -154,6 +160,10 @@ pub struct Metrics {
     pub response_latency: Histogram,
     pub store_bytes: Gauge,
     pub store_blobs: Gauge,
+    /// The shared store's state: 1 for the current one, 0 for the others.
+    pub store_shared_state: Family<StateLabels, Gauge>,
+    /// Changes of the shared store's state, by the state entered.
+    pub store_shared_changes: Family<StateLabels, Counter>,
     pub store_write_errors: Counter,
     /// Completed passes of the root scanner (encodings and deltas made ahead).
     pub root_scans: Counter,
@@ -185,6 +195,30 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Records that the shared store entered `state`: the state gauge moves, the
+    /// change is counted.
+    pub fn shared_store_entered(&self, state: store::SharedState) {
+        self.shared_store_is(state);
+        self.store_shared_changes
+            .get_or_create(&StateLabels {
+                state: state.as_str(),
+            })
+            .inc();
+    }
+
+    /// Sets the shared store's state gauge to `state`.
+    pub fn shared_store_is(&self, state: store::SharedState) {
+        use store::SharedState::{Available, Full, Unreachable};
+        for each in [Available, Unreachable, Full] {
+            let labels = StateLabels {
+                state: each.as_str(),
+            };
+            self.store_shared_state
+                .get_or_create(&labels)
+                .set(i64::from(each == state));
+        }
+    }
+
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("wirefold");
         let requests = Family::default();
@@ -239,6 +273,18 @@ impl Metrics {
         );
         let store_blobs = Gauge::default();
         registry.register("store_blobs", "Bodies in the store", store_blobs.clone());
+        let store_shared_state = Family::default();
+        registry.register(
+            "store_shared_state",
+            "The shared store's state (1 for the current one)",
+            store_shared_state.clone(),
+        );
+        let store_shared_changes = Family::default();
+        registry.register(
+            "store_shared_changes",
+            "Changes of the shared store's state, by the state entered",
+            store_shared_changes.clone(),
+        );
         let store_write_errors = Counter::default();
         registry.register(
             "store_write_errors",
@@ -316,6 +362,8 @@ impl Metrics {
             response_latency,
             store_bytes,
             store_blobs,
+            store_shared_state,
+            store_shared_changes,
             store_write_errors,
             totals: Totals::default(),
         }

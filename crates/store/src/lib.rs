@@ -78,6 +78,33 @@ pub enum StoreLocation {
     },
 }
 
+impl StoreLocation {
+    /// Where a `store` setting points: Redis when it names a target, else the embedded
+    /// store in `dir`.
+    pub fn from_setting(
+        store: Option<&str>,
+        dir: PathBuf,
+        budget: Duration,
+    ) -> Result<StoreLocation, TargetError> {
+        Ok(match store {
+            Some(target) => StoreLocation::Shared {
+                target: target.parse()?,
+                budget,
+            },
+            None => StoreLocation::Embedded(dir),
+        })
+    }
+}
+
+impl fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreLocation::Embedded(dir) => write!(f, "{}", dir.display()),
+            StoreLocation::Shared { target, .. } => write!(f, "{target}"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
     /// Total length of the blobs on disk (embedded tier; 0 on Redis, which counts its
