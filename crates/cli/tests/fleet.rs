@@ -85,24 +85,25 @@ http {{
             root = root.display(),
         );
         std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let child = Command::new("nginx")
-            .arg("-e")
-            .arg(dir.join("error.log"))
-            .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("nginx runs");
+        // Killed and waited for on drop, whatever happens next.
+        let nginx = Nginx {
+            child: Command::new("nginx")
+                .arg("-e")
+                .arg(dir.join("error.log"))
+                .arg("-c")
+                .arg(dir.join("nginx.conf"))
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("nginx runs"),
+            dir: dir.to_owned(),
+        };
         // Up when both ports accept.
         for _ in 0..400 {
             let up = [origin_port, balancer_port]
                 .iter()
                 .all(|port| std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, *port)).is_ok());
             if up {
-                return Nginx {
-                    child,
-                    dir: dir.to_owned(),
-                };
+                return nginx;
             }
             std::thread::sleep(Duration::from_millis(25));
         }
