@@ -160,6 +160,8 @@ pub struct Metrics {
     pub response_latency: Histogram,
     pub store_bytes: Gauge,
     pub store_blobs: Gauge,
+    /// Blob lookups in the store's local (in-memory) tier, by result (sampled at scrape).
+    pub store_memory_lookups: Family<ResultLabels, Counter>,
     /// The shared store's state: 1 for the current one, 0 for the others.
     pub store_shared_state: Family<StateLabels, Gauge>,
     /// Changes of the shared store's state, by the state entered.
@@ -204,6 +206,19 @@ impl Metrics {
                 state: state.as_str(),
             })
             .inc();
+    }
+
+    /// Brings the store's sampled figures up to `stats`: gauges set, counters advanced
+    /// to the store's totals.
+    pub fn store_sampled(&self, stats: &store::StoreStats) {
+        self.store_bytes.set(stats.disk_bytes as i64);
+        self.store_blobs.set(stats.blobs as i64);
+        for (result, total) in [("hit", stats.memory_hits), ("miss", stats.memory_misses)] {
+            let counter = self
+                .store_memory_lookups
+                .get_or_create(&ResultLabels { result });
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
     }
 
     /// Sets the shared store's state gauge to `state`.
@@ -273,6 +288,12 @@ impl Metrics {
         );
         let store_blobs = Gauge::default();
         registry.register("store_blobs", "Bodies in the store", store_blobs.clone());
+        let store_memory_lookups = Family::default();
+        registry.register(
+            "store_memory_lookups",
+            "Blob lookups in the store's in-memory tier, by result",
+            store_memory_lookups.clone(),
+        );
         let store_shared_state = Family::default();
         registry.register(
             "store_shared_state",
@@ -362,6 +383,7 @@ impl Metrics {
             response_latency,
             store_bytes,
             store_blobs,
+            store_memory_lookups,
             store_shared_state,
             store_shared_changes,
             store_write_errors,

@@ -549,8 +549,7 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
         "/metrics" => {
             if let Some(store) = pipeline.store().cloned() {
                 if let Ok(stats) = tokio::task::spawn_blocking(move || store.stats()).await {
-                    pipeline.metrics.store_bytes.set(stats.disk_bytes as i64);
-                    pipeline.metrics.store_blobs.set(stats.blobs as i64);
+                    pipeline.metrics.store_sampled(&stats);
                 }
             }
             match pipeline.metrics.encode() {

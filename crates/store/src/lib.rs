@@ -116,6 +116,11 @@ pub struct StoreStats {
     pub records: u64,
     /// Blob bytes held in the local (in-memory) tier.
     pub memory_bytes: u64,
+    /// Blob lookups since start the local tier answered.
+    pub memory_hits: u64,
+    /// Blob lookups since start the local tier could not answer (the `_in_memory` ones
+    /// included, whose caller may then ask the durable tier).
+    pub memory_misses: u64,
 }
 
 /// A handle to an open store; clones share it.
@@ -300,11 +305,14 @@ impl Store {
 
     pub fn stats(&self) -> StoreStats {
         let durable = self.inner.durable.stats();
+        let (memory_hits, memory_misses) = self.inner.local.lookups();
         StoreStats {
             disk_bytes: durable.bytes,
             blobs: durable.blobs,
             records: durable.records,
             memory_bytes: self.inner.local.weight(),
+            memory_hits,
+            memory_misses,
         }
     }
 

@@ -8,6 +8,7 @@
 //! tier answers can change what a client receives.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -19,6 +20,9 @@ pub(crate) struct LocalTier {
     /// Bound on the blob bytes held.
     limit: u64,
     state: Mutex<LocalState>,
+    /// Blob lookups answered here, and those that went on to the durable tier.
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 struct LocalState {
@@ -36,11 +40,29 @@ impl LocalTier {
                 blobs: Lru::new(),
                 encoding_names: HashMap::new(),
             }),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         }
     }
 
+    /// The blob, if held here; counted as a hit or a miss.
     pub(crate) fn blob(&self, hash: &Hash) -> Option<Bytes> {
-        self.state().blobs.get(hash).cloned()
+        let found = self.state().blobs.get(hash).cloned();
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Blob lookups since start: (answered here, not).
+    pub(crate) fn lookups(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
     }
 
     /// Keeps a blob just read or written, if it fits; the least recently used go first.
