@@ -421,6 +421,9 @@ impl Shared {
                 let wait = health.backoff;
                 health.retry_at = Instant::now() + wait;
                 health.backoff = (wait * 2).min(LAST_RETRY);
+                // Every idle connection is suspect now: after a restart each would fail
+                // once more, each failure backing off further.
+                lock(&self.inner.idle).clear();
                 if health.state != SharedState::Unreachable {
                     let why = format!("unreachable or over its {:?} budget ({err}); serving without it, retrying with backoff", self.inner.budget);
                     self.change(&mut health, SharedState::Unreachable, &why);

@@ -180,3 +180,49 @@ fn an_unreachable_redis_fails_fast_and_is_found_again_each_change_reported_once(
         [SharedState::Unreachable, SharedState::Available]
     );
 }
+
+#[test]
+fn a_redis_slower_than_the_budget_counts_as_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path()).unwrap();
+    let store = open(&redis.url(), None);
+    store
+        .put_record("hist:example.org/slow", b"v", &[])
+        .unwrap();
+    // The server answers nothing for 3 s; the store's budget is 500 ms.
+    let port = redis.port;
+    let sleeper = std::thread::spawn(move || {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        std::io::Write::write_all(&mut stream, b"DEBUG SLEEP 3\r\n").unwrap();
+        let mut reply = [0; 16];
+        let _ = std::io::Read::read(&mut stream, &mut reply);
+    });
+    // Once the server sleeps, a call waits out the budget and fails.
+    let mut timed_out = false;
+    for _ in 0..100 {
+        if matches!(
+            store.get_record("hist:example.org/slow"),
+            Err(StoreError::Unavailable { .. })
+        ) {
+            timed_out = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        timed_out,
+        "a call to a sleeping Redis fails within the budget"
+    );
+    assert_eq!(store.shared_state(), Some(SharedState::Unreachable));
+    sleeper.join().unwrap();
+    let mut answered = None;
+    for _ in 0..200 {
+        if let Ok(value) = store.get_record("hist:example.org/slow") {
+            answered = value;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(answered.as_deref(), Some(&b"v"[..]));
+    assert_eq!(store.shared_state(), Some(SharedState::Available));
+}

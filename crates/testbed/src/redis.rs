@@ -68,6 +68,8 @@ impl RedisServer {
             .args(["--save", "", "--appendonly", "no"])
             // As docs/operations.md asks of a fleet's Redis.
             .args(["--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"])
+            // `DEBUG SLEEP` makes a slow server for the tests of the time budget.
+            .args(["--enable-debug-command", "local"])
             .arg("--logfile")
             .arg(self.dir.join("redis.log"))
             .stdin(Stdio::null())
