@@ -7,7 +7,7 @@
 # Environment (all optional):
 #   WIREFOLD=PATH    a wirefold binary to use (default: cargo build --release -p wirefold)
 #   CORPUS=DIR       the shared corpus (default: <repo>/../shared/corpus)
-#   PAGES=200        distinct HTML pages from the corpus, requested round robin
+#   PAGES=50         distinct HTML pages from the corpus, requested round robin
 #   DURATION=10      seconds per wrk run        REPEATS=3  runs per cell (median)
 #   CONNS=32         wrk connections of the throughput runs (2 threads)
 #   KEEP_TMP=1       keep the temp dir (configs, logs) for inspection
@@ -15,7 +15,10 @@
 # nginx (one process) is the origin, serving the pages with `Cache-Control: no-cache`
 # (every request is revalidated: the cache entry is read and written each time, which
 # is the store's work per request), and the round-robin balancer of the throughput
-# runs. redis-server runs with maxmemory 512mb, allkeys-lru, no persistence.
+# runs. redis-server runs with maxmemory 512mb, allkeys-lru, no persistence. The
+# instances keep brotli 5 (their on-the-fly level) rather than making brotli 11 in
+# the background, so that no run competes with the previous one's background
+# compression: the difference measured is the store's.
 #
 # Prints, per cell, the median over REPEATS:
 #   latency   wrk -t1 -c1 (one request at a time, no queueing) straight to one
@@ -36,7 +39,7 @@ source "$HERE/nginx-lib.sh"
 
 if [[ "${1:-}" == "-h" ]]; then sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 CORPUS=${CORPUS:-$REPO/../shared/corpus}
-PAGES=${PAGES:-200}
+PAGES=${PAGES:-50}
 DURATION=${DURATION:-10}
 REPEATS=${REPEATS:-3}
 CONNS=${CONNS:-32}
@@ -71,13 +74,19 @@ for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
 REDIS="redis://127.0.0.1:$REDIS_PORT"
 
 ORIGIN_PORT=$(free_port)
+cat >"$TMP/wirefold.toml" <<TOML
+[[compression.profile]]
+types = ["text/*"]
+cached = "br:5, zstd:9, gzip:6"
+on_the_fly = "br:5, zstd:9, gzip:6"
+TOML
 # start_instance NAME [STORE]: a wirefold serve on a free port; sets PORT_<NAME>, ADMIN_<NAME>.
 start_instance() {
     local name=$1 store=${2:-} port admin
     port=$(free_port)
     admin=$(free_port)
     local args=(serve --origin "http://127.0.0.1:$ORIGIN_PORT" --listen "127.0.0.1:$port"
-        --admin "127.0.0.1:$admin" --data-dir "$TMP/data-$name")
+        --admin "127.0.0.1:$admin" --data-dir "$TMP/data-$name" --config "$TMP/wirefold.toml")
     [[ -n "$store" ]] && args+=(--store "$store")
     "$WIREFOLD" "${args[@]}" >"$TMP/$name.out" 2>"$TMP/$name.log" &
     PIDS+=($!)
@@ -123,12 +132,18 @@ wait_http nginx "$!" "http://127.0.0.1:$ORIGIN_PORT/p0.html"
 
 # ---------------------------------------------------------------- runs
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-# wrk_run URL THREADS CONNS: prints "p50_ms p99_ms req_per_s".
+# wrk_run URL THREADS CONNS: prints "p50_ms p99_ms req_per_s"; a run with any
+# answer other than 2xx/3xx (wrk's "Non-2xx or 3xx responses") or socket error fails.
 wrk_run() {
-    wrk -t"$2" -c"$3" -d"${DURATION}s" --latency -s "$TMP/rotate.lua" "$1" | awk '
+    local out
+    out=$(wrk -t"$2" -c"$3" -d"${DURATION}s" --latency -s "$TMP/rotate.lua" "$1")
+    if grep -qE "Non-2xx|Socket errors" <<<"$out"; then
+        die "$1: not every answer was a success: $out"
+    fi
+    awk '
         function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
         $1 == "50%" { p50 = ms($2) } $1 == "99%" { p99 = ms($2) } $1 == "Requests/sec:" { rps = $2 }
-        END { printf "%.3f %.3f %.0f\n", p50, p99, rps }'
+        END { printf "%.3f %.3f %.0f\n", p50, p99, rps }' <<<"$out"
 }
 # cell NAME URL THREADS CONNS: REPEATS runs; sets P50, P99, RPS (medians).
 cell() {
@@ -162,6 +177,12 @@ done
 unreachable=$(metric_sum "$ADMIN_a" 'wirefold_store_shared_changes_total{state="unreachable"}')
 redis_mem=$(redis-cli -p "$REDIS_PORT" info memory | awk -F: '/^used_memory:/ {print $2}' | tr -d '\r')
 redis_keys=$(redis-cli -p "$REDIS_PORT" dbsize | tr -d '\r')
+redis_commands=$(redis-cli -p "$REDIS_PORT" info stats | awk -F: '/^total_commands_processed:/ {print $2}' | tr -d '\r')
+redis_cpu=$(redis-cli -p "$REDIS_PORT" info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {print s}')
+served=0
+for admin in "$ADMIN_a" "$ADMIN_b"; do
+    served=$((served + $(metric_sum "$admin" 'wirefold_requests_total')))
+done
 
 printf '\n%-34s %10s %10s\n' "" "p50 ms" "p99 ms"
 printf '%-34s %10s %10s\n' "embedded store" "$E50" "$E99"
@@ -171,4 +192,4 @@ printf '\n%-34s %10s\n' "" "req/s"
 printf '%-34s %10s\n' "one instance on redis" "$ONE" "two instances on redis" "$TWO"
 awk -v a="$TWO" -v b="$ONE" 'BEGIN { printf "%-34s %10.2f\n", "two / one", a / b }'
 awk -v h="$hits" -v m="$misses" 'BEGIN { printf "\nlocal tier: %d hits, %d misses, hit rate %.1f%%\n", h, m, (h + m) ? 100 * h / (h + m) : 0 }'
-echo "redis: $redis_keys keys, $redis_mem bytes used; instance a saw it unreachable $unreachable times"
+echo "redis: $redis_keys keys, $redis_mem bytes used, $redis_commands commands for $served requests ($(awk -v c="$redis_commands" -v r="$served" 'BEGIN { printf "%.2f", c / r }') per request), ${redis_cpu} s of CPU; instance a saw it unreachable $unreachable times"

@@ -61,6 +61,18 @@ impl StoreError {
         }
     }
 
+    /// Whether a caller should count this failure without logging it: the store logs
+    /// suspended writes and an unreachable shared store itself, once per change of
+    /// state, and a missing blob is an ordinary race with eviction.
+    pub fn is_quiet(&self) -> bool {
+        matches!(
+            self,
+            StoreError::WritesSuspended
+                | StoreError::Unavailable { .. }
+                | StoreError::MissingBlob(_)
+        )
+    }
+
     /// Whether this error says the disk (or quota, or file size limit) is exhausted.
     pub(crate) fn is_out_of_space(&self) -> bool {
         matches!(self, StoreError::Io { source, .. } if matches!(
