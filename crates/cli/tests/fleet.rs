@@ -4,7 +4,8 @@
 //! requests land on alternate instances: a dictionary one instance announced is
 //! fetched from the other, a request naming it (`Available-Dictionary`) gets `dcz`
 //! from both, and a changed page comes as a delta (226 against the held instance)
-//! through either. Redis killed with SIGKILL mid-run and restarted: every body stays
+//! through either; a dictionary trained on one instance, from pages both stored, is
+//! linked by both. Redis killed with SIGKILL mid-run and restarted: every body stays
 //! the origin's, and deltas resume.
 #![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
@@ -159,6 +160,8 @@ struct Fleet {
     dir: tempfile::TempDir,
     root: PathBuf,
     _instances: Vec<Started>,
+    /// The instances' admin listeners.
+    admins: Vec<u16>,
     nginx: Nginx,
     url: String,
     version: usize,
@@ -174,10 +177,13 @@ impl Fleet {
         let config = dir.path().join("wirefold.toml");
         std::fs::write(&config, "[delta]\nassumed_bandwidth_bps = 1000000\n").unwrap();
         let origin = format!("http://127.0.0.1:{origin_port}");
+        let admins = [free_port(), free_port()];
         let instances: Vec<(Started, String)> = ["a", "b"]
             .iter()
-            .map(|name| {
+            .zip(admins)
+            .map(|(name, admin)| {
                 let data = dir.path().join(name);
+                let admin = format!("127.0.0.1:{admin}");
                 serve(&[
                     "--origin",
                     &origin,
@@ -186,7 +192,7 @@ impl Fleet {
                     "--listen",
                     "127.0.0.1:0",
                     "--admin",
-                    "127.0.0.1:0",
+                    &admin,
                     "--data-dir",
                     data.to_str().unwrap(),
                     "--config",
@@ -203,6 +209,7 @@ impl Fleet {
             dir,
             root,
             _instances: instances.into_iter().map(|(started, _)| started).collect(),
+            admins: admins.to_vec(),
             nginx,
             url: format!("http://127.0.0.1:{balancer_port}/spec.html"),
             version: 0,
@@ -329,12 +336,58 @@ async fn dictionaries_and_deltas_cross_instances(fleet: &mut Fleet) {
     );
 }
 
+/// Pages of the site both instances store (in turn), a dictionary trained from them on
+/// one instance, and both linking it.
+async fn a_trained_dictionary_is_linked_by_both(fleet: &mut Fleet) {
+    let base = fleet.url.trim_end_matches("/spec.html").to_string();
+    for n in 1..=12 {
+        let other = corpus_file(&format!(
+            "html/w3c__manifest/index-html--recent/{:03}.html",
+            30 - n
+        ));
+        std::fs::write(fleet.root.join(format!("other-{n}.html")), other).unwrap();
+        let answer = curl(&format!("{base}/other-{n}.html"), &[]).await;
+        assert_eq!(answer.status, 200);
+    }
+    let admin = format!(
+        "http://127.0.0.1:{}/dictionaries/train?pattern=%2F*&max_size=8192",
+        fleet.admins[0]
+    );
+    let trained = curl(&admin, &["-X", "POST"]).await;
+    let report = String::from_utf8_lossy(&trained.body).into_owned();
+    assert_eq!(trained.status, 200, "{report}");
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert!(
+        report["samples"].as_u64().unwrap() > 12,
+        "samples stored by both instances: {report}"
+    );
+    let url = report["url"].as_str().unwrap().to_string();
+    // A new version: no instance has memoized the page's links yet.
+    fleet.publish_next_version();
+    let before = fleet.nginx.answers().len();
+    for _ in 0..2 {
+        let page = curl(&fleet.url, &["-H", "Accept-Encoding: br"]).await;
+        assert!(
+            page.header("link").unwrap_or_default().contains(&url),
+            "the trained dictionary is linked: {:?}",
+            page.headers
+        );
+    }
+    let answers = fleet.nginx.answers();
+    assert_ne!(
+        answers[before].instance,
+        answers[before + 1].instance,
+        "{answers:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fleet_on_one_redis_shares_dictionaries_and_survives_redis_crashing() {
     let dir = tempfile::tempdir().unwrap();
     let mut redis = RedisServer::start(dir.path()).unwrap();
     let mut fleet = Fleet::start(&redis.url());
     dictionaries_and_deltas_cross_instances(&mut fleet).await;
+    a_trained_dictionary_is_linked_by_both(&mut fleet).await;
 
     // Redis crashes mid-run: every body is still the origin's.
     redis.kill();
