@@ -425,4 +425,5 @@ async fn a_fleet_on_a_redis_cluster_shares_dictionaries() {
     let cluster = RedisCluster::start(dir.path(), 3).unwrap();
     let mut fleet = Fleet::start(&cluster.url());
     dictionaries_and_deltas_cross_instances(&mut fleet).await;
+    a_trained_dictionary_is_linked_by_both(&mut fleet).await;
 }
