@@ -10,6 +10,10 @@
 #   CONNECTIONS=64      driver workers, each on one keep-alive connection
 #   PAIR_SHARE=0.375    share of the workers on the proxy pair
 #   HOSTILE_SHARE=0.05  share of hostile requests
+#   STORE_MB=256        each process's store on disk (cache.max_bytes, the client's
+#                       max_store_bytes): small enough to fill during the warm-up, so
+#                       the second half measures the steady state (the product default,
+#                       1024, takes ~34 min to fill at full rate on 2 cores)
 #   KEEP_TMP=1          keep the temp dir (data dirs, whole logs)
 #
 # Starts on loopback: the soak origin (`wirefold-soak origin`: every body a pure
@@ -68,11 +72,15 @@ P_DIRECT=$(free_port); P_DIRECT_ADMIN=$(free_port)
 P_LINK=$(free_port); P_LINK_ADMIN=$(free_port)
 P_CLIENT=$(free_port); P_CLIENT_ADMIN=$(free_port)
 
+STORE_MB=${STORE_MB:-256}
+[[ $STORE_MB =~ ^[1-9][0-9]*$ ]] || die "STORE_MB must be a whole number of MiB, got: $STORE_MB"
+STORE_BYTES=$((STORE_MB * 1024 * 1024))
 # Short grace periods: at the end nothing in flight matters.
-printf '[limits]\nshutdown_grace_ms = 2000\n' >"$TMP/direct.toml"
+printf '[limits]\nshutdown_grace_ms = 2000\n\n[cache]\nmax_bytes = %d\n' "$STORE_BYTES" >"$TMP/direct.toml"
 # The soak origin is on loopback, which a forward server proxy refuses by default.
-printf '[limits]\nshutdown_grace_ms = 2000\n\n[link]\ndestinations = "any"\n' >"$TMP/link.toml"
-printf 'shutdown_grace_ms = 2000\n' >"$TMP/client.toml"
+printf '[limits]\nshutdown_grace_ms = 2000\n\n[cache]\nmax_bytes = %d\n\n[link]\ndestinations = "any"\n' \
+    "$STORE_BYTES" >"$TMP/link.toml"
+printf 'shutdown_grace_ms = 2000\nmax_store_bytes = %d\n' "$STORE_BYTES" >"$TMP/client.toml"
 
 # ---------------------------------------------------------------- the processes
 export NO_COLOR=1 # plain logs, so that warnings can be counted

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs the reference tools the interop tests drive
-# (curl, gzip, brotli, zstd, xdelta3, headless chromium for tests/chromium.rs, ping
+# (curl, gzip, brotli, zstd, xdelta3, headless chromium for tests/chromium.rs, nghttp
+# for the push test in crates/proxy/tests/hints.rs, ping
 # and ip for the path emulator's checks in crates/testbed/tests/emulator.rs,
 # dpkg-shlibdeps and strip for the package test, crates/cli/tests/package.rs, and
 # redis-server, redis-cli and nginx for the fleet's tests, crates/store/tests/shared.rs
@@ -11,12 +12,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for tool in curl gzip brotli zstd xdelta3 chromium ping ip dpkg-shlibdeps strip redis-server redis-cli nginx; do
+for tool in curl gzip brotli zstd xdelta3 chromium nghttp ping ip dpkg-shlibdeps strip redis-server redis-cli nginx; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 # Tools whose Debian package has another name.
 for i in "${!missing[@]}"; do
     case "${missing[$i]}" in
+        nghttp) missing[$i]=nghttp2-client ;;
         ping) missing[$i]=iputils-ping ;;
         ip) missing[$i]=iproute2 ;;
         dpkg-shlibdeps) missing[$i]=dpkg-dev ;;

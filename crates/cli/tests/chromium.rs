@@ -742,9 +742,11 @@ async fn chromium_uses_the_derived_dictionary_of_a_no_cache_page() {
         "instantly stale: no Use-As-Dictionary: {first:#?}"
     );
     let link = first
-        .response("link")
-        .expect("the page links a dictionary")
-        .to_string();
+        .response
+        .iter()
+        .find(|(k, v)| k.eq_ignore_ascii_case("link") && v.contains("compression-dictionary"))
+        .map(|(_, v)| v.clone())
+        .expect("the page links a dictionary");
     eprintln!("load 1: Link: {link}");
     let dict_path = link
         .trim_start_matches('<')
@@ -1018,7 +1020,9 @@ async fn script_changed_in_place(serving: Serving) {
         .flat_map(|e| {
             e.response
                 .iter()
-                .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
+                .filter(|(k, v)| {
+                    k.eq_ignore_ascii_case("link") && v.contains("compression-dictionary")
+                })
                 .map(|(_, v)| v.clone())
         })
         .collect();
@@ -1324,4 +1328,122 @@ async fn chromium_draws_the_status_pages_charts() {
     }
     let kept = std::fs::read(&kept).expect("docs/status-page.png is kept in the repository");
     assert!(is_png(&kept));
+}
+
+// ---------------------------------------------------------------------------
+// Inline download: 103 Early Hints over HTTP/2 with TLS
+
+/// A certificate for 127.0.0.1 and localhost written to `dir` (cert.pem, key.pem),
+/// and the base64 SHA-256 of its public key: what Chromium's
+/// `--ignore-certificate-errors-spki-list` trusts.
+fn certificate(dir: &Path) -> (PathBuf, PathBuf, String) {
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()]).expect("names");
+    let cert = params.self_signed(&key).expect("a certificate");
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let spki = sha256_b64(&rcgen::PublicKeyData::subject_public_key_info(&key));
+    (cert_path, key_path, spki)
+}
+
+/// What the held-page origin saw.
+#[derive(Default)]
+struct HeldPage {
+    page_requests: std::sync::atomic::AtomicUsize,
+    /// Set by the stylesheet's request; awaited by a held page request.
+    stylesheet_requested: tokio::sync::Notify,
+    /// For each held page request: whether the stylesheet was requested before the
+    /// page's answer left the origin.
+    stylesheet_first: Mutex<Vec<bool>>,
+}
+
+const HINTED_PAGE: &str = "<!doctype html><html><head><title>hinted</title>\
+<link rel=stylesheet href=/hinted.css></head><body><p id=done>rendered</p></body></html>";
+
+/// An origin that answers the first request for `/page` at once and holds every later
+/// one until `/hinted.css` is requested (at most `limit`): a browser that starts the
+/// stylesheet only after the page's head arrived makes the hold run out.
+async fn held_page_origin(state: Arc<HeldPage>, limit: Duration) -> SocketAddr {
+    use hyper::service::service_fn;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let state = state.clone();
+                    async move {
+                        let ordinary = |content_type: &str, cache: &str, body: &'static str| {
+                            hyper::Response::builder()
+                                .header("content-type", content_type)
+                                .header("cache-control", cache)
+                                .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                        };
+                        let answer = match req.uri().path() {
+                            "/page" => {
+                                let n = state
+                                    .page_requests
+                                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                if n > 0 {
+                                    let notified = state.stylesheet_requested.notified();
+                                    let first = tokio::time::timeout(limit, notified).await.is_ok();
+                                    state.stylesheet_first.lock().unwrap().push(first);
+                                }
+                                ordinary("text/html", "no-cache", HINTED_PAGE)
+                            }
+                            "/hinted.css" => {
+                                state.stylesheet_requested.notify_one();
+                                ordinary("text/css", "no-store", "#done { color: green }")
+                            }
+                            _ => ordinary("text/plain", "no-store", "not here"),
+                        };
+                        Ok::<_, std::convert::Infallible>(answer.unwrap())
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Chromium over HTTP/2 with TLS acts on wirefold's 103 Early Hints: for a page
+/// wirefold has seen, the stylesheet its manifest names is requested while the origin
+/// still holds the page (it answers only once the stylesheet was asked for, or after
+/// the hold runs out, which fails the test), and the page renders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_starts_a_hinted_stylesheet_before_the_page_arrives() {
+    let Some(exe) = chromium() else { return };
+    let _one = BROWSER.lock().await;
+    let state = Arc::new(HeldPage::default());
+    let origin = held_page_origin(state.clone(), Duration::from_secs(20)).await;
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, spki) = certificate(certs.path());
+    let proxy = start_proxy(&format!("http://{origin}"), |c| {
+        c.tls.cert = Some(cert);
+        c.tls.key = Some(key);
+    })
+    .await;
+    let page = proxy.url("/page");
+    // A first visit (any client) gives wirefold the page's manifest.
+    let first = curl(&page, &["--http2", "-H", "accept: text/html"]).await;
+    assert_eq!(first.status, 200);
+
+    let profile = tempfile::tempdir().unwrap();
+    let trust = format!("--ignore-certificate-errors-spki-list={spki}");
+    let dom = dump_dom_with(&exe, profile.path(), &page, 2000, &[trust]).await;
+    assert!(dom.contains("rendered"), "the page rendered: {dom}");
+    assert_eq!(
+        *state.stylesheet_first.lock().unwrap(),
+        [true],
+        "Chromium requested the hinted stylesheet before the page's head was sent"
+    );
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(metric(&metrics, "wirefold_early_hints_total"), 1.0);
+    proxy.running.shutdown().await;
 }

@@ -300,7 +300,9 @@ fn families_documented(operations: &str, heading: &str) -> BTreeSet<(String, Str
 /// documented family must be touched here to be seen.
 #[tokio::test(flavor = "multi_thread")]
 async fn every_metric_is_documented_and_every_documented_metric_exists() {
-    let page = "<p>the same words again and again</p>\n".repeat(200);
+    // A stylesheet reference, so the page's manifest announces a link.
+    let page = "<link rel=stylesheet href=/site.css>\n".to_string()
+        + &"<p>the same words again and again</p>\n".repeat(200);
     let big_text = "line after line of plain text\n".repeat(4096);
     let big_gzip = bytes::Bytes::from(codec::compress(
         wirefold_http::ContentCoding::Gzip,

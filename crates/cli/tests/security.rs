@@ -50,11 +50,7 @@ async fn assert_no_linked_dictionary_holds(
     secret: &[u8],
     context: &str,
 ) {
-    for (_, link) in fetched
-        .headers
-        .iter()
-        .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
-    {
+    for link in fetched.dictionary_links() {
         let url = link.split(['<', '>']).nth(1).unwrap_or_default();
         let dictionary = curl(&proxy.url(url), &["--compressed"]).await;
         assert!(!contains(&dictionary.body, secret), "{context}: {url}");
@@ -566,11 +562,7 @@ async fn a_cache_only_entry_is_never_derived_from_when_anyone_hits_it() {
     // dictionary made from it may outlive the entry.
     let bob = curl(&proxy.url("/account"), &["--compressed"]).await;
     assert_eq!(bob.header("cache-status"), Some("wirefold; hit"));
-    let links: Vec<&(String, String)> = bob
-        .headers
-        .iter()
-        .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
-        .collect();
+    let links = bob.dictionary_links();
     assert!(links.is_empty(), "{links:?}");
     let alice_dict = format!(
         "/.wirefold/dict/{}",

@@ -5,11 +5,17 @@
 //! that makes the reference. The `hint` stage announces these (`Link: rel=preload`,
 //! 103 Early Hints, push) and the lab's AID model asks when the client learns of them.
 //!
+//! [`manifest`] turns them into a page's manifest: what a browser at a default viewport
+//! fetches, with the destination a preload needs and the order that helps rendering.
+//!
 //! Extraction streams with lol_html: [`InlineScanner`] takes the document in chunks of
 //! any size, as they arrive from an origin. Byte offsets are exact — they are lol_html's
 //! source locations, counted in the input bytes in their original encoding, and do not
 //! depend on how the input was cut into chunks.
 
+pub mod css;
+pub mod manifest;
+mod sizes;
 mod srcset;
 
 use std::cell::RefCell;
@@ -61,6 +67,52 @@ pub struct InlineReference {
     /// Byte offset just past the start tag's `>`: a client knows the reference once the
     /// bytes up to here have arrived.
     pub tag_end: usize,
+    /// Whether a browser with the [`Viewport::DEFAULT`] fetches this URL for its
+    /// element: false for the candidates of an `srcset` (or of a `<picture>`) that it
+    /// does not pick. Every other reference is selected.
+    pub selected: bool,
+    /// What the element says about how to fetch it.
+    pub fetch: FetchAttributes,
+}
+
+/// The attributes of a referencing element that decide how and when a browser
+/// fetches it, as written (lowercased where HTML treats them case-insensitively).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FetchAttributes {
+    /// The element comes before `<body>` (or anything only a body holds): a classic
+    /// script here blocks the first render.
+    pub in_head: bool,
+    /// A script with `async` or `defer`: it does not block the parser.
+    pub deferred: bool,
+    /// `<script type=module>`: fetched in CORS mode, deferred.
+    pub module: bool,
+    /// `loading=lazy`: fetched only when near the viewport.
+    pub lazy: bool,
+    /// `media` of a stylesheet or a `<source>`.
+    pub media: Option<String>,
+    /// `crossorigin`: `anonymous` (also for an empty or unknown value) or
+    /// `use-credentials`.
+    pub crossorigin: Option<String>,
+    /// `type`: the media type a `<link>` or `<source>` declares.
+    pub media_type: Option<String>,
+}
+
+/// The screen a page's images are chosen for when no client says otherwise.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Viewport {
+    /// Width in CSS pixels.
+    pub width: f32,
+    /// Device pixels per CSS pixel.
+    pub pixel_ratio: f32,
+}
+
+impl Viewport {
+    /// A desktop browser window: 1280 CSS pixels at one device pixel each (headless
+    /// Chromium's and the most common desktop width).
+    pub const DEFAULT: Viewport = Viewport {
+        width: 1280.0,
+        pixel_ratio: 1.0,
+    };
 }
 
 /// Every inline reference of `html`, in document order, with relative URLs resolved
@@ -90,6 +142,8 @@ impl InlineScanner {
         let state = Rc::new(RefCell::new(ScanState {
             base: Url::parse(base).ok(),
             saw_base_element: false,
+            in_head: true,
+            picture: None,
             found: Vec::new(),
         }));
         let on_element = Rc::clone(&state);
@@ -98,7 +152,7 @@ impl InlineScanner {
             .with_strict(false)
             .append_element_content_handler(element!(
                 "base[href], link[href], script[src], img, source, iframe[src], video, \
-                 audio[src], object[data], embed[src], input[src]",
+                 audio[src], object[data], embed[src], input[src], body, picture",
                 move |el| {
                     on_element.borrow_mut().visit(el);
                     Ok(())
@@ -134,24 +188,64 @@ impl InlineScanner {
 struct ScanState {
     base: Option<Url>,
     saw_base_element: bool,
+    /// No body content seen yet.
+    in_head: bool,
+    /// Inside a `<picture>`: whether one of its `<source>`s was already picked (its
+    /// `<img>` then only supplies the element, not the URL).
+    picture: Option<bool>,
     found: Vec<InlineReference>,
 }
 
+/// `<source>` media types a browser decodes (others are skipped when picking one).
+const SUPPORTED_IMAGE_TYPES: [&str; 8] = [
+    "image/avif",
+    "image/webp",
+    "image/jpeg",
+    "image/png",
+    "image/gif",
+    "image/svg+xml",
+    "image/apng",
+    "image/bmp",
+];
+
 impl ScanState {
     fn visit(&mut self, el: &Element) {
+        let tag = el.tag_name();
+        let head_element = matches!(tag.as_str(), "base" | "link" | "script");
+        if !head_element {
+            self.in_head = false;
+        }
+        let attr = |name: &str| el.get_attribute(name);
+        let lowered = |name: &str| attr(name).map(|v| v.trim().to_ascii_lowercase());
+        let fetch = FetchAttributes {
+            in_head: self.in_head,
+            deferred: attr("async").is_some() || attr("defer").is_some(),
+            module: lowered("type").is_some_and(|t| t == "module"),
+            lazy: lowered("loading").is_some_and(|l| l == "lazy"),
+            media: lowered("media").filter(|m| !m.is_empty()),
+            crossorigin: lowered("crossorigin").map(|c| {
+                if c == "use-credentials" {
+                    c
+                } else {
+                    "anonymous".to_string()
+                }
+            }),
+            media_type: lowered("type").filter(|t| !t.is_empty()),
+        };
         let location = el.source_location().bytes();
-        let mut add = |kind: ReferenceKind, value: &str| {
+        let mut add = |kind: ReferenceKind, value: &str, selected: bool| {
             if let Some(url) = resolve(self.base.as_ref(), value) {
                 self.found.push(InlineReference {
                     kind,
                     url,
                     offset: location.start,
                     tag_end: location.end,
+                    selected,
+                    fetch: fetch.clone(),
                 });
             }
         };
-        let attr = |name: &str| el.get_attribute(name);
-        match el.tag_name().as_str() {
+        match tag.as_str() {
             // Only the first <base href> counts (HTML: "frozen base URL").
             "base" if !self.saw_base_element => {
                 self.saw_base_element = true;
@@ -171,38 +265,104 @@ impl ScanState {
                         rel: rel.trim().to_ascii_lowercase(),
                         destination: attr("as").map(|a| a.trim().to_ascii_lowercase()),
                     };
-                    add(kind, &attr("href").unwrap_or_default());
+                    add(kind, &attr("href").unwrap_or_default(), true);
                 }
             }
-            "script" => add(ReferenceKind::Script, &attr("src").unwrap_or_default()),
-            "img" | "source" => {
+            "script" => add(
+                ReferenceKind::Script,
+                &attr("src").unwrap_or_default(),
+                true,
+            ),
+            "picture" => self.picture = Some(false),
+            "img" => {
+                // A picture's <img> ends its choice; a source already picked wins.
+                let source_picked = self.picture.take().unwrap_or(false);
+                let src = attr("src");
+                let srcset = attr("srcset").unwrap_or_default();
+                let mut candidates = srcset::candidates(&srcset);
+                // `src` is the 1x candidate unless srcset names one or uses widths.
+                let src_is_candidate = src.is_some()
+                    && !candidates.iter().any(|c| {
+                        c.descriptor == srcset::Descriptor::Density(1.0)
+                            || matches!(c.descriptor, srcset::Descriptor::Width(_))
+                    });
+                if let Some(src) = src.as_deref().filter(|_| src_is_candidate) {
+                    candidates.push(srcset::Candidate {
+                        url: src,
+                        descriptor: srcset::Descriptor::Density(1.0),
+                    });
+                }
+                let sizes = attr("sizes");
+                let slot = sizes::slot_width(sizes.as_deref(), &Viewport::DEFAULT);
+                let picked = (!source_picked)
+                    .then(|| srcset::select(&candidates, slot, Viewport::DEFAULT.pixel_ratio))
+                    .flatten();
+                if let Some(src) = &src {
+                    let is_picked = src_is_candidate && picked == Some(candidates.len() - 1);
+                    add(ReferenceKind::Image, src, is_picked);
+                }
+                for (i, candidate) in srcset::candidates(&srcset).iter().enumerate() {
+                    add(
+                        ReferenceKind::SrcsetCandidate,
+                        candidate.url,
+                        picked == Some(i),
+                    );
+                }
+            }
+            "source" => {
+                let in_picture = self.picture.is_some();
+                let eligible = self.picture == Some(false)
+                    && fetch
+                        .media_type
+                        .as_deref()
+                        .is_none_or(|t| SUPPORTED_IMAGE_TYPES.contains(&t))
+                    && fetch
+                        .media
+                        .as_deref()
+                        .is_none_or(|m| sizes::media_matches(m, &Viewport::DEFAULT));
                 if let Some(src) = attr("src") {
-                    let kind = if el.tag_name() == "img" {
-                        ReferenceKind::Image
-                    } else {
-                        ReferenceKind::Media
-                    };
-                    add(kind, &src);
+                    add(ReferenceKind::Media, &src, !in_picture);
                 }
                 if let Some(srcset) = attr("srcset") {
-                    for candidate in srcset::candidate_urls(&srcset) {
-                        add(ReferenceKind::SrcsetCandidate, candidate);
+                    let candidates = srcset::candidates(&srcset);
+                    let sizes = attr("sizes");
+                    let slot = sizes::slot_width(sizes.as_deref(), &Viewport::DEFAULT);
+                    let picked = eligible
+                        .then(|| srcset::select(&candidates, slot, Viewport::DEFAULT.pixel_ratio))
+                        .flatten();
+                    if picked.is_some() {
+                        self.picture = Some(true);
+                    }
+                    for (i, candidate) in candidates.iter().enumerate() {
+                        add(
+                            ReferenceKind::SrcsetCandidate,
+                            candidate.url,
+                            picked == Some(i),
+                        );
                     }
                 }
             }
-            "iframe" => add(ReferenceKind::Frame, &attr("src").unwrap_or_default()),
+            "iframe" => add(ReferenceKind::Frame, &attr("src").unwrap_or_default(), true),
             "video" | "audio" => {
-                if let Some(poster) = attr("poster").filter(|_| el.tag_name() == "video") {
-                    add(ReferenceKind::Poster, &poster);
+                if let Some(poster) = attr("poster").filter(|_| tag == "video") {
+                    add(ReferenceKind::Poster, &poster, true);
                 }
                 if let Some(src) = attr("src") {
-                    add(ReferenceKind::Media, &src);
+                    add(ReferenceKind::Media, &src, true);
                 }
             }
-            "object" => add(ReferenceKind::Object, &attr("data").unwrap_or_default()),
-            "embed" => add(ReferenceKind::Embed, &attr("src").unwrap_or_default()),
+            "object" => add(
+                ReferenceKind::Object,
+                &attr("data").unwrap_or_default(),
+                true,
+            ),
+            "embed" => add(ReferenceKind::Embed, &attr("src").unwrap_or_default(), true),
             "input" if attr("type").is_some_and(|t| t.trim().eq_ignore_ascii_case("image")) => {
-                add(ReferenceKind::ImageInput, &attr("src").unwrap_or_default());
+                add(
+                    ReferenceKind::ImageInput,
+                    &attr("src").unwrap_or_default(),
+                    true,
+                );
             }
             _ => {}
         }

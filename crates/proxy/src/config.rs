@@ -9,6 +9,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+// The `[hints]` section is the hint stage's own.
+pub use crate::pipeline::hint::HintConfig;
 // The `[delta]` section is the delta engine's own.
 pub use delta::config::{DeltaConfig, PatternRule};
 use wirefold_http::ContentCoding;
@@ -47,6 +49,7 @@ pub struct Config {
     pub cache: CacheConfig,
     pub compression: CompressionConfig,
     pub delta: DeltaConfig,
+    pub hints: HintConfig,
     pub files: FilesConfig,
     pub link: LinkConfig,
     pub log: LogConfig,
@@ -70,6 +73,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             compression: CompressionConfig::default(),
             delta: DeltaConfig::default(),
+            hints: HintConfig::default(),
             files: FilesConfig::default(),
             link: LinkConfig::default(),
             log: LogConfig::default(),
@@ -774,6 +778,7 @@ impl Config {
             }
         }
         problems.extend(self.log.check().err());
+        problems.extend(self.hints.problems());
         problems
     }
 }

@@ -128,6 +128,12 @@ pub struct StateLabels {
     pub state: &'static str,
 }
 
+/// Which response something went out in: `final` or `early` (a 103).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResponseLabels {
+    pub response: &'static str,
+}
+
 /// Why something happened; values from a fixed set per metric.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
@@ -180,6 +186,13 @@ pub struct Metrics {
     pub config_reloads: Family<ResultLabels, Counter>,
     /// Access log lines dropped (queue full) and failed writes.
     pub access_log: AccessLogCounters,
+    /// Page manifests built (a page version parsed), and the entries they hold.
+    pub manifests_built: Counter,
+    pub manifest_entries: Counter,
+    /// `Link: rel=preload` values sent, by `response`: `final` or `early` (in a 103).
+    pub hint_links: Family<ResponseLabels, Counter>,
+    /// 103 Early Hints responses sent.
+    pub early_hints: Counter,
     /// Totals kept beside the families so the demo can print a summary cheaply.
     totals: Totals,
 }
@@ -364,8 +377,36 @@ impl Metrics {
             "Access log reopens (SIGUSR1) that failed; the log goes on in the file open before",
             access_log.reopen_failures.clone(),
         );
+        let manifests_built = Counter::default();
+        registry.register(
+            "manifests_built",
+            "Page manifests built (a page version's inline references read)",
+            manifests_built.clone(),
+        );
+        let manifest_entries = Counter::default();
+        registry.register(
+            "manifest_entries",
+            "Entries in the page manifests built",
+            manifest_entries.clone(),
+        );
+        let hint_links = Family::default();
+        registry.register(
+            "hint_links",
+            "Link rel=preload values sent, by response: final or early (103)",
+            hint_links.clone(),
+        );
+        let early_hints = Counter::default();
+        registry.register(
+            "early_hints",
+            "103 Early Hints responses sent",
+            early_hints.clone(),
+        );
         Metrics {
             registry,
+            manifests_built,
+            manifest_entries,
+            hint_links,
+            early_hints,
             config_reloads,
             access_log,
             decode_memory,
@@ -388,6 +429,21 @@ impl Metrics {
             store_shared_changes,
             store_write_errors,
             totals: Totals::default(),
+        }
+    }
+
+    /// Counts a page manifest built with `entries` entries.
+    pub fn manifest_built(&self, entries: usize) {
+        self.manifests_built.inc();
+        self.manifest_entries.inc_by(entries as u64);
+    }
+
+    /// Counts `links` preload links sent in a `response` (`final` or `early`).
+    pub fn hinted(&self, response: &'static str, links: usize) {
+        if links > 0 {
+            self.hint_links
+                .get_or_create(&ResponseLabels { response })
+                .inc_by(links as u64);
         }
     }
 

@@ -25,6 +25,7 @@ use crate::body::{self, Body};
 use crate::config::Config;
 use crate::files::FileSource;
 use crate::first_bytes::FirstBytesDeadline;
+use crate::h2_server::H2Settings;
 use crate::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
 use crate::model::ConnInfo;
@@ -321,6 +322,8 @@ async fn accept_loop(
 ) {
     let pipeline = &front.pipeline;
     let graceful = GracefulShutdown::new();
+    // TLS connections (HTTP/2 ones are served outside hyper, so outside `graceful`).
+    let h2_connections = crate::background::Background::default();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -356,7 +359,9 @@ async fn accept_loop(
                 // Boxed: hyper keeps the service's future inside the connection's task,
                 // so unboxed, every idle keep-alive connection would hold the space of
                 // a whole pipeline run (docs/benchmarks.md, "Idle connections").
-                Box::pin(async move { Ok::<_, Infallible>(dispatch(&front, req, conn).await) })
+                Box::pin(async move {
+                    Ok::<_, Infallible>(dispatch(&front, req.map(body::boxed), conn).await)
+                })
             })
         };
         match &tls {
@@ -370,7 +375,11 @@ async fn accept_loop(
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
                 let watcher = graceful.watcher();
-                tokio::spawn(async move {
+                let (front, stop) = (front.clone(), stop.clone());
+                let h2_settings = H2Settings {
+                    max_header_list_size: config.limits.max_header_bytes as u32,
+                };
+                h2_connections.spawn(async move {
                     let stream = match tokio::time::timeout(
                         handshake_timeout,
                         acceptor.accept(stream),
@@ -383,29 +392,61 @@ async fn accept_loop(
                         }
                         Err(_) => return tracing::debug!(%peer, "tls handshake timed out"),
                     };
+                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
                     let stream = FirstBytesDeadline::new(stream, handshake_timeout);
-                    let connection = builder
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                        .into_owned();
-                    let _ = watcher.watch(connection).await;
+                    if h2 {
+                        // HTTP/2 on the `h2` crate's server: it can send 103 Early Hints.
+                        crate::h2_server::serve(stream, h2_settings, front, conn, stop).await;
+                    } else {
+                        let connection = builder
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                            .into_owned();
+                        let _ = watcher.watch(connection).await;
+                    }
                 });
             }
         }
     }
     drop(listener);
     let grace = Duration::from_millis(pipeline.config().limits.shutdown_grace_ms);
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    let drained = async {
+        graceful.shutdown().await;
+        h2_connections.idle().await;
+    };
+    if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!("shutdown grace period over; dropping the remaining connections");
     }
 }
 
-async fn dispatch(front: &Front, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
+impl crate::h2_server::Responder for Front {
+    fn early_hints(
+        &self,
+        req: &Request<Body>,
+        conn: ConnInfo,
+    ) -> Pin<Box<dyn Future<Output = Option<http::HeaderMap>> + Send + '_>> {
+        // Link requests are the link's business, not a page's.
+        let is_link = req
+            .headers()
+            .contains_key(link_protocol::frame::LINK_HEADER);
+        let ctx = (!is_link)
+            .then(|| self.pipeline.early_hints_context(req, conn))
+            .flatten();
+        Box::pin(async move { self.pipeline.early_hints(ctx?).await })
+    }
+
+    fn respond(
+        self: Arc<Self>,
+        req: Request<Body>,
+        conn: ConnInfo,
+    ) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> {
+        Box::pin(async move { dispatch(&self, req, conn).await })
+    }
+}
+
+async fn dispatch(front: &Front, req: Request<Body>, conn: ConnInfo) -> Response<Body> {
     let pipeline = &front.pipeline;
     // What the pipeline (or the link) does not answer is recorded here.
-    let outside = |req: &Request<Incoming>, delivery: Delivery| {
+    let outside = |req: &Request<Body>, delivery: Delivery| {
         let record = RequestRecord::arriving(req, conn);
         let record = OpenRecord::new(record, Instant::now(), pipeline.records.clone());
         record.deliver(delivery);
@@ -416,7 +457,7 @@ async fn dispatch(front: &Front, req: Request<Incoming>, conn: ConnInfo) -> Resp
         .contains_key(link_protocol::frame::LINK_HEADER)
     {
         return match &front.link {
-            Some(link) => link.clone().serve(req.map(body::boxed), conn).await,
+            Some(link) => link.clone().serve(req, conn).await,
             None => outside(&req, Delivery::error(None)).watch(refuse_link(pipeline, &req)),
         };
     }
@@ -441,7 +482,7 @@ async fn dispatch(front: &Front, req: Request<Incoming>, conn: ConnInfo) -> Resp
         }
         _ => {}
     }
-    pipeline.handle(req.map(body::boxed), conn).await
+    pipeline.handle(req, conn).await
 }
 
 /// Serves a plain HTTP/1.1 admin endpoint (metrics, health) with `handler` until

@@ -2,7 +2,6 @@
 //! agree on 101, bytes are copied both ways untouched.
 
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
 use crate::body::error_response;
@@ -12,11 +11,11 @@ use crate::origin::Origin;
 
 pub async fn pass_through(
     origin: &Origin,
-    mut req: Request<Incoming>,
+    mut req: Request<Body>,
     conn: ConnInfo,
 ) -> Response<Body> {
     let client_side = hyper::upgrade::on(&mut req);
-    let upstream = origin.prepare(req.map(body::boxed), conn);
+    let upstream = origin.prepare(req, conn);
     let mut response = match origin.send(upstream).await {
         Ok((response, _)) => response,
         Err(e) => return error_response(e.status(), &e.to_string()),

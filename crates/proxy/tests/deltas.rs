@@ -320,7 +320,8 @@ async fn pages_a_browser_will_not_keep_get_a_derived_dictionary() {
         "instantly stale: Chromium would not keep it"
     );
     let link = first
-        .header("link")
+        .dictionary_links()
+        .first()
         .expect("a derived dictionary is announced")
         .to_string();
     assert!(link.ends_with("rel=\"compression-dictionary\""), "{link}");
@@ -365,7 +366,7 @@ async fn pages_a_browser_will_not_keep_get_a_derived_dictionary() {
         v2
     );
     // The dictionary stays the same while the page changes: fetched once, not per change.
-    assert_eq!(r.header("link"), Some(link.as_str()));
+    assert_eq!(r.dictionary_links(), [link.as_str()]);
     // Unknown dictionaries are 404, never an error page with content.
     assert_eq!(
         curl(&proxy.url("/.wirefold/dict/00"), &[]).await.status,
@@ -568,7 +569,7 @@ async fn a_trained_dictionary_serves_first_visits_to_unseen_pages() {
     for (path, body) in unseen {
         let first = curl(&proxy.url(path), &["-H", "Accept-Encoding: br"]).await;
         assert!(
-            first.header("link").unwrap_or_default().contains(&url),
+            first.dictionary_links().iter().any(|l| l.contains(&url)),
             "unseen pages announce the trained dictionary"
         );
         let with_dict = curl(
@@ -709,10 +710,9 @@ async fn pages_link_the_derived_dictionaries_of_their_instantly_stale_subresourc
     assert_eq!(cookied.status, 200);
     let page = curl(&proxy.url("/"), &["--compressed"]).await;
     let links: Vec<String> = page
-        .headers
-        .iter()
-        .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
-        .map(|(_, v)| {
+        .dictionary_links()
+        .into_iter()
+        .map(|v| {
             v.trim_start_matches('<')
                 .split('>')
                 .next()
@@ -815,11 +815,7 @@ async fn subresource_dictionary_links_are_bounded() {
         }
         let page = curl(&proxy.url("/"), &["--compressed"]).await;
         assert_eq!(page.status, 200);
-        let links = page
-            .headers
-            .iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
-            .count();
+        let links = page.dictionary_links().len();
         assert_eq!(links, expected, "limit {limit}: {:?}", page.headers);
     }
 }

@@ -48,6 +48,8 @@ pub struct ProcessRow {
     pub pid: u32,
     pub rss_mb: Span<f64>,
     pub fds: Span<u64>,
+    /// This process's share of `Report::rss_growth_mb_per_minute_second_half`.
+    pub rss_growth_mb_per_minute_second_half: f64,
 }
 
 /// Everything a run found.
@@ -111,6 +113,14 @@ impl Report {
                 .or_insert_with(Vec::new)
                 .push(sample);
         }
+        let half = elapsed.as_secs_f64() / 2.0;
+        let growth_in_second_half = |points: &mut dyn Iterator<Item = (f64, u64)>| {
+            let second_half: Vec<(f64, f64)> = points
+                .filter(|(t, _)| *t >= half)
+                .map(|(t, rss_kb)| (t / 60.0, mb(rss_kb)))
+                .collect();
+            two_places(slope(&second_half))
+        };
         let processes = processes
             .into_iter()
             .map(|(name, samples)| {
@@ -118,15 +128,12 @@ impl Report {
                     pid: samples[0].pid,
                     rss_mb: Span::of(samples.iter().map(|s| mb(s.rss_kb))).unwrap_or_default(),
                     fds: Span::of(samples.iter().map(|s| s.fds)).unwrap_or_default(),
+                    rss_growth_mb_per_minute_second_half: growth_in_second_half(
+                        &mut samples.iter().map(|s| (s.seconds, s.rss_kb)),
+                    ),
                 };
                 (name, row)
             })
-            .collect();
-        let half = elapsed.as_secs_f64() / 2.0;
-        let second_half: Vec<(f64, f64)> = totals
-            .iter()
-            .filter(|(t, _, _)| *t >= half)
-            .map(|(t, rss, _)| (t / 60.0, mb(*rss)))
             .collect();
         Report {
             seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
@@ -140,7 +147,9 @@ impl Report {
                 .collect(),
             rss_mb: Span::of(totals.iter().map(|(_, rss, _)| mb(*rss))).unwrap_or_default(),
             fds: Span::of(totals.iter().map(|(_, _, fds)| *fds)).unwrap_or_default(),
-            rss_growth_mb_per_minute_second_half: two_places(slope(&second_half)),
+            rss_growth_mb_per_minute_second_half: growth_in_second_half(
+                &mut totals.iter().map(|(t, rss_kb, _)| (*t, *rss_kb)),
+            ),
             minutes,
             kinds: tally.kinds,
             statuses: tally.statuses,

@@ -1,12 +1,524 @@
-//! Stage 5, hint: tells the client what it will need next (preload, 103, push).
-//!
-//! Inline download is a later capability; until it lands every instance passes
-//! through unchanged.
+//! Stage 5, hint: tells the client what the page it asked for will need next —
+//! `Link: rel=preload` fields on the final response, built from the page's manifest
+//! (`crate::manifests`), and the same links for 103 Early Hints before the origin
+//! answers (sent by the HTTP/2 listener, `crate::h2_server`). Owns the `[hints]`
+//! configuration.
 
-use crate::model::{Instance, RequestContext};
+use http::header::LINK;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use serde::{Deserialize, Serialize};
+use wirefold_page::manifest::{Destination, ManifestEntry, ManifestRules, Priority};
 
-/// Runs on every instance, after `adapt`: may add hint fields (`Link: rel=preload`)
-/// to the instance's head, never change its body. Returns the instance to encode.
-pub fn hint(_ctx: &RequestContext, instance: Instance) -> Instance {
-    instance
+use crate::config::ConfigError;
+use crate::model::{Instance, InstanceBody, RequestContext};
+
+/// The `[hints]` section.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HintConfig {
+    /// Announce a page's subresources: `Link: rel=preload` on HTML responses (and 103
+    /// Early Hints when `early_hints` is on).
+    pub enabled: bool,
+    /// Send 103 Early Hints on HTTP/2 connections for a page already seen, before the
+    /// origin answers (browsers act on 103 over HTTP/2 and HTTP/3 only).
+    pub early_hints: bool,
+    /// A 103 announces only render-blocking entries (stylesheets, head scripts,
+    /// fonts: what the page's head asks for first anyway); the rest waits for the
+    /// final response's `Link`. Preloads started from a 103 compete with the page
+    /// itself for the client's link, and the HTTP/2 listener does not prioritise
+    /// streams (docs/benchmarks.md, inline download).
+    pub early_hints_render_blocking_only: bool,
+    /// Links per response, at most: the best-ranked entries of the manifest.
+    pub max_links: usize,
+    /// Bytes of `Link` field values per response, at most.
+    pub max_link_bytes: usize,
+    /// Also announce resources on other sites (scheme, host or port). Off, only the
+    /// page's own origin's.
+    pub cross_site: bool,
+    /// Push the announced same-origin resources to HTTP/2 clients that enable push
+    /// (`SETTINGS_ENABLE_PUSH=1`: nghttp, a client proxy; browsers no longer do),
+    /// right after the page's head, unless the request says `Save-Data: on`.
+    pub push: bool,
+    /// Entries kept in a page's manifest (stored with the page), at most.
+    pub max_manifest_entries: usize,
+    /// How deep a page's stylesheets are read for their imports and fonts (fetched
+    /// through the cache like any request, after the page is served): 0 reads none,
+    /// 1 the page's own stylesheets, 2 also what they import.
+    pub stylesheet_depth: u8,
+}
+
+impl Default for HintConfig {
+    fn default() -> Self {
+        HintConfig {
+            enabled: true,
+            early_hints: true,
+            early_hints_render_blocking_only: true,
+            max_links: 8,
+            max_link_bytes: 2048,
+            cross_site: false,
+            push: false,
+            max_manifest_entries: 64,
+            stylesheet_depth: 2,
+        }
+    }
+}
+
+/// The most links a response may carry: beyond this a browser gains nothing and the
+/// field only grows.
+pub const MAX_LINKS: usize = 64;
+/// The most bytes of `Link` values: well inside every client's header limits.
+pub const MAX_LINK_BYTES: usize = 16 * 1024;
+/// The deepest `hints.stylesheet_depth`.
+pub const MAX_STYLESHEET_DEPTH: u8 = 4;
+/// The most manifest entries per page.
+pub const MAX_MANIFEST_ENTRIES: usize = 1024;
+
+impl HintConfig {
+    /// Every problem in the section, each naming its key.
+    pub fn problems(&self) -> Vec<ConfigError> {
+        let mut problems = Vec::new();
+        let mut bound = |key, value: usize, low: usize, high: usize| {
+            if !(low..=high).contains(&value) {
+                problems.push(ConfigError::Invalid {
+                    key,
+                    message: format!("must be between {low} and {high}"),
+                });
+            }
+        };
+        bound("hints.max_links", self.max_links, 1, MAX_LINKS);
+        bound(
+            "hints.max_link_bytes",
+            self.max_link_bytes,
+            64,
+            MAX_LINK_BYTES,
+        );
+        bound(
+            "hints.max_manifest_entries",
+            self.max_manifest_entries,
+            1,
+            MAX_MANIFEST_ENTRIES,
+        );
+        bound(
+            "hints.stylesheet_depth",
+            self.stylesheet_depth.into(),
+            0,
+            MAX_STYLESHEET_DEPTH.into(),
+        );
+        problems
+    }
+
+    /// What a page's manifest keeps.
+    pub fn manifest_rules(&self) -> ManifestRules {
+        ManifestRules {
+            cross_site: self.cross_site,
+            max_entries: self.max_manifest_entries,
+        }
+    }
+}
+
+/// Whether `instance` is a page whose manifest hints are made from: a whole 200
+/// HTML body.
+pub fn is_page(instance: &Instance) -> bool {
+    let html = instance
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| {
+            let essence = wirefold_http::media_type_essence(t);
+            essence == "text/html" || essence == "application/xhtml+xml"
+        });
+    html && instance.status == StatusCode::OK && matches!(instance.body, InstanceBody::Whole { .. })
+}
+
+/// What the hint stage did to a response.
+pub struct Hinted {
+    pub instance: Instance,
+    /// `Link: rel=preload` values added.
+    pub links: usize,
+    /// Paths (with query) of the same-origin resources to push after the page's head,
+    /// best first; empty unless `hints.push` is on and the client did not ask to save
+    /// data.
+    pub pushes: Vec<String>,
+}
+
+/// The resources an HTTP/2 listener is to push with a response, carried in the
+/// response's extensions from the hint stage to the listener.
+#[derive(Clone, Debug, Default)]
+pub struct PushPromises(pub Vec<String>);
+
+/// Runs on every instance, after `adapt`. For a page with a manifest (of this very
+/// content: a changed page never announces what it no longer references), appends
+/// `Link: rel=preload` fields for its best-ranked entries, within `config`'s bounds,
+/// skipping URLs the origin's own `Link` fields already name; with `hints.push` on
+/// (and no `Save-Data: on`), the same-origin ones among them are also to be pushed,
+/// and their links lose `nopush`. May change only the instance's head, never its
+/// body. Every other instance passes through unchanged, as it does with
+/// `hints.enabled` off.
+pub fn hint(
+    config: &HintConfig,
+    ctx: &RequestContext,
+    entries: Option<&[ManifestEntry]>,
+    mut instance: Instance,
+) -> Hinted {
+    let Some(entries) = entries.filter(|_| config.enabled) else {
+        return Hinted {
+            instance,
+            links: 0,
+            pushes: Vec::new(),
+        };
+    };
+    let origin = page_origin(ctx);
+    let named: Vec<String> = instance
+        .headers
+        .get_all(LINK)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect();
+    let pushing = config.push && !ctx.profile.client_hints.save_data;
+    let links = preload_links(config, &origin, entries, pushing, |target| {
+        named.iter().any(|n| n.contains(&format!("<{target}>")))
+    });
+    let added = links.len();
+    let mut pushes = Vec::new();
+    for link in links {
+        if let Some(path) = link.pushed {
+            pushes.push(path);
+        }
+        instance.headers.append(LINK, link.value);
+    }
+    Hinted {
+        instance,
+        links: added,
+        pushes,
+    }
+}
+
+/// The fields of a 103 Early Hints response for a page whose latest manifest is
+/// `entries`, or `None` when there is nothing to announce or hints are off.
+pub fn early_hints(
+    config: &HintConfig,
+    ctx: &RequestContext,
+    entries: &[ManifestEntry],
+) -> Option<HeaderMap> {
+    if !(config.enabled && config.early_hints) {
+        return None;
+    }
+    let render_blocking: Vec<ManifestEntry>;
+    let entries = if config.early_hints_render_blocking_only {
+        render_blocking = entries
+            .iter()
+            .filter(|e| e.priority == Priority::RenderBlocking)
+            .cloned()
+            .collect();
+        &render_blocking
+    } else {
+        entries
+    };
+    let links = preload_links(config, &page_origin(ctx), entries, false, |_| false);
+    if links.is_empty() {
+        return None;
+    }
+    let mut fields = HeaderMap::new();
+    for link in links {
+        fields.append(LINK, link.value);
+    }
+    Some(fields)
+}
+
+/// The URL of the page a request asks for, as the client named it: what a page's
+/// relative references resolve against and what its manifest is found by.
+pub fn page_url(ctx: &RequestContext) -> String {
+    format!("{}{}", page_origin(ctx), ctx.profile.path_and_query())
+}
+
+/// `scheme://host[:port]` as the client reached us.
+fn page_origin(ctx: &RequestContext) -> String {
+    let scheme = if ctx.conn.tls { "https" } else { "http" };
+    let host = ctx
+        .profile
+        .host
+        .as_ref()
+        .map_or(ctx.site.as_str(), |h| h.as_str());
+    format!("{scheme}://{host}")
+}
+
+/// One announced resource: its `Link` value, and its path when it is to be pushed.
+struct PreloadLink {
+    value: HeaderValue,
+    pushed: Option<String>,
+}
+
+/// The preload links for `entries`, best first, skipping what a browser would not
+/// use (frames, speculative resources) and what `already_named`, within the bounds.
+/// With `pushing`, same-origin resources are marked to be pushed.
+fn preload_links(
+    config: &HintConfig,
+    origin: &str,
+    entries: &[ManifestEntry],
+    pushing: bool,
+    already_named: impl Fn(&str) -> bool,
+) -> Vec<PreloadLink> {
+    let mut links = Vec::new();
+    let mut bytes = 0;
+    for entry in entries {
+        if links.len() == config.max_links {
+            break;
+        }
+        let Some(link) = preload_link(origin, entry, pushing, &already_named) else {
+            continue;
+        };
+        if bytes + link.value.len() > config.max_link_bytes {
+            // A shorter one further down may still fit.
+            continue;
+        }
+        bytes += link.value.len();
+        links.push(link);
+    }
+    links
+}
+
+/// One `Link` value: `</app.css>; rel=preload; as=style; nopush`, with `crossorigin`
+/// when the page fetches it with CORS (fonts, modules, `crossorigin` elements) and
+/// `type` for fonts; `nopush` unless it is pushed (`pushing`, same origin). Same-origin
+/// URLs are written as paths (right whatever name the client used for us); a URL
+/// that cannot be a field value is skipped.
+fn preload_link(
+    origin: &str,
+    entry: &ManifestEntry,
+    pushing: bool,
+    already_named: impl Fn(&str) -> bool,
+) -> Option<PreloadLink> {
+    let preloadable =
+        entry.destination != Destination::Document && entry.priority != Priority::Speculative;
+    if !preloadable {
+        return None;
+    }
+    let same_origin = entry
+        .url
+        .strip_prefix(origin)
+        .filter(|path| path.starts_with('/'));
+    let target = same_origin.unwrap_or(&entry.url);
+    if already_named(target) || already_named(&entry.url) {
+        return None;
+    }
+    let mut link = if entry.module {
+        format!("<{target}>; rel=modulepreload")
+    } else {
+        format!(
+            "<{target}>; rel=preload; as={}",
+            entry.destination.as_token()
+        )
+    };
+    if let Some(media_type) = &entry.media_type {
+        link.push_str(&format!("; type=\"{media_type}\""));
+    }
+    match entry.crossorigin.as_deref() {
+        Some("use-credentials") => link.push_str("; crossorigin=use-credentials"),
+        // A module preload is CORS by default.
+        Some(_) if !entry.module => link.push_str("; crossorigin"),
+        _ => {}
+    }
+    let pushed = same_origin.filter(|_| pushing).map(str::to_string);
+    if pushed.is_none() {
+        link.push_str("; nopush");
+    }
+    Some(PreloadLink {
+        value: HeaderValue::from_str(&link).ok()?,
+        pushed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(url: &str, destination: Destination, priority: Priority) -> ManifestEntry {
+        ManifestEntry {
+            url: url.into(),
+            destination,
+            priority,
+            module: false,
+            crossorigin: None,
+            media_type: None,
+            depth: 0,
+        }
+    }
+
+    fn values(links: &[PreloadLink]) -> Vec<&str> {
+        links.iter().map(|l| l.value.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn links_carry_what_the_browser_matches_on() {
+        let font = ManifestEntry {
+            crossorigin: Some("anonymous".into()),
+            media_type: Some("font/woff2".into()),
+            ..entry(
+                "https://e.com/f.woff2",
+                Destination::Font,
+                Priority::RenderBlocking,
+            )
+        };
+        let module = ManifestEntry {
+            module: true,
+            crossorigin: Some("anonymous".into()),
+            ..entry(
+                "https://e.com/m.js",
+                Destination::Script,
+                Priority::NonBlockingScript,
+            )
+        };
+        let credentialed = ManifestEntry {
+            crossorigin: Some("use-credentials".into()),
+            ..entry(
+                "https://cdn.example/s.css",
+                Destination::Style,
+                Priority::RenderBlocking,
+            )
+        };
+        let entries = [
+            entry(
+                "https://e.com/a.css?v=1",
+                Destination::Style,
+                Priority::RenderBlocking,
+            ),
+            font,
+            module,
+            credentialed,
+            entry(
+                "https://e.com/frame",
+                Destination::Document,
+                Priority::Later,
+            ),
+            entry(
+                "https://e.com/lazy.png",
+                Destination::Image,
+                Priority::Speculative,
+            ),
+            entry(
+                "https://e.com/i.png",
+                Destination::Image,
+                Priority::EagerImage,
+            ),
+        ];
+        let links = preload_links(
+            &HintConfig::default(),
+            "https://e.com",
+            &entries,
+            false,
+            |_| false,
+        );
+        assert_eq!(
+            values(&links),
+            [
+                "</a.css?v=1>; rel=preload; as=style; nopush",
+                "</f.woff2>; rel=preload; as=font; type=\"font/woff2\"; crossorigin; nopush",
+                "</m.js>; rel=modulepreload; nopush",
+                "<https://cdn.example/s.css>; rel=preload; as=style; crossorigin=use-credentials; nopush",
+                "</i.png>; rel=preload; as=image; nopush",
+            ]
+        );
+    }
+
+    #[test]
+    fn bounded_in_count_and_bytes() {
+        let entries: Vec<_> = (0..100)
+            .map(|i| {
+                let url = format!("https://e.com/{}.png", "x".repeat(i % 7 * 40 + 1));
+                entry(&url, Destination::Image, Priority::EagerImage)
+            })
+            .collect();
+        let count = HintConfig {
+            max_links: 3,
+            ..HintConfig::default()
+        };
+        assert_eq!(
+            preload_links(&count, "https://e.com", &entries, false, |_| false).len(),
+            3
+        );
+        let bytes = HintConfig {
+            max_links: MAX_LINKS,
+            max_link_bytes: 300,
+            ..HintConfig::default()
+        };
+        let links = preload_links(&bytes, "https://e.com", &entries, false, |_| false);
+        assert!(links.iter().map(|l| l.value.len()).sum::<usize>() <= 300);
+        assert!(links.len() >= 2, "short links further down still fit");
+    }
+
+    #[test]
+    fn urls_already_named_and_unrepresentable_are_skipped() {
+        let entries = [
+            entry(
+                "https://e.com/a.css",
+                Destination::Style,
+                Priority::RenderBlocking,
+            ),
+            entry(
+                "https://e.com/b\u{7f}.css",
+                Destination::Style,
+                Priority::RenderBlocking,
+            ),
+            entry(
+                "https://e.com/c.css",
+                Destination::Style,
+                Priority::RenderBlocking,
+            ),
+        ];
+        let links = preload_links(
+            &HintConfig::default(),
+            "https://e.com",
+            &entries,
+            false,
+            |t| t == "/a.css",
+        );
+        assert_eq!(values(&links), ["</c.css>; rel=preload; as=style; nopush"]);
+    }
+
+    #[test]
+    fn pushed_links_are_same_origin_and_lose_nopush() {
+        let entries = [
+            entry(
+                "https://e.com/a.css",
+                Destination::Style,
+                Priority::RenderBlocking,
+            ),
+            entry(
+                "https://cdn.example/b.js",
+                Destination::Script,
+                Priority::RenderBlocking,
+            ),
+        ];
+        let links = preload_links(
+            &HintConfig::default(),
+            "https://e.com",
+            &entries,
+            true,
+            |_| false,
+        );
+        assert_eq!(
+            values(&links),
+            [
+                "</a.css>; rel=preload; as=style",
+                "<https://cdn.example/b.js>; rel=preload; as=script; nopush"
+            ]
+        );
+        let pushed: Vec<_> = links.iter().map(|l| l.pushed.as_deref()).collect();
+        assert_eq!(pushed, [Some("/a.css"), None]);
+    }
+
+    #[test]
+    fn the_section_checks_its_bounds() {
+        assert!(HintConfig::default().problems().is_empty());
+        let bad = HintConfig {
+            max_links: 0,
+            max_link_bytes: 1 << 20,
+            max_manifest_entries: 0,
+            ..HintConfig::default()
+        };
+        let keys: Vec<String> = bad.problems().iter().map(|p| p.to_string()).collect();
+        assert_eq!(keys.len(), 3, "{keys:?}");
+        assert!(keys[0].starts_with("`hints.max_links`"));
+    }
 }

@@ -13,7 +13,7 @@
 //! | [`fetch`] | after classify | [`Fetcher`](fetch::Fetcher) (source, cache, limits), an optional [`OriginObserver`](crate::model::OriginObserver) | the origin request it sends | the current [`Instance`](crate::model::Instance) and what to store; or a finished error response |
 //! | [`remember`] | after fetch, before anything is sent | [`Cache`](crate::cache::Cache), [`DeltaEngine`](delta::DeltaEngine) | the store | the instance, unchanged |
 //! | [`adapt`] | on every instance | the context | the instance's fidelity (passes through until adaptive fidelity lands) | an instance |
-//! | [`hint`] | on every instance | the context | hints about what the client will need (passes through until inline download lands) | an instance |
+//! | [`hint`] | on every instance | `[hints]`, the page's manifest ([`Manifests`](crate::manifests::Manifests)) | `Link: rel=preload` fields for the page's subresources | an instance |
 //! | [`encode`] | on every instance | [`DerivedBodies`](delta::derived::DerivedBodies), [`DeltaEngine`](delta::DeltaEngine) | the representation's coding, `Use-As-Dictionary` and dictionary links | a [`Representation`](encode::Representation) |
 //! | [`respond`] | last | metrics | status (304, 206, 412, 416), validators, `Vary`, `Cache-Status` | the response, and what it delivers for the request's record |
 //!
@@ -34,7 +34,7 @@ pub mod respond;
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::{Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use store::Store;
 
 use crate::background::Background;
@@ -42,6 +42,7 @@ use crate::body::Body;
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::live::{LiveConfig, ReloadError, Reloaded};
+use crate::manifests::Manifests;
 use crate::metrics::Metrics;
 use crate::model::{ConnInfo, RequestContext};
 use crate::record::{Delivery, RequestRecord};
@@ -59,6 +60,8 @@ pub struct Pipeline {
     pub deltas: Arc<DeltaEngine>,
     pub bodies: Arc<DerivedBodies>,
     pub metrics: Arc<Metrics>,
+    /// Pages' manifests, for the hint stage and for 103 Early Hints.
+    pub manifests: Arc<Manifests>,
     /// Where each request's record goes: the access log and the status page.
     pub records: Arc<Records>,
     /// Work that outlives a request (revalidations, encodings at the kept level),
@@ -81,6 +84,7 @@ impl Pipeline {
             metrics.derived_counters(),
             Arc::new(background.clone()),
         ));
+        let manifests = Arc::new(Manifests::new(store.clone(), metrics.clone()));
         let deltas = Arc::new(DeltaEngine::new(
             live.current().delta.clone(),
             store,
@@ -101,6 +105,7 @@ impl Pipeline {
             deltas,
             bodies,
             metrics,
+            manifests,
             records,
             background,
         }
@@ -185,13 +190,207 @@ impl Pipeline {
         };
         let instance = remember::remember(&self.cache, &self.deltas, &self.metrics, fetched).await;
         let instance = adapt::adapt(&ctx, instance);
-        let instance = hint::hint(&ctx, instance);
         let config = self.config();
+        let manifest = match self.manifest_of(&config.hints, &ctx, &instance) {
+            Some(building) => Some(building.await),
+            None => None,
+        };
+        if let Some(manifest) = &manifest {
+            self.read_stylesheets(&config.hints, &ctx, manifest);
+        }
+        let entries = manifest.as_ref().map(|m| m.entries.as_slice());
+        let hint::Hinted {
+            instance,
+            links,
+            pushes,
+        } = hint::hint(&config.hints, &ctx, entries, instance);
+        self.metrics.hinted("final", links);
         let representation =
             encode::encode(&config, &self.bodies, &self.deltas, &ctx, instance).await;
-        let (response, delivery) = respond::respond(&self.metrics, &ctx, representation);
+        let (mut response, delivery) = respond::respond(&self.metrics, &ctx, representation);
         record.deliver(delivery);
+        if !pushes.is_empty() && response.status() == StatusCode::OK {
+            response.extensions_mut().insert(hint::PushPromises(pushes));
+        }
         response
+    }
+
+    /// The manifest of `instance` when it is a page and hints are on (see
+    /// [`crate::manifests`]); kept for other clients only when the page is the same
+    /// for everyone.
+    fn manifest_of(
+        &self,
+        hints: &hint::HintConfig,
+        ctx: &RequestContext,
+        instance: &crate::model::Instance,
+    ) -> Option<impl std::future::Future<Output = Arc<crate::manifests::PageManifest>> + Send> {
+        let crate::model::InstanceBody::Whole { bytes, hash } = &instance.body else {
+            return None;
+        };
+        if !hints.enabled || !hint::is_page(instance) {
+            return None;
+        }
+        let public_path = self.config().cache.is_public_path(ctx.profile.uri.path());
+        let shared =
+            wirefold_http::audience::audience(&ctx.profile.headers, &instance.headers, public_path)
+                .may_derive();
+        let (manifests, url, rules) = (
+            self.manifests.clone(),
+            hint::page_url(ctx),
+            hints.manifest_rules(),
+        );
+        let (bytes, hash) = (bytes.clone(), *hash);
+        // Built here, awaited by the caller: no borrow of the instance (whose body
+        // is not `Sync`) lives across the await.
+        Some(async move { manifests.of_page(&url, hash, &bytes, &rules, shared).await })
+    }
+
+    /// Reads the stylesheets of a page's manifest for their imports and fonts, once
+    /// per page version and in the background (the page is not delayed): each is
+    /// fetched through `fetch` and `remember`, so the cache serves and keeps it like
+    /// any request. Same-origin stylesheets only (the page's own site is the one
+    /// served), at most [`MAX_STYLESHEETS_READ`] per page, `hints.stylesheet_depth`
+    /// deep, each once (an import cycle ends). The manifest is then replaced.
+    fn read_stylesheets(
+        self: &Arc<Self>,
+        hints: &hint::HintConfig,
+        ctx: &RequestContext,
+        manifest: &Arc<crate::manifests::PageManifest>,
+    ) {
+        let page_url = hint::page_url(ctx);
+        if hints.stylesheet_depth == 0 || !self.manifests.claim_stylesheets(&page_url, manifest) {
+            return;
+        }
+        let (pipeline, manifest, rules, max_depth) = (
+            self.clone(),
+            manifest.clone(),
+            hints.manifest_rules(),
+            hints.stylesheet_depth,
+        );
+        let (host, conn) = (ctx.profile.host.clone(), ctx.conn);
+        self.background.spawn(async move {
+            let origin = match url::Url::parse(&page_url) {
+                Ok(url) => url.origin(),
+                Err(_) => return,
+            };
+            let mut entries = manifest.entries.clone();
+            let own_stylesheet = |e: &wirefold_page::manifest::ManifestEntry| {
+                e.destination == wirefold_page::manifest::Destination::Style
+                    && url::Url::parse(&e.url).is_ok_and(|u| u.origin() == origin)
+            };
+            let mut queue: std::collections::VecDeque<_> = entries
+                .iter()
+                .filter(|e| own_stylesheet(e))
+                .cloned()
+                .collect();
+            let mut read = std::collections::HashSet::new();
+            while let Some(sheet) = queue.pop_front() {
+                if read.len() == MAX_STYLESHEETS_READ || sheet.depth >= max_depth {
+                    continue;
+                }
+                if !read.insert(sheet.url.clone()) {
+                    continue;
+                }
+                let Some(css) = pipeline
+                    .fetch_stylesheet(&sheet.url, host.as_ref(), conn)
+                    .await
+                else {
+                    continue;
+                };
+                let found = wirefold_page::css::stylesheet_references(&css, &sheet.url);
+                let known = entries.len();
+                wirefold_page::manifest::add_stylesheet_references(
+                    &mut entries,
+                    &sheet,
+                    &found,
+                    &page_url,
+                    &rules,
+                );
+                if entries.len() > known {
+                    queue.extend(
+                        entries
+                            .iter()
+                            .filter(|e| own_stylesheet(e) && e.depth == sheet.depth + 1)
+                            .filter(|e| !read.contains(&e.url))
+                            .cloned(),
+                    );
+                }
+            }
+            let added = entries.len().saturating_sub(manifest.entries.len());
+            let read_manifest = crate::manifests::PageManifest {
+                hash: manifest.hash,
+                entries,
+                stylesheets_read: true,
+            };
+            pipeline
+                .manifests
+                .replace(&page_url, read_manifest, added)
+                .await;
+        });
+    }
+
+    /// A stylesheet's decoded content, fetched (or found in the cache) the way a
+    /// request for it would be, without credentials; `None` unless a whole 200.
+    async fn fetch_stylesheet(
+        self: &Arc<Self>,
+        url: &str,
+        host: Option<&http::uri::Authority>,
+        conn: ConnInfo,
+    ) -> Option<bytes::Bytes> {
+        let url = url::Url::parse(url).ok()?;
+        let path_and_query = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_string(),
+        };
+        let mut request = Request::builder()
+            .method(Method::GET)
+            .uri(path_and_query)
+            .header(http::header::ACCEPT, "text/css,*/*;q=0.1");
+        if let Some(host) = host {
+            request = request.header(http::header::HOST, host.as_str());
+        }
+        let request = request.body(crate::body::empty()).ok()?;
+        let ctx = self.context(&request, conn, Instant::now()).ok()?;
+        let fetched = fetch::fetch(&self.fetcher, &ctx, request, None)
+            .await
+            .ok()?;
+        let instance = remember::remember(&self.cache, &self.deltas, &self.metrics, fetched).await;
+        match instance.body {
+            crate::model::InstanceBody::Whole { bytes, .. }
+                if instance.status == StatusCode::OK =>
+            {
+                Some(bytes)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `req` may get 103 Early Hints, and its context if so: hints and early
+    /// hints are on, and it asks for a page (a navigation, a GET accepting HTML).
+    /// Synchronous, so the request (whose body is not `Sync`) is not held across the
+    /// lookup that follows in [`Pipeline::early_hints`].
+    pub fn early_hints_context(
+        &self,
+        req: &Request<Body>,
+        conn: ConnInfo,
+    ) -> Option<RequestContext> {
+        let hints = &self.config().hints;
+        if !(hints.enabled && hints.early_hints && asks_for_a_page(req)) {
+            return None;
+        }
+        self.context(req, conn, Instant::now()).ok()
+    }
+
+    /// The fields of a 103 Early Hints response for the request of `ctx`, sent before
+    /// it is fetched: the links of the latest manifest of the page it asks for,
+    /// when that page was already served to everyone. `None` when there is nothing
+    /// to announce.
+    pub async fn early_hints(&self, ctx: RequestContext) -> Option<http::HeaderMap> {
+        let manifest = self.manifests.latest(&hint::page_url(&ctx)).await?;
+        let fields = hint::early_hints(&self.config().hints, &ctx, &manifest.entries)?;
+        self.metrics.early_hints.inc();
+        self.metrics.hinted("early", fields.len());
+        Some(fields)
     }
 
     /// Classifies the request and names its site and resource. A forwarded request
@@ -214,4 +413,22 @@ impl Pipeline {
             origin_wait: Default::default(),
         })
     }
+}
+
+/// Stylesheets read per page version, at most: a page linking a thousand costs no
+/// more than this many fetches.
+const MAX_STYLESHEETS_READ: usize = 16;
+
+/// Whether `req` is for a page: a GET that a browser makes to navigate
+/// (`Sec-Fetch-Dest: document`), or that accepts HTML. Asset requests never cost a
+/// manifest lookup.
+fn asks_for_a_page<B>(req: &Request<B>) -> bool {
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    };
+    req.method() == Method::GET
+        && (header("sec-fetch-dest") == "document" || header("accept").contains("text/html"))
 }

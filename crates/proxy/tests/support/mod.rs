@@ -184,6 +184,15 @@ impl Curled {
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
+
+    /// The `Link` values announcing compression dictionaries (not preload hints).
+    pub fn dictionary_links(&self) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(k, v)| k.eq_ignore_ascii_case("link") && v.contains("compression-dictionary"))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
 }
 
 /// Runs curl with `args` plus the URL; the body is written raw (no decoding) unless

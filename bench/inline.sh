@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# bench/inline.sh — page load time with and without inline-download hints
+# (`Link: rel=preload` and 103 Early Hints, `[hints] enabled`), Chromium over HTTP/2
+# with TLS behind `wirefold lab link`, an origin that thinks before each page.
+#
+# Usage: bench/inline.sh [PAGE_DIR]     (needs root: `wirefold lab link`; chromium, python3, openssl)
+#   PAGE_DIR      an index.html and the files it references (default: a page built from
+#                 corpus material: the body of a 26 KB corpus page, 3 corpus stylesheets, 3 corpus
+#                 scripts, a font, 3 images)
+#   WIREFOLD=PATH a wirefold binary to use (default: cargo build --release --locked)
+#   LOADS=N       loads per cell (default 10); THINK="0 200 1000" (ms); RATE=10mbit; DELAY=50ms (one way)
+#   HINTS_CONFIG  more `[hints]` lines for the hints arm (e.g. "early_hints = false")
+#
+# Two servers run side by side from one binary and one origin, differing only in
+# `hints.enabled`; each is asked for the page once first (it learns the manifest).
+# Each load is a fresh Chromium profile (cold cache); loads of the two arms alternate.
+# The page's own script records `loadEventEnd - startTime` (navigation timing) into
+# the title, read back with --dump-dom. The last line is JSON:
+# {"chromium": {"0": {"hints": MS, "none": MS}, "200": {…}, "1000": {…}}, "pair": null}
+# (medians; the proxy-pair arm, push into the client proxy, is not built yet).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+source "$HERE/lib.sh"
+bench_temp inline
+
+[[ $(id -u) == 0 ]] || die "needs root: wirefold lab link creates network namespaces"
+for tool in chromium python3 openssl; do command -v "$tool" >/dev/null || die "needs $tool"; done
+LOADS=${LOADS:-10}
+THINK=${THINK:-"0 200 1000"}
+RATE=${RATE:-10mbit}
+DELAY=${DELAY:-50ms}
+
+if [[ -z "${WIREFOLD:-}" ]]; then
+  (cd "$REPO" && cargo build --release --locked -p wirefold) >&2
+  WIREFOLD=${CARGO_TARGET_DIR:-$REPO/target}/release/wirefold
+fi
+WIREFOLD=$(cd "$(dirname "$WIREFOLD")" && pwd)/$(basename "$WIREFOLD")
+
+PAGE_DIR=${1:-}
+if [[ -z "$PAGE_DIR" ]]; then
+  PAGE_DIR=$TMP/page
+  CORPUS=$REPO/../shared/corpus
+  mkdir -p "$PAGE_DIR"
+  cp "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-css/$(ls "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-css" | tail -1)" "$PAGE_DIR/standard.css"
+  cp "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-shared-with-dev-css/$(ls "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-shared-with-dev-css" | tail -1)" "$PAGE_DIR/shared.css"
+  cp "$CORPUS/assets/google__styleguide/javaguide-css/$(ls "$CORPUS/assets/google__styleguide/javaguide-css" | tail -1)" "$PAGE_DIR/javaguide.css"
+  # Three scripts of typical size (roleInfo.js, 432 KB, would make the bench measure
+  # Chromium's parsing on two busy cores rather than the network).
+  aria="$CORPUS/assets/w3c__aria/common_script_aria-js"
+  refs="$CORPUS/assets/w3c__aria/common_script_resolveReferences-js"
+  for pair in "aria:$aria/$(ls "$aria" | tail -1)" "aria-old:$aria/$(ls "$aria" | head -1)" \
+              "resolveReferences:$refs/$(ls "$refs" | tail -1)"; do
+    # Wrapped so a script that expects its page's globals cannot stop the load.
+    { echo "try {"; cat "${pair#*:}"; echo "} catch (e) {}"; } > "$PAGE_DIR/${pair%%:*}.js"
+  done
+  # Incompressible bytes stand in for a font and images (sizes of typical ones).
+  head -c 40000 /dev/urandom > "$PAGE_DIR/font.woff2"
+  for i in 1 2 3; do head -c 60000 /dev/urandom > "$PAGE_DIR/image$i.jpg"; done
+  # A corpus page of typical size (rfc9412.html), its own scripts and styles left out.
+  body=$(sed -n '/<body/,/<\/body>/p' "$CORPUS/siblings/httpwg__httpwg.github.io/rfc9412.html" \
+    | sed -e 's/<script[^>]*src=[^>]*><\/script>//g' -e 's/<link[^>]*>//g' -e 's/<img[^>]*>//g')
+  cat > "$PAGE_DIR/index.html" <<HTML
+<!doctype html><html><head><meta charset=utf-8><title>page</title>
+<link rel=stylesheet href=standard.css><link rel=stylesheet href=shared.css><link rel=stylesheet href=javaguide.css>
+<link rel=preload as=font href=font.woff2 crossorigin>
+<script src=aria.js></script><script src=aria-old.js></script><script src=resolveReferences.js></script>
+</head>
+<img src=image1.jpg width=300><img src=image2.jpg width=300><img src=image3.jpg width=300>
+$body
+</html>
+HTML
+fi
+[[ -f "$PAGE_DIR/index.html" ]] || die "$PAGE_DIR has no index.html"
+
+# The origin: PAGE_DIR, the page after THINK ms, with a script that records the load.
+ORIGIN_PORT=$(free_port)
+cat > "$TMP/origin.py" <<'PY'
+import http.server, os, sys, time, urllib.parse
+root, port, think_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+probe = (b"<script>addEventListener('load',()=>{setTimeout(()=>{const n=performance"
+         b".getEntriesByType('navigation')[0];document.title='LOAD '+Math.round(n.loadEventEnd"
+         b"-n.startTime)},0)})</script>")
+class H(http.server.SimpleHTTPRequestHandler):
+    def __init__(self, *a, **k): super().__init__(*a, directory=root, **k)
+    def log_message(self, *a): pass
+    def end_headers(self):
+        # The page is revalidated each time; its assets are static, as on most sites
+        # (a preload answered no-cache would be fetched again when the page uses it).
+        page = urllib.parse.urlparse(self.path).path in ("/", "/index.html")
+        self.send_header("Cache-Control", "no-cache" if page else "max-age=3600")
+        super().end_headers()
+    def do_GET(self):
+        path = urllib.parse.urlparse(self.path).path
+        if path in ("/", "/index.html"):
+            time.sleep(int(open(think_file).read() or 0) / 1000)
+            body = open(os.path.join(root, "index.html"), "rb").read().replace(b"</html>", probe + b"</html>")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            super().do_GET()
+http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+PY
+echo 0 > "$TMP/think"
+python3 "$TMP/origin.py" "$PAGE_DIR" "$ORIGIN_PORT" "$TMP/think" & PIDS+=($!)
+wait_http origin "${PIDS[-1]}" "http://127.0.0.1:$ORIGIN_PORT/index.html"
+
+declare -A PORT
+for arm in hints none; do
+  PORT[$arm]=$(free_port)
+  enabled=true; [[ $arm == none ]] && enabled=false
+  printf '[hints]\nenabled = %s\n' "$enabled" > "$TMP/$arm.toml"
+  [[ $arm == hints ]] && printf '%s\n' "${HINTS_CONFIG:-}" >> "$TMP/$arm.toml"
+  "$WIREFOLD" serve --origin "http://127.0.0.1:$ORIGIN_PORT" --listen "0.0.0.0:${PORT[$arm]}" \
+    --admin "127.0.0.1:$(free_port)" --data-dir "$TMP/$arm" --config "$TMP/$arm.toml" \
+    --tls-self-signed >"$TMP/$arm.log" 2>&1 & PIDS+=($!)
+  wait_http "wirefold ($arm)" "${PIDS[-1]}" "https://127.0.0.1:${PORT[$arm]}/index.html"
+done
+SPKI=$(openssl x509 -in "$TMP/hints/self-signed-cert.pem" -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64)
+SPKI_NONE=$(openssl x509 -in "$TMP/none/self-signed-cert.pem" -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64)
+
+# One cell: LOADS alternating loads per arm behind the link; prints "arm ms" lines.
+cat > "$TMP/loads.sh" <<'SH'
+set -u
+for i in $(seq "$LOADS"); do
+  for arm in hints none; do
+    port=$([ "$arm" = hints ] && echo "$PORT_HINTS" || echo "$PORT_NONE")
+    profile=$(mktemp -d "$TMP/profile.XXXXXX")
+    title=$(timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+      --disable-background-networking --disable-component-update --disable-sync \
+      --user-data-dir="$profile" --ignore-certificate-errors-spki-list="$SPKI,$SPKI_NONE" \
+      --dump-dom "https://$WIREFOLD_LINK_HOST:$port/index.html" 2>/dev/null \
+      | grep -o '<title>LOAD [0-9]*</title>' | grep -o '[0-9]*')
+    rm -rf "$profile"
+    echo "$arm ${title:-fail}"
+  done
+done
+SH
+export LOADS TMP SPKI SPKI_NONE PORT_HINTS=${PORT[hints]} PORT_NONE=${PORT[none]}
+median() { sort -n | awk '{v[NR]=$1} END {if (NR==0) print "null"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+json='{"chromium": {'
+sep=""
+for think in $THINK; do
+  echo "$think" > "$TMP/think"
+  # Each server learns the page (and its manifest) before the measured loads.
+  for arm in hints none; do curl -sk -o /dev/null "https://127.0.0.1:${PORT[$arm]}/index.html"; done
+  log "think $think ms: $LOADS loads per arm over $RATE, $DELAY each way"
+  "$WIREFOLD" lab link --rate "$RATE" --delay "$DELAY" -- sh "$TMP/loads.sh" > "$TMP/cell-$think.txt" 2>"$TMP/link-$think.log" \
+    || die "lab link failed: $(tail -3 "$TMP/link-$think.log")"
+  fails=$(grep -c ' fail$' "$TMP/cell-$think.txt" || true)
+  ((fails == 0)) || log "think $think ms: $fails loads without a load time"
+  hints=$(awk '$1=="hints" && $2!="fail" {print $2}' "$TMP/cell-$think.txt" | median)
+  none=$(awk '$1=="none" && $2!="fail" {print $2}' "$TMP/cell-$think.txt" | median)
+  log "think $think ms: median loadEventEnd hints $hints ms, none $none ms"
+  json+="$sep\"$think\": {\"hints\": $hints, \"none\": $none}"
+  sep=", "
+done
+json+='}, "pair": null}'
+echo "$json"
