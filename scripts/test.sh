@@ -2,15 +2,17 @@
 # Runs the whole test suite. Installs the reference tools the interop tests drive
 # (curl, gzip, brotli, zstd, xdelta3, headless chromium for tests/chromium.rs, nghttp
 # for the push test in crates/proxy/tests/hints.rs, ping
-# and ip for the path emulator's checks in crates/testbed/tests/emulator.rs, and
-# dpkg-shlibdeps and strip for the package test, crates/cli/tests/package.rs)
+# and ip for the path emulator's checks in crates/testbed/tests/emulator.rs,
+# dpkg-shlibdeps and strip for the package test, crates/cli/tests/package.rs, and
+# redis-server, redis-cli and nginx for the fleet's tests, crates/store/tests/shared.rs
+# and crates/cli/tests/fleet.rs)
 # when they are missing, on Debian; then clippy (warnings are errors) and rustfmt
 # (installing those components with rustup when missing), then the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for tool in curl gzip brotli zstd xdelta3 chromium nghttp ping ip dpkg-shlibdeps strip; do
+for tool in curl gzip brotli zstd xdelta3 chromium nghttp ping ip dpkg-shlibdeps strip redis-server redis-cli nginx; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 # Tools whose Debian package has another name.
@@ -21,6 +23,7 @@ for i in "${!missing[@]}"; do
         ip) missing[$i]=iproute2 ;;
         dpkg-shlibdeps) missing[$i]=dpkg-dev ;;
         strip) missing[$i]=binutils ;;
+        redis-cli) missing[$i]=redis-tools ;;
     esac
 done
 if ((${#missing[@]})); then

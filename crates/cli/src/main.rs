@@ -144,6 +144,11 @@ struct ServeArgs {
     /// Store directory [default: ./wirefold-data].
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Shared store of a fleet instead of the embedded one in --data-dir:
+    /// redis://HOST:PORT, redis+cluster://HOST:PORT[,HOST:PORT...], or a comma-separated
+    /// list of redis://HOST:PORT cluster seed nodes.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// TOML configuration file.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -216,6 +221,9 @@ impl ServeArgs {
         }
         if let Some(v) = &self.data_dir {
             config.data_dir = v.clone();
+        }
+        if let Some(v) = &self.store {
+            config.store = Some(v.clone());
         }
         if self.tls_self_signed {
             config.tls.self_signed = true;
@@ -380,6 +388,9 @@ struct ClientArgs {
     /// Where held instances live [default: ./wirefold-client-data].
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Hold instances on Redis instead of in --data-dir (the forms of `serve --store`).
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// Reverse mode: origin-form requests go to this site (http:// or https:// URL).
     #[arg(long)]
     site: Option<String>,
@@ -421,6 +432,9 @@ impl ClientArgs {
         }
         if let Some(v) = &self.data_dir {
             config.data_dir = v.clone();
+        }
+        if let Some(v) = &self.store {
+            config.store = Some(v.clone());
         }
         if let Some(v) = &self.site {
             config.site = Some(v.clone());

@@ -362,7 +362,22 @@ async fn every_metric_is_documented_and_every_documented_metric_exists() {
     assert_eq!(reload.status, 501, "no configuration source to reload from");
 
     let metrics = String::from_utf8(curl(&proxy.admin_url("/metrics"), &[]).await.body).unwrap();
-    let exposed = families_exposed(&metrics);
+    let mut exposed = families_exposed(&metrics);
+
+    // A server whose shared store (Redis) cannot be reached: still answers, and
+    // reports the store's state.
+    let fleet = start_proxy(&origin.url(""), |config| {
+        config.store = Some(format!("redis://{}", dead_address()));
+    })
+    .await;
+    let served = curl(&fleet.url("/page.html"), &[]).await;
+    assert_eq!(served.status, 200);
+    let metrics = String::from_utf8(curl(&fleet.admin_url("/metrics"), &[]).await.body).unwrap();
+    assert!(
+        metrics.contains("wirefold_store_shared_state{state=\"unreachable\"} 1"),
+        "{metrics}"
+    );
+    exposed.extend(families_exposed(&metrics));
     let documented = families_documented(&read_doc("operations.md"), "## Metrics");
     let undocumented: Vec<_> = exposed.difference(&documented).collect();
     let absent: Vec<_> = documented.difference(&exposed).collect();

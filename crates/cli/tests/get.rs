@@ -4,29 +4,12 @@
 
 mod support;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-use support::{corpus_file, start, url_in, Started};
+use support::{corpus_file, get, serve};
 
 const PAGE_V1: &str = "html/w3c__manifest/index-html--recent/028.html";
 const PAGE_V2: &str = "html/w3c__manifest/index-html--recent/029.html";
-
-/// Starts `wirefold serve ARGS` and returns it with the URL it printed.
-fn serve(args: &[&str]) -> (Started, String) {
-    let mut full = vec!["serve"];
-    full.extend_from_slice(args);
-    let started = start(&full, "listening on");
-    let url = url_in(&started.first_line);
-    (started, url)
-}
-
-fn get(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wirefold"))
-        .arg("get")
-        .args(args)
-        .output()
-        .expect("wirefold get runs")
-}
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()

@@ -24,8 +24,14 @@ pub struct ClientConfig {
     pub listen: SocketAddr,
     /// The admin listener (`/metrics`, `/healthz`).
     pub admin: SocketAddr,
-    /// Where held instances live.
+    /// Where held instances live (the embedded store, unless `store` names Redis).
     pub data_dir: PathBuf,
+    /// Held instances on Redis, shared by several client proxies: the forms of the
+    /// server's `store` (`redis://HOST:PORT[/DB]`, `redis+cluster://…`, seed list).
+    /// Unset, the embedded store in `data_dir`.
+    pub store: Option<String>,
+    /// The time budget of one call to that Redis, in milliseconds; as the server's.
+    pub store_budget_ms: u64,
     /// Reverse mode: origin-form requests go to this site (`http://` or `https://` URL).
     pub site: Option<String>,
     /// Instances kept per URL, newest first; 0 keeps none (and so names none).
@@ -59,6 +65,8 @@ impl Default for ClientConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 3128)),
             admin: SocketAddr::from((Ipv4Addr::LOCALHOST, 9181)),
             data_dir: PathBuf::from("./wirefold-client-data"),
+            store: None,
+            store_budget_ms: proxy::config::DEFAULT_STORE_BUDGET_MS,
             site: None,
             keep_instances: 8,
             max_body_bytes: 64 << 20,
@@ -76,6 +84,15 @@ impl ClientConfig {
     /// Reads and parses a TOML file; unknown keys are errors.
     pub fn from_file(path: &Path) -> Result<ClientConfig, ConfigError> {
         proxy::config::read_toml(path)
+    }
+
+    /// Where held instances live: Redis when `store` is set, else `data_dir/store`.
+    pub fn store_location(&self) -> Result<store::StoreLocation, store::TargetError> {
+        store::StoreLocation::from_setting(
+            self.store.as_deref(),
+            self.data_dir.join("store"),
+            std::time::Duration::from_millis(self.store_budget_ms),
+        )
     }
 
     /// Validates the whole document; the first problem found is reported with its key.
@@ -100,6 +117,18 @@ impl ClientConfig {
             if !ca.is_file() {
                 return invalid("upstream_ca", format!("{} is not a file", ca.display()));
             }
+        }
+        if let Err(e) = self.store_location() {
+            return invalid("store", e.to_string());
+        }
+        if !(1..=proxy::config::MAX_STORE_BUDGET_MS).contains(&self.store_budget_ms) {
+            return invalid(
+                "store_budget_ms",
+                format!(
+                    "must be 1 to {} (milliseconds)",
+                    proxy::config::MAX_STORE_BUDGET_MS
+                ),
+            );
         }
         if self.max_body_bytes < 64 << 10 {
             return invalid("max_body_bytes", "must be at least 65536".into());

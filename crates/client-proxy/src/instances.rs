@@ -5,13 +5,12 @@
 //!
 //! Every method blocks (the store does); async callers use `spawn_blocking`.
 
-use std::path::Path;
 use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use serde::{Deserialize, Serialize};
-use store::{Hash, Store, StoreConfig, StoreError};
+use store::{Hash, Store, StoreConfig, StoreError, StoreLocation};
 use wirefold_http::audience::audience;
 use wirefold_http::caching::{check_storable, Freshness, NotStorable};
 
@@ -79,9 +78,13 @@ pub struct Instances {
 }
 
 impl Instances {
-    pub fn open(dir: &Path, config: StoreConfig, keep: usize) -> Result<Instances, StoreError> {
+    pub fn open(
+        location: &StoreLocation,
+        config: StoreConfig,
+        keep: usize,
+    ) -> Result<Instances, StoreError> {
         Ok(Instances {
-            store: Store::open(dir, config)?,
+            store: Store::open_at(location, config, None)?,
             keep,
         })
     }
@@ -273,7 +276,12 @@ mod tests {
     #[test]
     fn keeps_the_newest_per_url_and_offers_the_cluster() {
         let dir = tempfile::tempdir().unwrap();
-        let held = Instances::open(dir.path(), StoreConfig::default(), 2).unwrap();
+        let held = Instances::open(
+            &StoreLocation::Embedded(dir.path().to_owned()),
+            StoreConfig::default(),
+            2,
+        )
+        .unwrap();
         let f = fields(&[("cache-control", "no-cache")]);
         for body in [&b"one"[..], b"two", b"three"] {
             held.keep(received("http://a.test/item?id=1", body, &f))
@@ -304,7 +312,12 @@ mod tests {
     #[test]
     fn keeping_none_offers_none() {
         let dir = tempfile::tempdir().unwrap();
-        let held = Instances::open(dir.path(), StoreConfig::default(), 0).unwrap();
+        let held = Instances::open(
+            &StoreLocation::Embedded(dir.path().to_owned()),
+            StoreConfig::default(),
+            0,
+        )
+        .unwrap();
         held.keep(received("http://a.test/x", b"x", &HeaderMap::new()))
             .unwrap();
         assert!(held.offer("http://a.test/x").is_empty());

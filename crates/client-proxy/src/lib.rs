@@ -17,7 +17,6 @@ mod listener;
 pub mod metrics;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use http::HeaderValue;
@@ -41,9 +40,9 @@ pub enum ClientError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("store at {path}: {source}")]
+    #[error("store at {location}: {source}")]
     Store {
-        path: PathBuf,
+        location: store::StoreLocation,
         source: store::StoreError,
     },
     #[error("upstream: {0}")]
@@ -88,7 +87,12 @@ pub async fn start(config: ClientConfig) -> Result<RunningClient, ClientError> {
     config.check()?;
     let metrics = Arc::new(ClientMetrics::new());
     let link = Link::new(&config, metrics.clone()).map_err(ClientError::Upstream)?;
-    let store_dir = config.data_dir.join("store");
+    let location = config
+        .store_location()
+        .map_err(|e| proxy::config::ConfigError::Invalid {
+            key: "store",
+            message: e.to_string(),
+        })?;
     let store_config = store::StoreConfig {
         max_bytes: config.max_store_bytes,
         memory_bytes: (config.max_store_bytes / 8).min(128 << 20),
@@ -96,14 +100,11 @@ pub async fn start(config: ClientConfig) -> Result<RunningClient, ClientError> {
     };
     let keep = config.keep_instances;
     let opened = proxy::blocking::run({
-        let dir = store_dir.clone();
-        move || Instances::open(&dir, store_config, keep)
+        let location = location.clone();
+        move || Instances::open(&location, store_config, keep)
     })
     .await;
-    let instances = opened.map_err(|source| ClientError::Store {
-        path: store_dir,
-        source,
-    })?;
+    let instances = opened.map_err(|source| ClientError::Store { location, source })?;
 
     let bind = |addr: SocketAddr| async move {
         let listener = TcpListener::bind(addr)

@@ -216,10 +216,7 @@ impl DerivedBodies {
         self.background.spawn_blocking(Box::new(move || {
             if let Err(e) = store.put_encoding(&hash, &variant.to_string(), &made) {
                 errors.inc();
-                if !matches!(
-                    e,
-                    store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)
-                ) {
+                if !e.is_quiet() {
                     tracing::warn!(error = %e, %variant, "derived body not kept");
                 }
             }
@@ -249,10 +246,7 @@ impl DerivedBodies {
             let (hash, variant) = &job;
             if let Err(e) = store.put_encoding(hash, &variant.to_string(), &made) {
                 errors.inc();
-                if !matches!(
-                    e,
-                    store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)
-                ) {
+                if !e.is_quiet() {
                     tracing::warn!(error = %e, %variant, "background encoding not kept");
                 }
             }

@@ -28,8 +28,17 @@ pub struct Config {
     /// server (`POST /dictionaries/train`); without it, only a loopback admin
     /// listener accepts them.
     pub admin_token: Option<String>,
-    /// Where the store lives.
+    /// Where the store lives (the embedded store, unless `store` names Redis).
     pub data_dir: PathBuf,
+    /// The shared store of a fleet: `redis://HOST:PORT[/DB]` (one Redis),
+    /// `redis+cluster://HOST:PORT[,HOST:PORT…]` or a comma-separated list of
+    /// `redis://HOST:PORT` seed nodes (a Redis Cluster). Unset, the embedded store in
+    /// `data_dir`.
+    pub store: Option<String>,
+    /// The time budget of one call to the shared store (connecting, or an answer),
+    /// in milliseconds: a slower Redis counts as unreachable, and requests are served
+    /// without it until it answers again.
+    pub store_budget_ms: u64,
     /// Reverse-proxy mode: the origin's base URL (`http://` or `https://`).
     pub origin: Option<String>,
     /// File-server mode: the directory served.
@@ -56,6 +65,8 @@ impl Default for Config {
             admin: SocketAddr::from((Ipv4Addr::LOCALHOST, 9180)),
             admin_token: None,
             data_dir: PathBuf::from("./wirefold-data"),
+            store: None,
+            store_budget_ms: DEFAULT_STORE_BUDGET_MS,
             origin: None,
             root: None,
             log_format: LogFormat::Human,
@@ -71,6 +82,23 @@ impl Default for Config {
             link: LinkConfig::default(),
             log: LogConfig::default(),
         }
+    }
+}
+
+/// `store_budget_ms` by default: a loopback or same-zone Redis answers in well under a
+/// millisecond, so this is reached only by a Redis in trouble.
+pub const DEFAULT_STORE_BUDGET_MS: u64 = 100;
+/// The largest `store_budget_ms`: every request may wait this long per store call.
+pub const MAX_STORE_BUDGET_MS: u64 = 10_000;
+
+impl Config {
+    /// Where the store lives: Redis when `store` is set, else `data_dir/store`.
+    pub fn store_location(&self) -> Result<store::StoreLocation, store::TargetError> {
+        store::StoreLocation::from_setting(
+            self.store.as_deref(),
+            self.data_dir.join("store"),
+            std::time::Duration::from_millis(self.store_budget_ms),
+        )
     }
 }
 
@@ -546,6 +574,15 @@ impl Config {
         let mut problems = Vec::new();
         let mut invalid =
             |key, message: String| problems.push(ConfigError::Invalid { key, message });
+        if let Err(e) = self.store_location() {
+            invalid("store", e.to_string());
+        }
+        if !(1..=MAX_STORE_BUDGET_MS).contains(&self.store_budget_ms) {
+            invalid(
+                "store_budget_ms",
+                format!("must be 1 to {MAX_STORE_BUDGET_MS} (milliseconds)"),
+            );
+        }
         match (&self.origin, &self.root) {
             (None, None) if self.link.enabled => {}
             (None, None) => {

@@ -123,6 +123,12 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// A state of the shared store (`store::SharedState::as_str`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: &'static str,
+}
+
 /// Which response something went out in: `final` or `early` (a 103).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResponseLabels {
@@ -203,6 +209,12 @@ pub struct Metrics {
     pub response_latency: Histogram,
     pub store_bytes: Gauge,
     pub store_blobs: Gauge,
+    /// Blob lookups in the store's local (in-memory) tier, by result (sampled at scrape).
+    pub store_memory_lookups: Family<ResultLabels, Counter>,
+    /// The shared store's state: 1 for the current one, 0 for the others.
+    pub store_shared_state: Family<StateLabels, Gauge>,
+    /// Changes of the shared store's state, by the state entered.
+    pub store_shared_changes: Family<StateLabels, Counter>,
     pub store_write_errors: Counter,
     /// Completed passes of the root scanner (encodings and deltas made ahead).
     pub root_scans: Counter,
@@ -241,6 +253,43 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Records that the shared store entered `state`: the state gauge moves, the
+    /// change is counted.
+    pub fn shared_store_entered(&self, state: store::SharedState) {
+        self.shared_store_is(state);
+        self.store_shared_changes
+            .get_or_create(&StateLabels {
+                state: state.as_str(),
+            })
+            .inc();
+    }
+
+    /// Brings the store's sampled figures up to `stats`: gauges set, counters advanced
+    /// to the store's totals.
+    pub fn store_sampled(&self, stats: &store::StoreStats) {
+        self.store_bytes.set(stats.disk_bytes as i64);
+        self.store_blobs.set(stats.blobs as i64);
+        for (result, total) in [("hit", stats.memory_hits), ("miss", stats.memory_misses)] {
+            let counter = self
+                .store_memory_lookups
+                .get_or_create(&ResultLabels { result });
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
+    }
+
+    /// Sets the shared store's state gauge to `state`.
+    pub fn shared_store_is(&self, state: store::SharedState) {
+        use store::SharedState::{Available, Full, Unreachable};
+        for each in [Available, Unreachable, Full] {
+            let labels = StateLabels {
+                state: each.as_str(),
+            };
+            self.store_shared_state
+                .get_or_create(&labels)
+                .set(i64::from(each == state));
+        }
+    }
+
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("wirefold");
         let requests = Family::default();
@@ -295,6 +344,24 @@ impl Metrics {
         );
         let store_blobs = Gauge::default();
         registry.register("store_blobs", "Bodies in the store", store_blobs.clone());
+        let store_memory_lookups = Family::default();
+        registry.register(
+            "store_memory_lookups",
+            "Blob lookups in the store's in-memory tier, by result",
+            store_memory_lookups.clone(),
+        );
+        let store_shared_state = Family::default();
+        registry.register(
+            "store_shared_state",
+            "The shared store's state (1 for the current one)",
+            store_shared_state.clone(),
+        );
+        let store_shared_changes = Family::default();
+        registry.register(
+            "store_shared_changes",
+            "Changes of the shared store's state, by the state entered",
+            store_shared_changes.clone(),
+        );
         let store_write_errors = Counter::default();
         registry.register(
             "store_write_errors",
@@ -467,6 +534,9 @@ impl Metrics {
             response_latency,
             store_bytes,
             store_blobs,
+            store_memory_lookups,
+            store_shared_state,
+            store_shared_changes,
             store_write_errors,
             totals: Totals::default(),
         }

@@ -48,11 +48,13 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("store at {path}: {source}")]
+    #[error("store at {location}: {source}")]
     Store {
-        path: std::path::PathBuf,
+        location: store::StoreLocation,
         source: store::StoreError,
     },
+    #[error("store: {0}")]
+    StoreLocation(#[from] store::TargetError),
     #[error("tls: {0}")]
     Tls(String),
     #[error("origin: {0}")]
@@ -172,13 +174,22 @@ pub async fn start_with(
             memory_bytes: config.cache.memory_bytes,
             max_object_bytes: config.limits.max_buffered_body as u64,
         };
-        let dir = config.data_dir.join("store");
+        let location = config.store_location()?;
+        let observer: Option<store::StateObserver> = match location {
+            store::StoreLocation::Shared { .. } => {
+                // Assumed reachable until a call says otherwise; the gauge starts there.
+                metrics.shared_store_is(store::SharedState::Available);
+                let metrics = metrics.clone();
+                Some(Arc::new(move |state| metrics.shared_store_entered(state)))
+            }
+            store::StoreLocation::Embedded(_) => None,
+        };
         let opened = delta::blocking::run({
-            let dir = dir.clone();
-            move || store::Store::open(&dir, store_config)
+            let location = location.clone();
+            move || store::Store::open_at(&location, store_config, observer)
         })
         .await;
-        Some(opened.map_err(|source| StartError::Store { path: dir, source })?)
+        Some(opened.map_err(|source| StartError::Store { location, source })?)
     } else {
         None
     };
@@ -580,8 +591,7 @@ async fn admin(pipeline: &Pipeline, req: Request<Incoming>) -> Response<Body> {
         "/metrics" => {
             if let Some(store) = pipeline.store().cloned() {
                 if let Ok(stats) = tokio::task::spawn_blocking(move || store.stats()).await {
-                    pipeline.metrics.store_bytes.set(stats.disk_bytes as i64);
-                    pipeline.metrics.store_blobs.set(stats.blobs as i64);
+                    pipeline.metrics.store_sampled(&stats);
                 }
             }
             match pipeline.metrics.encode() {

@@ -38,6 +38,19 @@ pub enum StoreError {
 
     #[error("store index error: {0}")]
     Index(String),
+
+    /// The shared store (Redis) is unreachable or slower than its budget; calls fail
+    /// fast until the next reconnection attempt.
+    #[error("shared store {target} is unreachable or over its time budget; serving without it until it answers again")]
+    Unavailable { target: String },
+
+    /// The shared store refused a command for another reason than memory or transport.
+    #[error("shared store {target} refused a command: {detail}")]
+    Shared { target: String, detail: String },
+
+    /// Listing records by a prefix the shared store's group index cannot answer.
+    #[error("records are listed by group on Redis (a key up to its first `/`); the prefix {prefix:?} does not reach it")]
+    PrefixTooShort { prefix: String },
 }
 
 impl StoreError {
@@ -46,6 +59,18 @@ impl StoreError {
             path: path.into(),
             source,
         }
+    }
+
+    /// Whether a caller should count this failure without logging it: the store logs
+    /// suspended writes and an unreachable shared store itself, once per change of
+    /// state, and a missing blob is an ordinary race with eviction.
+    pub fn is_quiet(&self) -> bool {
+        matches!(
+            self,
+            StoreError::WritesSuspended
+                | StoreError::Unavailable { .. }
+                | StoreError::MissingBlob(_)
+        )
     }
 
     /// Whether this error says the disk (or quota, or file size limit) is exhausted.

@@ -1,54 +1,56 @@
-//! The store: content-addressed blobs on disk, small named records that reference them, and
-//! cached encodings of blobs — bounded in bytes, surviving restart, crash safe.
+//! The store: content-addressed blobs, small named records that reference them, and
+//! cached encodings of blobs — bounded in bytes, verified on every read.
 //!
-//! Layout of a store directory:
-//! - `index.redb`: which blobs exist (length, insertion order), records, encodings;
-//! - `blobs/ab/<hex>`: one file per blob, named by the SHA-256 of its content;
-//! - `tmp/`: blob writes in flight.
+//! Two tiers. The local tier (`local.rs`) keeps hot blobs and encoding names in this
+//! process's memory. Behind it, a durable tier (`durable.rs`): the embedded one
+//! (`embedded.rs`: redb plus blob files in a directory, surviving restart, crash safe) by
+//! default, or Redis (`shared.rs`, one server or a cluster), which every instance of a
+//! fleet shares. Callers see only [`Store`]; which tier is underneath is the choice of
+//! [`StoreLocation`].
 //!
-//! Every write puts new data on disk first (temp file, fsync, rename) and commits the index
-//! after, so a crash loses at most the write in flight; [`Store::open`] cleans up what such a
-//! crash leaves behind. Blobs are verified against their hash whenever read from disk.
-//!
-//! The API is blocking; async callers use `spawn_blocking`.
+//! The API is blocking; async callers use `spawn_blocking`, except for the `_in_memory`
+//! lookups, which never leave the local tier.
 
+mod durable;
+mod embedded;
 mod error;
 mod files;
 mod hash;
 mod index;
+mod local;
 mod lru;
 pub mod memo;
+mod shared;
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::fs::{self, File};
-use std::io::{self, BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use sha2::{Digest, Sha256};
 
 pub use error::StoreError;
 pub use hash::{Hash, HashParseError};
+pub use shared::{
+    RedisTarget, SharedState, StateObserver, TargetError, CHUNK_BYTES, FIRST_RETRY, LAST_RETRY,
+    MAX_GROUP_KEYS,
+};
 
-use files::{BlobFiles, TempFile};
-use index::{BlobRow, Index, Removal};
-use lru::Lru;
+use durable::{Durable, PartialBlob};
+use embedded::Embedded;
+use local::LocalTier;
+use shared::Shared;
 
-/// How long writes stay suspended after one found the disk full.
+/// How long writes stay suspended after one found the disk (or Redis' memory) full.
 pub const WRITE_SUSPENSION: Duration = Duration::from_secs(30);
-
-/// Capacity of a [`BlobWriter`]'s buffer: response bodies arrive in chunks of a few KiB.
-const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreConfig {
-    /// Bound on the total length of all blobs on disk; least recently used blobs are evicted
-    /// to stay under it. The index file is not counted.
+    /// Bound on the total length of all blobs on disk (the embedded tier); least recently
+    /// used blobs are evicted to stay under it. The index file is not counted. Redis
+    /// bounds itself (`maxmemory`).
     pub max_bytes: u64,
-    /// Bound on the blob bytes held in the in-memory read cache.
+    /// Bound on the blob bytes held in the local (in-memory) tier.
     pub memory_bytes: u64,
     /// Largest single blob accepted.
     pub max_object_bytes: u64,
@@ -64,14 +66,61 @@ impl Default for StoreConfig {
     }
 }
 
+/// Where a store keeps what it holds beyond its local tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// The embedded tier in this directory: one process per directory.
+    Embedded(PathBuf),
+    /// Redis, shared by a fleet; `budget` bounds connecting and every answer.
+    Shared {
+        target: RedisTarget,
+        budget: Duration,
+    },
+}
+
+impl StoreLocation {
+    /// Where a `store` setting points: Redis when it names a target, else the embedded
+    /// store in `dir`.
+    pub fn from_setting(
+        store: Option<&str>,
+        dir: PathBuf,
+        budget: Duration,
+    ) -> Result<StoreLocation, TargetError> {
+        Ok(match store {
+            Some(target) => StoreLocation::Shared {
+                target: target.parse()?,
+                budget,
+            },
+            None => StoreLocation::Embedded(dir),
+        })
+    }
+}
+
+impl fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreLocation::Embedded(dir) => write!(f, "{}", dir.display()),
+            StoreLocation::Shared { target, .. } => write!(f, "{target}"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
-    /// Total length of the blobs on disk.
+    /// Total length of the blobs on disk (embedded tier; 0 on Redis, which counts its
+    /// own memory).
     pub disk_bytes: u64,
+    /// Blobs on disk (embedded tier; 0 on Redis).
     pub blobs: u64,
+    /// Records (embedded tier; 0 on Redis).
     pub records: u64,
-    /// Blob bytes held in the in-memory read cache.
+    /// Blob bytes held in the local (in-memory) tier.
     pub memory_bytes: u64,
+    /// Blob lookups since start the local tier answered.
+    pub memory_hits: u64,
+    /// Blob lookups since start the local tier could not answer (the `_in_memory` ones
+    /// included, whose caller may then ask the durable tier).
+    pub memory_misses: u64,
 }
 
 /// A handle to an open store; clones share it.
@@ -82,215 +131,130 @@ pub struct Store {
 
 struct Inner {
     config: StoreConfig,
-    files: BlobFiles,
-    index: Index,
-    /// Held across every change to which blobs and records exist (install a file, commit the
-    /// index, evict), so that disk, index and `State` agree whenever it is free. Taken before
-    /// `state`, never while holding it.
-    changes: Mutex<()>,
-    state: Mutex<State>,
-}
-
-struct State {
-    /// Blobs on disk, weighted by length, in order of last use. After a restart the order is
-    /// the insertion order stored in the index.
-    on_disk: Lru<()>,
-    memory: Lru<Bytes>,
-    /// Encodings whose index rows were read or written since start, so a hot encoding is
-    /// found without an index transaction: source → (variant, encoded blob).
-    encoding_names: HashMap<Hash, Vec<(String, Hash)>>,
-    next_seq: u64,
-    records: u64,
-    writes_suspended_until: Option<Instant>,
-}
-
-impl State {
-    fn remember_encoding(&mut self, source: &Hash, variant: &str, encoded: Hash) {
-        let names = self.encoding_names.entry(*source).or_default();
-        match names.iter_mut().find(|(v, _)| v == variant) {
-            Some(entry) => entry.1 = encoded,
-            None => names.push((variant.to_string(), encoded)),
-        }
-    }
-}
-
-/// Bytes of a blob to store: already in a fsynced temp file, or still in memory because the
-/// blob was present when the write began (and only needs writing if it has gone since).
-enum Staged<'a> {
-    File(TempFile),
-    Bytes(&'a [u8]),
+    local: Arc<LocalTier>,
+    durable: Box<dyn Durable>,
+    /// The Redis tier when it is the durable one, for its state.
+    shared: Option<Shared>,
 }
 
 impl Store {
-    /// Opens the store in `dir`, creating it if needed, and recovers from a crash: deletes
-    /// temp files, drops index rows whose blob file is missing or of the wrong length (with
-    /// what references them), and deletes blob files the index does not know.
-    ///
-    /// An index that cannot be read is [`StoreError::Corrupt`]; it is left untouched.
+    /// Opens the embedded store in `dir`; see [`Store::open_at`].
     pub fn open(dir: &Path, config: StoreConfig) -> Result<Store, StoreError> {
-        fs::create_dir_all(dir).map_err(|err| StoreError::io(dir, err))?;
-        let index = Index::open(&dir.join("index.redb"))?;
-        let files = BlobFiles::open(dir)?;
-        let temps = files.clear_temp()?;
+        Store::open_at(&StoreLocation::Embedded(dir.to_owned()), config, None)
+    }
 
-        let rows = index.blobs()?;
-        let lost: Vec<Hash> = rows
-            .iter()
-            .filter(|row| files.len_on_disk(&row.hash) != Some(row.len))
-            .map(|row| row.hash)
-            .collect();
-        for hash in &lost {
-            tracing::warn!(path = %files.path(hash).display(), "blob file missing or incomplete; dropping it from the index");
-        }
-        let dropped: HashSet<Hash> = index.remove_blobs(&lost)?.blobs.into_iter().collect();
-
-        let mut on_disk = Lru::new();
-        for row in rows.iter().filter(|row| !dropped.contains(&row.hash)) {
-            on_disk.insert(row.hash, (), row.len);
-        }
-        let orphans = files.remove_unknown(|hash| on_disk.contains(hash))?;
-        let state = State {
-            on_disk,
-            memory: Lru::new(),
-            encoding_names: HashMap::new(),
-            next_seq: rows.last().map_or(0, |row| row.seq + 1),
-            records: index.record_count()?,
-            writes_suspended_until: None,
+    /// Opens the store at `location`.
+    ///
+    /// The embedded tier is created if needed and recovered from a crash: temp files are
+    /// deleted, index rows whose blob file is missing or of the wrong length dropped (with
+    /// what references them), blob files the index does not know deleted. An index that
+    /// cannot be read is [`StoreError::Corrupt`]; it is left untouched.
+    ///
+    /// The Redis tier connects when first used: a Redis that is down at start-up gives a
+    /// store that serves without it until it is up. `observer` hears each change of its
+    /// state.
+    pub fn open_at(
+        location: &StoreLocation,
+        config: StoreConfig,
+        observer: Option<StateObserver>,
+    ) -> Result<Store, StoreError> {
+        let local = Arc::new(LocalTier::new(config.memory_bytes));
+        let (durable, shared): (Box<dyn Durable>, _) = match location {
+            StoreLocation::Embedded(dir) => (
+                Box::new(Embedded::open(dir, config.max_bytes, local.clone())?),
+                None,
+            ),
+            StoreLocation::Shared { target, budget } => {
+                let shared = Shared::open(
+                    target.clone(),
+                    *budget,
+                    config.max_object_bytes,
+                    local.clone(),
+                    observer,
+                )?;
+                (Box::new(shared.clone()), Some(shared))
+            }
         };
-        let store = Store {
+        Ok(Store {
             inner: Arc::new(Inner {
                 config,
-                files,
-                index,
-                changes: Mutex::new(()),
-                state: Mutex::new(state),
+                local,
+                durable,
+                shared,
             }),
-        };
-        tracing::info!(
-            dir = %dir.display(), temps, orphans, lost = lost.len(), stats = ?store.stats(),
-            "store opened"
-        );
-        // The budget may have shrunk since the last run.
-        {
-            let _changes = lock(&store.inner.changes);
-            store.evict_over_budget()?;
-        }
-        Ok(store)
+        })
+    }
+
+    /// The Redis tier's state, when the store is on Redis.
+    pub fn shared_state(&self) -> Option<SharedState> {
+        self.inner.shared.as_ref().map(Shared::state)
     }
 
     /// Stores `data` and returns its hash; storing the same bytes again is a no-op.
     pub fn put_blob(&self, data: &[u8]) -> Result<Hash, StoreError> {
         self.check_size(data.len() as u64)?;
         let hash = Hash::of(data);
-        if self.state().on_disk.touch(&hash) {
-            return Ok(hash);
-        }
-        self.check_writable()?;
-        let temp = self.track(self.inner.files.write_temp(data))?;
-        self.commit_blob(hash, data.len() as u64, Staged::File(temp), None)?;
+        self.inner.durable.put_blob(hash, data)?;
         // What was just stored is about to be asked for: keep it hot rather than read it back.
-        self.cache(&hash, &Bytes::copy_from_slice(data));
+        self.inner.local.keep(&hash, &Bytes::copy_from_slice(data));
         Ok(hash)
     }
 
-    /// A writer that stores a blob streamed in pieces without holding it in memory.
+    /// A writer that stores a blob streamed in pieces: on disk without holding it in
+    /// memory; on Redis gathered in memory up to the object limit.
     pub fn blob_writer(&self) -> Result<BlobWriter, StoreError> {
-        self.check_writable()?;
-        let (file, temp) = self.track(self.inner.files.create_temp())?;
         Ok(BlobWriter {
-            store: self.clone(),
-            file: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file),
-            temp,
-            hasher: Sha256::new(),
-            len: 0,
-            broken: None,
+            partial: self.inner.durable.blob_writer(self.object_limit())?,
         })
     }
 
-    /// The blob's bytes, from memory or from disk. A blob whose file fails verification is
-    /// logged, removed with everything referencing it, and reported as absent.
+    /// The blob's bytes, from the local tier or the durable one. A blob that fails
+    /// verification is logged, removed with everything referencing it, and reported as
+    /// absent.
     pub fn get_blob(&self, hash: &Hash) -> Result<Option<Bytes>, StoreError> {
-        {
-            let mut state = self.state();
-            if let Some(data) = state.memory.get(hash).cloned() {
-                state.on_disk.touch(hash);
-                return Ok(Some(data));
-            }
-            if !state.on_disk.touch(hash) {
-                return Ok(None);
-            }
-        }
-        if let Ok(data) = self.read_verified(hash) {
-            self.cache(hash, &data);
+        if let Some(data) = self.get_blob_in_memory(hash) {
             return Ok(Some(data));
         }
-        // The file may have been evicted, or evicted and stored again, since the check above;
-        // decide again while nothing can change.
-        let _changes = lock(&self.inner.changes);
-        if !self.state().on_disk.contains(hash) {
-            return Ok(None);
+        let found = self.inner.durable.get_blob(hash)?;
+        if let Some(data) = &found {
+            self.inner.local.keep(hash, data);
         }
-        match self.read_verified(hash) {
-            Ok(data) => {
-                self.cache(hash, &data);
-                Ok(Some(data))
-            }
-            Err(problem) => {
-                tracing::error!(
-                    path = %self.inner.files.path(hash).display(), %problem,
-                    "damaged blob file; removing it and everything that references it"
-                );
-                let removal = self.track(self.inner.index.remove_blobs(&[*hash]))?;
-                self.forget(removal);
-                Ok(None)
-            }
-        }
+        Ok(found)
     }
 
+    /// Whether the durable tier holds the blob (a question to Redis when on Redis; false
+    /// when it cannot be asked).
     pub fn has_blob(&self, hash: &Hash) -> bool {
-        self.state().on_disk.contains(hash)
+        self.inner.durable.has_blob(hash).unwrap_or(false)
     }
 
     /// Stores a record under `key`, replacing any previous one. `refs` are the blobs it points
-    /// at; they must be in the store, and the record is removed when any of them is.
+    /// at; they must be in the store. The embedded tier removes the record when any of them
+    /// is evicted; on Redis a record may outlive its blobs, which then read as absent.
     pub fn put_record(&self, key: &str, value: &[u8], refs: &[Hash]) -> Result<(), StoreError> {
-        self.check_writable()?;
-        let _changes = lock(&self.inner.changes);
-        {
-            let mut state = self.state();
-            if let Some(missing) = refs.iter().find(|hash| !state.on_disk.contains(hash)) {
-                return Err(StoreError::MissingBlob(*missing));
-            }
-            for hash in refs {
-                state.on_disk.touch(hash);
-            }
-        }
-        if self.track(self.inner.index.put_record(key, value, refs))? {
-            self.state().records += 1;
-        }
-        Ok(())
+        self.check_size(value.len() as u64)?;
+        self.inner.durable.put_record(key, value, refs)
     }
 
     pub fn get_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.index.get_record(key)
+        self.inner.durable.get_record(key)
     }
 
-    /// Records whose keys start with `prefix`, in key order, at most `limit` of them.
+    /// Records whose keys start with `prefix`, in key order, at most `limit` of them. On
+    /// Redis, records are listed by group (a key up to its first `/`), so `prefix` must
+    /// reach that `/` ([`StoreError::PrefixTooShort`] otherwise), and a group lists its
+    /// [`MAX_GROUP_KEYS`] most recently written keys.
     pub fn records_with_prefix(
         &self,
         prefix: &str,
         limit: usize,
     ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        self.inner.index.records_with_prefix(prefix, limit)
+        self.inner.durable.records_with_prefix(prefix, limit)
     }
 
     /// Removes the record under `key`, if any. The blobs it referenced stay until evicted.
     pub fn remove_record(&self, key: &str) -> Result<(), StoreError> {
-        let _changes = lock(&self.inner.changes);
-        if self.track(self.inner.index.remove_record(key))? {
-            self.state().records -= 1;
-        }
-        Ok(())
+        self.inner.durable.remove_record(key)
     }
 
     /// Stores `encoded` as the `variant` (e.g. "br-5") encoding of the blob `source`, which
@@ -302,203 +266,53 @@ impl Store {
         encoded: &[u8],
     ) -> Result<(), StoreError> {
         self.check_size(encoded.len() as u64)?;
-        self.check_writable()?;
         let hash = Hash::of(encoded);
-        let staged = if self.has_blob(&hash) {
-            Staged::Bytes(encoded)
-        } else {
-            Staged::File(self.track(self.inner.files.write_temp(encoded))?)
-        };
-        self.commit_blob(hash, encoded.len() as u64, staged, Some((source, variant)))?;
-        self.cache(&hash, &Bytes::copy_from_slice(encoded));
+        self.inner
+            .durable
+            .put_encoding(source, variant, hash, encoded)?;
+        self.inner.local.remember_encoding(source, variant, hash);
+        self.inner
+            .local
+            .keep(&hash, &Bytes::copy_from_slice(encoded));
         Ok(())
     }
 
     pub fn get_encoding(&self, source: &Hash, variant: &str) -> Result<Option<Bytes>, StoreError> {
-        let Some(encoded) = self.inner.index.get_encoding(source, variant)? else {
+        let Some(encoded) = self.inner.durable.get_encoding(source, variant)? else {
             return Ok(None);
         };
-        {
-            let mut state = self.state();
-            state.on_disk.touch(source);
-            state.remember_encoding(source, variant, encoded);
-        }
+        self.inner.local.remember_encoding(source, variant, encoded);
         self.get_blob(&encoded)
     }
 
-    /// The blob's bytes if they are in the memory cache: no disk or index access, so it
-    /// is cheap enough for an async reactor thread. `None` says nothing about the disk.
+    /// The blob's bytes if they are in the local tier: no disk, index or network access,
+    /// so it is cheap enough for an async reactor thread. `None` says nothing about the
+    /// durable tier.
     pub fn get_blob_in_memory(&self, hash: &Hash) -> Option<Bytes> {
-        let mut state = self.state();
-        let data = state.memory.get(hash).cloned()?;
-        state.on_disk.touch(hash);
+        let data = self.inner.local.blob(hash)?;
+        self.inner.durable.touch(&[*hash]);
         Some(data)
     }
 
-    /// The encoding's bytes if both its name and its bytes are in memory; see
+    /// The encoding's bytes if both its name and its bytes are in the local tier; see
     /// [`Store::get_blob_in_memory`].
     pub fn get_encoding_in_memory(&self, source: &Hash, variant: &str) -> Option<Bytes> {
-        let mut state = self.state();
-        let encoded = *state
-            .encoding_names
-            .get(source)?
-            .iter()
-            .find(|(v, _)| v == variant)
-            .map(|(_, h)| h)?;
-        let data = state.memory.get(&encoded).cloned()?;
-        state.on_disk.touch(source);
-        state.on_disk.touch(&encoded);
+        let encoded = self.inner.local.encoding_name(source, variant)?;
+        let data = self.inner.local.blob(&encoded)?;
+        self.inner.durable.touch(&[*source, encoded]);
         Some(data)
     }
 
     pub fn stats(&self) -> StoreStats {
-        let state = self.state();
+        let durable = self.inner.durable.stats();
+        let (memory_hits, memory_misses) = self.inner.local.lookups();
         StoreStats {
-            disk_bytes: state.on_disk.weight(),
-            blobs: state.on_disk.len() as u64,
-            records: state.records,
-            memory_bytes: state.memory.weight(),
-        }
-    }
-
-    /// Installs a staged blob (unless present), indexes it and, for an encoding, its row; then
-    /// evicts down to the budget.
-    fn commit_blob(
-        &self,
-        hash: Hash,
-        len: u64,
-        staged: Staged<'_>,
-        encoding_of: Option<(&Hash, &str)>,
-    ) -> Result<Hash, StoreError> {
-        let _changes = lock(&self.inner.changes);
-        if let Some((source, _)) = encoding_of {
-            if !self.has_blob(source) {
-                return Err(StoreError::MissingBlob(*source));
-            }
-        }
-        let new_row = if self.has_blob(&hash) {
-            None
-        } else {
-            let temp = match staged {
-                Staged::File(temp) => temp,
-                Staged::Bytes(data) => self.track(self.inner.files.write_temp(data))?,
-            };
-            self.track(self.inner.files.install(temp, &hash))?;
-            Some(BlobRow {
-                hash,
-                len,
-                seq: self.state().next_seq,
-            })
-        };
-        let indexed = match (encoding_of, &new_row) {
-            (Some((source, variant)), _) => {
-                self.inner
-                    .index
-                    .insert_encoding(source, variant, &hash, new_row.as_ref())
-            }
-            (None, Some(row)) => self.inner.index.insert_blob(row),
-            (None, None) => Ok(()),
-        };
-        if let Err(err) = self.track(indexed) {
-            if new_row.is_some() {
-                self.inner.files.remove(&hash);
-            }
-            return Err(err);
-        }
-        {
-            let mut state = self.state();
-            match new_row {
-                Some(row) => {
-                    state.on_disk.insert(hash, (), len);
-                    state.next_seq = row.seq + 1;
-                }
-                None => {
-                    state.on_disk.touch(&hash);
-                }
-            }
-            if let Some((source, variant)) = encoding_of {
-                state.on_disk.touch(source);
-                state.remember_encoding(source, variant, hash);
-            }
-        }
-        self.evict_over_budget()?;
-        Ok(hash)
-    }
-
-    /// Removes least recently used blobs until the total fits `max_bytes`. The caller holds
-    /// `changes`.
-    fn evict_over_budget(&self) -> Result<(), StoreError> {
-        let victims: Vec<Hash> = {
-            let state = self.state();
-            let mut excess = state
-                .on_disk
-                .weight()
-                .saturating_sub(self.inner.config.max_bytes);
-            let mut victims = Vec::new();
-            for (hash, len) in state.on_disk.oldest_first() {
-                if excess == 0 {
-                    break;
-                }
-                victims.push(hash);
-                excess = excess.saturating_sub(len);
-            }
-            victims
-        };
-        if victims.is_empty() {
-            return Ok(());
-        }
-        let removal = self.track(self.inner.index.remove_blobs(&victims))?;
-        tracing::debug!(
-            blobs = removal.blobs.len(),
-            records = removal.records,
-            "evicted"
-        );
-        self.forget(removal);
-        Ok(())
-    }
-
-    /// Brings memory and disk in line with blobs and records removed from the index.
-    fn forget(&self, removal: Removal) {
-        {
-            let mut state = self.state();
-            for hash in &removal.blobs {
-                state.on_disk.remove(hash);
-                state.memory.remove(hash);
-                state.encoding_names.remove(hash);
-            }
-            let removed: HashSet<&Hash> = removal.blobs.iter().collect();
-            state
-                .encoding_names
-                .values_mut()
-                .for_each(|names| names.retain(|(_, h)| !removed.contains(h)));
-            state.records -= removal.records;
-        }
-        for hash in &removal.blobs {
-            self.inner.files.remove(hash);
-        }
-    }
-
-    /// Reads a blob's file and checks it against its hash; the error describes the damage.
-    fn read_verified(&self, hash: &Hash) -> Result<Bytes, String> {
-        let data =
-            fs::read(self.inner.files.path(hash)).map_err(|err| format!("unreadable: {err}"))?;
-        let actual = Hash::of(&data);
-        if actual != *hash {
-            return Err(format!("content hashes to {actual}"));
-        }
-        Ok(Bytes::from(data))
-    }
-
-    /// Keeps a blob just read in the memory cache, if it is still stored and fits.
-    fn cache(&self, hash: &Hash, data: &Bytes) {
-        let limit = self.inner.config.memory_bytes;
-        let mut state = self.state();
-        if data.len() as u64 > limit || !state.on_disk.contains(hash) {
-            return;
-        }
-        state.memory.insert(*hash, data.clone(), data.len() as u64);
-        while state.memory.weight() > limit {
-            state.memory.pop_oldest();
+            disk_bytes: durable.bytes,
+            blobs: durable.blobs,
+            records: durable.records,
+            memory_bytes: self.inner.local.weight(),
+            memory_hits,
+            memory_misses,
         }
     }
 
@@ -515,41 +329,6 @@ impl Store {
             .config
             .max_object_bytes
             .min(self.inner.config.max_bytes)
-    }
-
-    fn check_writable(&self) -> Result<(), StoreError> {
-        let mut state = self.state();
-        match state.writes_suspended_until {
-            Some(until) if Instant::now() < until => Err(StoreError::WritesSuspended),
-            Some(_) => {
-                state.writes_suspended_until = None;
-                tracing::info!("resuming store writes");
-                Ok(())
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// Passes `result` through, suspending writes when it says the disk is full.
-    fn track<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
-        if let Err(err) = &result {
-            if err.is_out_of_space() {
-                let mut state = self.state();
-                if state.writes_suspended_until.is_none() {
-                    tracing::warn!(
-                        error = %err,
-                        "disk full: suspending store writes for {} s; serving continues without caching",
-                        WRITE_SUSPENSION.as_secs()
-                    );
-                }
-                state.writes_suspended_until = Some(Instant::now() + WRITE_SUSPENSION);
-            }
-        }
-        result
-    }
-
-    fn state(&self) -> MutexGuard<'_, State> {
-        lock(&self.inner.state)
     }
 }
 
@@ -568,68 +347,23 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Streams a blob into the store: bytes go to a temp file while being hashed, and
-/// [`BlobWriter::finish`] moves it into place. Dropping an unfinished writer deletes the temp
-/// file. After a failed write the writer is unusable; finish reports the failure again.
+/// Streams a blob into the store: on disk, bytes go to a temp file while being hashed,
+/// and [`BlobWriter::finish`] moves it into place; dropping an unfinished writer deletes
+/// the temp file. After a failed write the writer is unusable; finish reports the
+/// failure again.
 pub struct BlobWriter {
-    store: Store,
-    file: BufWriter<File>,
-    temp: TempFile,
-    hasher: Sha256,
-    len: u64,
-    broken: Option<Broken>,
-}
-
-#[derive(Clone, Copy)]
-enum Broken {
-    TooLarge,
-    Io,
+    partial: Box<dyn PartialBlob>,
 }
 
 impl BlobWriter {
     /// Appends `data`. Fails with [`StoreError::TooLarge`] once the blob would exceed the
     /// store's object limit.
     pub fn write(&mut self, data: &[u8]) -> Result<(), StoreError> {
-        self.check_not_broken()?;
-        let limit = self.store.object_limit();
-        if self.len + data.len() as u64 > limit {
-            self.broken = Some(Broken::TooLarge);
-            return Err(StoreError::TooLarge { limit });
-        }
-        if let Err(err) = self.file.write_all(data) {
-            self.broken = Some(Broken::Io);
-            return self.store.track(Err(StoreError::io(self.temp.path(), err)));
-        }
-        self.hasher.update(data);
-        self.len += data.len() as u64;
-        Ok(())
+        self.partial.write(data)
     }
 
     /// Makes the blob durable and stores it; returns its hash.
-    pub fn finish(mut self) -> Result<Hash, StoreError> {
-        self.check_not_broken()?;
-        let synced = self
-            .file
-            .flush()
-            .and_then(|()| self.file.get_ref().sync_all());
-        if let Err(err) = synced {
-            return self.store.track(Err(StoreError::io(self.temp.path(), err)));
-        }
-        let hash = Hash(self.hasher.finalize().into());
-        self.store
-            .commit_blob(hash, self.len, Staged::File(self.temp), None)
-    }
-
-    fn check_not_broken(&self) -> Result<(), StoreError> {
-        match self.broken {
-            None => Ok(()),
-            Some(Broken::TooLarge) => Err(StoreError::TooLarge {
-                limit: self.store.object_limit(),
-            }),
-            Some(Broken::Io) => Err(StoreError::io(
-                self.temp.path(),
-                io::Error::other("an earlier write to this blob failed"),
-            )),
-        }
+    pub fn finish(self) -> Result<Hash, StoreError> {
+        self.partial.finish()
     }
 }

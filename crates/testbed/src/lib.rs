@@ -8,6 +8,8 @@
 //! - [`series_origin`]: an origin whose pages change on every request, for the
 //!   optimistic-delta benchmark (docs/optimistic-bench.md).
 //! - [`sample_site`]: the demo's changing sample site.
+//! - [`redis`]: real Redis servers and clusters on free loopback ports, for the tests
+//!   and the benchmark of a fleet's shared store.
 //! - [`serve`]: serving HTTP/1.1 connections with an answer function (also the soak
 //!   benchmark's origin, `wirefold-soak`).
 
@@ -15,6 +17,7 @@
 // signals): unsafe by nature, each site with its SAFETY note.
 #[allow(unsafe_code)]
 pub mod emulator;
+pub mod redis;
 pub mod sample_site;
 pub mod series_origin;
 pub mod serve;

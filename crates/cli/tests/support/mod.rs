@@ -15,6 +15,24 @@ pub fn wirefold(args: &[&str]) -> Output {
         .expect("wirefold runs")
 }
 
+/// Runs `wirefold get ARGS` to the end.
+pub fn get(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wirefold"))
+        .arg("get")
+        .args(args)
+        .output()
+        .expect("wirefold get runs")
+}
+
+/// Starts `wirefold serve ARGS` and returns it with the URL it printed.
+pub fn serve(args: &[&str]) -> (Started, String) {
+    let mut full = vec!["serve"];
+    full.extend_from_slice(args);
+    let started = start(&full, "listening on");
+    let url = url_in(&started.first_line);
+    (started, url)
+}
+
 /// A started `wirefold` process; killed on drop if still running.
 pub struct Started {
     pub child: Child,

@@ -679,16 +679,36 @@ async fn revalidate<'a>(
     let mut refreshed = stored.clone();
     refreshed.set_headers(&headers);
     refreshed.set_freshness(&freshness);
-    let held = f
-        .cache
-        .store
-        .clone()
-        .zip(refreshed.body_hash())
-        .and_then(|(store, hash)| Some((store.get_blob(&hash).ok().flatten()?, hash)));
+    let held = match f.cache.store.clone().zip(refreshed.body_hash()) {
+        Some((store, hash)) => match store.get_blob_in_memory(&hash) {
+            Some(bytes) => Some((bytes, hash)),
+            // The store may be Redis: its answer is awaited off the reactor.
+            None => crate::blocking::run(move || store.get_blob(&hash).ok().flatten())
+                .await
+                .map(|bytes| (bytes, hash)),
+        },
+        None => None,
+    };
     let Some((bytes, hash)) = held else {
-        return Err(OriginError::Protocol(
-            "stored body vanished during revalidation".into(),
-        ));
+        // The body went since the lookup (evicted, or a shared store that stopped
+        // answering): the 304 confirmed what this proxy no longer holds, so ask for
+        // the whole response.
+        let upstream = cache_fill_request(client, &uri, None);
+        let request_time = SystemTime::now();
+        let response = send(f, origin, upstream, requester).await?;
+        return admit(
+            f,
+            Method::GET,
+            Some(key),
+            client,
+            response,
+            request_time,
+            observer,
+        )
+        .await
+        .map_err(|r| {
+            OriginError::Protocol(format!("response rejected with status {}", r.status()))
+        });
     };
     let age = freshness.current_age(SystemTime::now());
     // The 304's fields answer this request: merged into the shared entry only when

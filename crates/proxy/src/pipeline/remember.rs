@@ -139,9 +139,10 @@ pub async fn remember(
         match written {
             Ok(Some((key, entry))) => cache.hot.put(&key, &entry),
             Ok(None) => {}
-            // Suspended after a full disk (logged once by the store), or a body evicted
-            // between writes: not cached this time, nothing to report per request.
-            Err(store::StoreError::WritesSuspended | store::StoreError::MissingBlob(_)) => {
+            // Suspended after a full disk or a shared store that stopped answering
+            // (logged once by the store), or a body evicted between writes: not cached
+            // this time, nothing to report per request.
+            Err(e) if e.is_quiet() => {
                 metrics.store_write_errors.inc();
             }
             Err(e) => {
