@@ -628,6 +628,28 @@ async fn pass_through<'a>(
     Ok(fetched)
 }
 
+/// A whole response that replaces a stored one during revalidation.
+async fn admit_replacement<'a>(
+    f: &Fetcher,
+    key: &str,
+    client: &HeaderMap,
+    response: Response<Body>,
+    request_time: SystemTime,
+    observer: Option<&Arc<dyn OriginObserver>>,
+) -> Result<Fetched<'a>, OriginError> {
+    admit(
+        f,
+        Method::GET,
+        Some(key),
+        client,
+        response,
+        request_time,
+        observer,
+    )
+    .await
+    .map_err(|r| OriginError::Protocol(format!("response rejected with status {}", r.status())))
+}
+
 /// Conditional request for a stored response: a 304 refreshes and serves it, anything
 /// else replaces it.
 async fn revalidate<'a>(
@@ -651,19 +673,7 @@ async fn revalidate<'a>(
     let response = send(f, origin, upstream, requester).await?;
     if response.status() != StatusCode::NOT_MODIFIED {
         f.metrics.cache_result("miss");
-        return admit(
-            f,
-            Method::GET,
-            Some(key),
-            client,
-            response,
-            request_time,
-            observer,
-        )
-        .await
-        .map_err(|r| {
-            OriginError::Protocol(format!("response rejected with status {}", r.status()))
-        });
+        return admit_replacement(f, key, client, response, request_time, observer).await;
     }
     f.metrics.cache_result("revalidated");
     let mut headers = stored_headers;
@@ -696,19 +706,7 @@ async fn revalidate<'a>(
         let upstream = cache_fill_request(client, &uri, None);
         let request_time = SystemTime::now();
         let response = send(f, origin, upstream, requester).await?;
-        return admit(
-            f,
-            Method::GET,
-            Some(key),
-            client,
-            response,
-            request_time,
-            observer,
-        )
-        .await
-        .map_err(|r| {
-            OriginError::Protocol(format!("response rejected with status {}", r.status()))
-        });
+        return admit_replacement(f, key, client, response, request_time, observer).await;
     };
     let age = freshness.current_age(SystemTime::now());
     // The 304's fields answer this request: merged into the shared entry only when
