@@ -8,6 +8,7 @@ use crate::destinations::Destinations;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
+pub use crate::config_error::ConfigError;
 use serde::{Deserialize, Serialize};
 // The `[hints]` section is the hint stage's own.
 pub use crate::pipeline::hint::HintConfig;
@@ -485,27 +486,6 @@ pub fn read_toml<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Resu
         path: path.into(),
         message: e.to_string(),
     })
-}
-
-/// A configuration error, naming the key.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("`{key}`: {message}")]
-    Invalid { key: &'static str, message: String },
-    #[error("config file {path}, line {line}: `{key}`: {message}")]
-    InvalidAt {
-        path: PathBuf,
-        line: usize,
-        key: &'static str,
-        message: String,
-    },
 }
 
 /// Names the file and line where each invalid key is set, when the file sets it (a

@@ -8,6 +8,7 @@ mod background;
 pub mod body;
 pub mod cache;
 pub mod config;
+mod config_error;
 pub mod decode;
 pub mod destinations;
 pub mod files;

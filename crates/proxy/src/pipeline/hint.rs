@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
 use wirefold_page::manifest::{Destination, ManifestEntry, ManifestRules, Priority};
 
-use crate::config::ConfigError;
+use crate::config_error::ConfigError;
 use crate::model::{Instance, InstanceBody, RequestContext};
 
 /// The `[hints]` section.
