@@ -45,13 +45,14 @@ need_tools() {
 }
 
 # ---------------------------------------------------------------- binaries
-# find_wirefold: $WIREFOLD made absolute, or a release build of the repository's.
+# find_wirefold: $WIREFOLD made absolute, or a release build of the repository's, with
+# the features the Debian package has.
 find_wirefold() {
     if [[ -n "${WIREFOLD:-}" ]]; then
         [[ -x "$WIREFOLD" ]] || die "WIREFOLD=$WIREFOLD is not an executable"
         WIREFOLD=$(cd "$(dirname "$WIREFOLD")" && pwd)/$(basename "$WIREFOLD")
     else
-        WIREFOLD=$(release_binary wirefold wirefold)
+        WIREFOLD=$(release_binary wirefold wirefold --features redis)
     fi
 }
 # find_loadgen: $LOADGEN made absolute, or a release build of crates/loadgen.
@@ -63,10 +64,10 @@ find_loadgen() {
         LOADGEN=$(release_binary wirefold-loadgen wirefold-loadgen)
     fi
 }
-release_binary() { # PACKAGE BINARY: builds it (release) and prints its path
+release_binary() { # PACKAGE BINARY [CARGO ARGS]: builds it (release) and prints its path
     command -v cargo >/dev/null || die "cargo not found: install Rust or give the path to $2"
-    log "cargo build --release --locked -p $1"
-    (cd "$REPO" && cargo build --release --locked -q -p "$1") >&2 || die "release build of $1 failed"
+    log "cargo build --release --locked -p $1 ${*:3}"
+    (cd "$REPO" && cargo build --release --locked -q -p "$1" "${@:3}") >&2 || die "release build of $1 failed"
     local target
     target=$(cd "$REPO" && cargo metadata --format-version 1 --no-deps |
         sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')

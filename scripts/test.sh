@@ -7,7 +7,8 @@
 # redis-server, redis-cli and nginx for the fleet's tests, crates/store/tests/shared.rs
 # and crates/cli/tests/fleet.rs)
 # when they are missing, on Debian; then clippy (warnings are errors) and rustfmt
-# (installing those components with rustup when missing), then the tests.
+# (installing those components with rustup when missing), then the tests, with every
+# optional feature (Redis, ...) on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +45,8 @@ if command -v rustup >/dev/null 2>&1; then
         rustup component add clippy rustfmt
     fi
 fi
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+# The default build leaves the optional parts out: it must build clean without them.
+cargo clippy -p wirefold-store -p wirefold --locked -- -D warnings
 cargo fmt --all --check
-exec cargo test --workspace --locked
+exec cargo test --workspace --all-features --locked

@@ -79,24 +79,39 @@ fn load(store: &Store, hash: &Hash) -> Result<Registration, StoreError> {
         .unwrap_or_default())
 }
 
-#[allow(
-    clippy::expect_used,
-    reason = "a struct of strings serializes: serde_json fails only on maps with \
-              non-string keys and on failing `Serialize` impls"
-)]
-fn save(store: &Store, hash: &Hash, registration: &Registration) -> Result<(), StoreError> {
-    let value = serde_json::to_vec(registration).expect("registrations serialize");
-    store.put_record(&record_key(hash), &value, &[*hash])
+/// Changes the registration of `hash` as one atomic step against concurrent writers;
+/// `change` says whether it changed anything (nothing is written otherwise).
+fn update(
+    store: &Store,
+    hash: &Hash,
+    mut change: impl FnMut(&mut Registration) -> bool,
+) -> Result<(), StoreError> {
+    store.update_record(&record_key(hash), |stored| {
+        let mut registration: Registration = stored
+            .and_then(|b| serde_json::from_slice(b).ok())
+            .unwrap_or_default();
+        if !change(&mut registration) {
+            return None;
+        }
+        #[allow(
+            clippy::expect_used,
+            reason = "a struct of strings serializes: serde_json fails only on maps with \
+                      non-string keys and on failing `Serialize` impls"
+        )]
+        let value = serde_json::to_vec(&registration).expect("registrations serialize");
+        Some((value, vec![*hash]))
+    })
 }
 
 /// Marks stored content of `site` as usable as a dictionary for that site.
 pub fn register(store: &Store, hash: &Hash, site: &str) -> Result<(), StoreError> {
-    let mut registration = load(store, hash)?;
-    if registration.sites.iter().any(|s| s == site) {
-        return Ok(());
-    }
-    registration.sites.push(site.to_string());
-    save(store, hash, &registration)
+    update(store, hash, |registration| {
+        if registration.sites.iter().any(|s| s == site) {
+            return false;
+        }
+        registration.sites.push(site.to_string());
+        true
+    })
 }
 
 /// The dictionary's bytes, if `hash` is content of `site` still in the store.
@@ -143,18 +158,19 @@ pub fn publish_derived(
     pattern: &str,
     destination: Destination,
 ) -> Result<String, StoreError> {
-    let mut registration = load(store, hash)?;
-    let changed = !registration.sites.iter().any(|s| s == site)
-        || registration.derived_pattern.as_deref() != Some(pattern)
-        || registration.derived_destination != destination;
-    if changed {
-        if !registration.sites.iter().any(|s| s == site) {
-            registration.sites.push(site.to_string());
+    update(store, hash, |registration| {
+        let changed = !registration.sites.iter().any(|s| s == site)
+            || registration.derived_pattern.as_deref() != Some(pattern)
+            || registration.derived_destination != destination;
+        if changed {
+            if !registration.sites.iter().any(|s| s == site) {
+                registration.sites.push(site.to_string());
+            }
+            registration.derived_pattern = Some(pattern.to_string());
+            registration.derived_destination = destination;
         }
-        registration.derived_pattern = Some(pattern.to_string());
-        registration.derived_destination = destination;
-        save(store, hash, &registration)?;
-    }
+        changed
+    })?;
     Ok(derived_url(hash))
 }
 

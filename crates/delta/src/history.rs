@@ -39,7 +39,9 @@ pub fn load(store: &Store, resource: &str) -> Result<History, StoreError> {
 
 /// Makes `version` the newest; an instance seen before moves to the front rather
 /// than appearing twice. Keeps at most `keep` versions and `keep_bytes` bytes (the
-/// newest always). Returns whether the newest instance changed.
+/// newest always). Returns whether the newest instance changed. Concurrent recorders
+/// (requests of this instance, or instances sharing a store) never drop each other's
+/// versions: the store applies the change to whatever the last writer left.
 pub fn record(
     store: &Store,
     resource: &str,
@@ -47,40 +49,52 @@ pub fn record(
     keep: usize,
     keep_bytes: u64,
 ) -> Result<bool, StoreError> {
-    let mut history = load(store, resource)?;
-    if history.versions.first() == Some(&version) {
-        return Ok(false);
-    }
-    let changed = history
-        .versions
-        .first()
-        .is_none_or(|newest| newest.hash != version.hash);
-    history.versions.retain(|v| v.hash != version.hash);
-    history.versions.insert(0, version);
-    let mut bytes = 0;
-    let kept = history
-        .versions
-        .iter()
-        .take_while(|v| {
-            bytes += v.size;
-            bytes <= keep_bytes
-        })
-        .count()
-        .clamp(1, keep.max(1));
-    history.versions.truncate(kept);
-    #[allow(
-        clippy::expect_used,
-        reason = "a struct of strings and numbers serializes: serde_json fails only on \
-                  maps with non-string keys and on failing `Serialize` impls"
-    )]
-    let value = serde_json::to_vec(&history).expect("histories serialize");
+    let mut changed = false;
     // No blob references: an evicted old version must not take the history with it;
     // readers skip versions whose body is gone.
-    store.put_record(&record_key(resource), &value, &[])?;
+    store.update_record(&record_key(resource), |stored| {
+        let mut history: History = stored
+            .and_then(|bytes| serde_json::from_slice(bytes).ok())
+            .unwrap_or_default();
+        changed = history
+            .versions
+            .first()
+            .is_none_or(|newest| newest.hash != version.hash);
+        if history.versions.first() == Some(&version) {
+            return None;
+        }
+        history.add(version.clone(), keep, keep_bytes);
+        #[allow(
+            clippy::expect_used,
+            reason = "a struct of strings and numbers serializes: serde_json fails only on \
+                      maps with non-string keys and on failing `Serialize` impls"
+        )]
+        Some((
+            serde_json::to_vec(&history).expect("histories serialize"),
+            Vec::new(),
+        ))
+    })?;
     Ok(changed)
 }
 
 impl History {
+    /// Puts `version` first (dropping an earlier copy) and trims to the bounds.
+    fn add(&mut self, version: Version, keep: usize, keep_bytes: u64) {
+        self.versions.retain(|v| v.hash != version.hash);
+        self.versions.insert(0, version);
+        let mut bytes = 0;
+        let kept = self
+            .versions
+            .iter()
+            .take_while(|v| {
+                bytes += v.size;
+                bytes <= keep_bytes
+            })
+            .count()
+            .clamp(1, keep.max(1));
+        self.versions.truncate(kept);
+    }
+
     /// The newest held version (other than `current`) whose validator the client
     /// listed: a base it holds.
     pub fn base_for(&self, held: &[EntityTag], current: &Hash) -> Option<&Version> {

@@ -76,16 +76,21 @@ pub fn train(store: &Store, site: &str, pattern: &str, max_size: usize) -> Resul
     let hash = store.put_blob(&dictionary).map_err(|e| e.to_string())?;
     let url = dictionaries::publish_derived(store, &hash, site, pattern, Destination::Document)
         .map_err(|e| e.to_string())?;
-    let mut list: TrainedList = store
-        .get_record(&list_key(site))
-        .map_err(|e| e.to_string())?
-        .and_then(|v| serde_json::from_slice(&v).ok())
-        .unwrap_or_default();
-    list.dictionaries.retain(|(p, _)| p != pattern);
-    list.dictionaries.push((pattern.to_string(), hash.to_hex()));
-    let value = serde_json::to_vec(&list).map_err(|e| e.to_string())?;
     store
-        .put_record(&list_key(site), &value, &[])
+        .update_record(&list_key(site), |stored| {
+            let mut list: TrainedList = stored
+                .and_then(|v| serde_json::from_slice(v).ok())
+                .unwrap_or_default();
+            list.dictionaries.retain(|(p, _)| p != pattern);
+            list.dictionaries.push((pattern.to_string(), hash.to_hex()));
+            #[allow(
+                clippy::expect_used,
+                reason = "pairs of strings serialize: serde_json fails only on maps with \
+                          non-string keys and on failing `Serialize` impls"
+            )]
+            let value = serde_json::to_vec(&list).expect("trained lists serialize");
+            Some((value, Vec::new()))
+        })
         .map_err(|e| e.to_string())?;
     Ok(Trained {
         site: site.to_string(),

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use crate::{Hash, StoreError};
+use crate::{Hash, SharedState, StoreError};
 
 /// What a durable tier holds: blobs by content hash, records by key, and encodings as
 /// (source blob, variant) → encoded blob. Sizes are checked by the store before a call.
@@ -25,8 +25,15 @@ pub(crate) trait Durable: Send + Sync {
     /// that orders its eviction by use. Never blocks on I/O.
     fn touch(&self, hashes: &[Hash]);
 
-    /// Stores a record under `key`; `refs` are blobs it points at, which must be stored.
-    fn put_record(&self, key: &str, value: &[u8], refs: &[Hash]) -> Result<(), StoreError>;
+    /// Stores a record under `key` if the record it replaces meets `precondition`, as one
+    /// atomic step; `refs` are blobs it points at, which must be stored.
+    fn put_record(
+        &self,
+        key: &str,
+        value: &[u8],
+        refs: &[Hash],
+        precondition: Precondition<'_>,
+    ) -> Result<RecordWrite, StoreError>;
 
     fn get_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
 
@@ -52,6 +59,12 @@ pub(crate) trait Durable: Send + Sync {
     fn get_encoding(&self, source: &Hash, variant: &str) -> Result<Option<Hash>, StoreError>;
 
     fn stats(&self) -> DurableStats;
+
+    /// The state of a tier shared with other instances (Redis); `None` for one that is
+    /// this process's own.
+    fn shared_state(&self) -> Option<SharedState> {
+        None
+    }
 }
 
 /// What a durable tier can count without asking anyone else.
@@ -66,4 +79,26 @@ pub(crate) struct DurableStats {
 pub(crate) trait PartialBlob: Send {
     fn write(&mut self, data: &[u8]) -> Result<(), StoreError>;
     fn finish(self: Box<Self>) -> Result<Hash, StoreError>;
+}
+
+/// What a record write requires of the record it replaces: the compare in
+/// compare-and-set, so that read-modify-write cycles of concurrent writers (threads of
+/// one instance, or instances of a fleet) never silently drop each other's changes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Precondition<'a> {
+    /// Nothing: the write replaces whatever is there.
+    None,
+    /// The record holds exactly this value (`None`: there is no record).
+    Holds(Option<&'a [u8]>),
+}
+
+/// How a record write went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecordWrite {
+    /// The key was new.
+    Added,
+    /// An earlier record was replaced.
+    Replaced,
+    /// The precondition did not hold; nothing was written.
+    Conflict,
 }

@@ -20,7 +20,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use crate::durable::{Durable, DurableStats, PartialBlob};
+use crate::durable::{Durable, DurableStats, PartialBlob, Precondition, RecordWrite};
 use crate::files::{BlobFiles, TempFile};
 use crate::index::{BlobRow, Index, Removal};
 use crate::local::LocalTier;
@@ -347,7 +347,13 @@ impl Durable for Embedded {
         }
     }
 
-    fn put_record(&self, key: &str, value: &[u8], refs: &[Hash]) -> Result<(), StoreError> {
+    fn put_record(
+        &self,
+        key: &str,
+        value: &[u8],
+        refs: &[Hash],
+        precondition: Precondition<'_>,
+    ) -> Result<RecordWrite, StoreError> {
         self.check_writable()?;
         let _changes = lock(&self.inner.changes);
         {
@@ -359,10 +365,11 @@ impl Durable for Embedded {
                 state.on_disk.touch(hash);
             }
         }
-        if self.track(self.inner.index.put_record(key, value, refs))? {
+        let written = self.track(self.inner.index.put_record(key, value, refs, precondition))?;
+        if written == RecordWrite::Added {
             self.state().records += 1;
         }
-        Ok(())
+        Ok(written)
     }
 
     fn get_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {

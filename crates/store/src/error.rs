@@ -48,6 +48,11 @@ pub enum StoreError {
     #[error("shared store {target} refused a command: {detail}")]
     Shared { target: String, detail: String },
 
+    /// A record changed under every one of an update's attempts: other writers keep
+    /// replacing it faster than this one can read, change and write it.
+    #[error("record {key:?} kept changing under {attempts} attempts to update it")]
+    Contended { key: String, attempts: u32 },
+
     /// Listing records by a prefix the shared store's group index cannot answer.
     #[error("records are listed by group on Redis (a key up to its first `/`); the prefix {prefix:?} does not reach it")]
     PrefixTooShort { prefix: String },

@@ -16,6 +16,7 @@ use redb::{
     TableDefinition, WriteTransaction,
 };
 
+use crate::durable::{Precondition, RecordWrite};
 use crate::{Hash, StoreError};
 
 /// Memory for redb's page cache. Its default (1 GiB) let the index's pages pile up in
@@ -181,14 +182,21 @@ impl Index {
         })
     }
 
-    /// Stores a record; true when the key is new.
+    /// Stores a record if the one it replaces meets `precondition`, in one transaction.
     pub(crate) fn put_record(
         &self,
         key: &str,
         value: &[u8],
         refs: &[Hash],
-    ) -> Result<bool, StoreError> {
+        precondition: Precondition<'_>,
+    ) -> Result<RecordWrite, StoreError> {
         self.write(|tables| {
+            if let Precondition::Holds(expected) = precondition {
+                let current = tables.records.get(key)?;
+                if current.as_ref().map(|guard| guard.value().1) != expected {
+                    return Ok(RecordWrite::Conflict);
+                }
+            }
             let replaced = tables.remove_record(key)?;
             let mut refs = refs.to_vec();
             refs.sort();
@@ -198,7 +206,11 @@ impl Index {
             for hash in &refs {
                 tables.record_refs.insert(hash.0, key)?;
             }
-            Ok(!replaced)
+            Ok(if replaced {
+                RecordWrite::Replaced
+            } else {
+                RecordWrite::Added
+            })
         })
     }
 

@@ -20,7 +20,9 @@ mod index;
 mod local;
 mod lru;
 pub mod memo;
+#[cfg(feature = "redis")]
 mod shared;
+mod target;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -31,15 +33,41 @@ use bytes::Bytes;
 
 pub use error::StoreError;
 pub use hash::{Hash, HashParseError};
-pub use shared::{
-    RedisTarget, SharedState, StateObserver, TargetError, CHUNK_BYTES, FIRST_RETRY, LAST_RETRY,
-    MAX_GROUP_KEYS,
-};
+#[cfg(feature = "redis")]
+pub use shared::{CHUNK_BYTES, FIRST_RETRY, LAST_RETRY, MAX_GROUP_KEYS};
+pub use target::{RedisTarget, SharedState, StateObserver, TargetError};
 
-use durable::{Durable, PartialBlob};
+use durable::{Durable, PartialBlob, Precondition, RecordWrite};
 use embedded::Embedded;
 use local::LocalTier;
+#[cfg(feature = "redis")]
 use shared::Shared;
+
+/// How many times [`Store::update_record`] reads, changes and tries to write a record
+/// that other writers keep replacing.
+pub const UPDATE_ATTEMPTS: u32 = 16;
+
+/// Stripes of [`Inner::update_turns`].
+const UPDATE_STRIPES: usize = 16;
+
+/// The stripe of a record key (FNV-1a).
+fn update_stripe(key: &str) -> usize {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash % UPDATE_STRIPES as u64) as usize
+}
+
+/// The wait before an update's `attempt`-th try: random (so that writers who collided
+/// do not collide again) below a bound that doubles from 100 µs up to 6.4 ms.
+fn contention_backoff(attempt: u32) -> Duration {
+    let bound_us = 100u64 << attempt.min(6);
+    // The clock's nanoseconds are jitter enough; nothing depends on their quality.
+    let jitter = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| u64::from(since.subsec_nanos()));
+    Duration::from_micros(jitter % bound_us)
+}
 
 /// How long writes stay suspended after one found the disk (or Redis' memory) full.
 pub const WRITE_SUSPENSION: Duration = Duration::from_secs(30);
@@ -133,8 +161,10 @@ struct Inner {
     config: StoreConfig,
     local: Arc<LocalTier>,
     durable: Box<dyn Durable>,
-    /// The Redis tier when it is the durable one, for its state.
-    shared: Option<Shared>,
+    /// Updates of records whose keys fall in one stripe take turns within this
+    /// process, so its own threads queue instead of failing each other's
+    /// compare-and-set; only other instances' writes make an update try again.
+    update_turns: [Mutex<()>; UPDATE_STRIPES],
 }
 
 impl Store {
@@ -159,20 +189,26 @@ impl Store {
         observer: Option<StateObserver>,
     ) -> Result<Store, StoreError> {
         let local = Arc::new(LocalTier::new(config.memory_bytes));
-        let (durable, shared): (Box<dyn Durable>, _) = match location {
-            StoreLocation::Embedded(dir) => (
-                Box::new(Embedded::open(dir, config.max_bytes, local.clone())?),
-                None,
-            ),
-            StoreLocation::Shared { target, budget } => {
-                let shared = Shared::open(
-                    target.clone(),
-                    *budget,
-                    config.max_object_bytes,
-                    local.clone(),
-                    observer,
-                )?;
-                (Box::new(shared.clone()), Some(shared))
+        let durable: Box<dyn Durable> = match location {
+            StoreLocation::Embedded(dir) => {
+                Box::new(Embedded::open(dir, config.max_bytes, local.clone())?)
+            }
+            #[cfg(feature = "redis")]
+            StoreLocation::Shared { target, budget } => Box::new(Shared::open(
+                target.clone(),
+                *budget,
+                config.max_object_bytes,
+                local.clone(),
+                observer,
+            )?),
+            #[cfg(not(feature = "redis"))]
+            StoreLocation::Shared { target, .. } => {
+                drop(observer);
+                return Err(StoreError::Shared {
+                    target: target.to_string(),
+                    detail: "this build of wirefold has no Redis support (cargo feature `redis`)"
+                        .to_owned(),
+                });
             }
         };
         Ok(Store {
@@ -180,14 +216,14 @@ impl Store {
                 config,
                 local,
                 durable,
-                shared,
+                update_turns: std::array::from_fn(|_| Mutex::new(())),
             }),
         })
     }
 
     /// The Redis tier's state, when the store is on Redis.
     pub fn shared_state(&self) -> Option<SharedState> {
-        self.inner.shared.as_ref().map(Shared::state)
+        self.inner.durable.shared_state()
     }
 
     /// Stores `data` and returns its hash; storing the same bytes again is a no-op.
@@ -233,7 +269,47 @@ impl Store {
     /// is evicted; on Redis a record may outlive its blobs, which then read as absent.
     pub fn put_record(&self, key: &str, value: &[u8], refs: &[Hash]) -> Result<(), StoreError> {
         self.check_size(value.len() as u64)?;
-        self.inner.durable.put_record(key, value, refs)
+        self.inner
+            .durable
+            .put_record(key, value, refs, Precondition::None)?;
+        Ok(())
+    }
+
+    /// Reads the record under `key`, gives it to `change`, and stores what `change`
+    /// returns (the new value and the blobs it references, as [`Store::put_record`])
+    /// only if the record still holds what was read: a read-modify-write that no
+    /// concurrent writer (a thread of this process, or another instance on the same
+    /// Redis) can undo. When another instance got in between, `change` runs again on
+    /// what that one stored, up to [`UPDATE_ATTEMPTS`] times ([`StoreError::Contended`]
+    /// then). `change` returning `None` leaves the record as it is.
+    pub fn update_record(
+        &self,
+        key: &str,
+        mut change: impl FnMut(Option<&[u8]>) -> Option<(Vec<u8>, Vec<Hash>)>,
+    ) -> Result<(), StoreError> {
+        let _turn = lock(&self.inner.update_turns[update_stripe(key)]);
+        for attempt in 0..UPDATE_ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(contention_backoff(attempt));
+            }
+            let current = self.get_record(key)?;
+            let Some((value, refs)) = change(current.as_deref()) else {
+                return Ok(());
+            };
+            self.check_size(value.len() as u64)?;
+            let precondition = Precondition::Holds(current.as_deref());
+            let written = self
+                .inner
+                .durable
+                .put_record(key, &value, &refs, precondition)?;
+            if written != RecordWrite::Conflict {
+                return Ok(());
+            }
+        }
+        Err(StoreError::Contended {
+            key: key.to_owned(),
+            attempts: UPDATE_ATTEMPTS,
+        })
     }
 
     pub fn get_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {

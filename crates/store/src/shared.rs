@@ -24,8 +24,6 @@
 //! writes for memory (`OOM`) suspends writes for [`WRITE_SUSPENSION`]. Each change of
 //! state is logged once and reported to the store's observer.
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -33,8 +31,9 @@ use bytes::{Bytes, BytesMut};
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::{Cmd, ConnectionLike, ErrorKind, RedisError, ServerErrorKind};
 
-use crate::durable::{Durable, DurableStats, PartialBlob};
+use crate::durable::{Durable, DurableStats, PartialBlob, Precondition, RecordWrite};
 use crate::local::LocalTier;
+use crate::target::{RedisTarget, SharedState, StateObserver};
 use crate::{lock, Hash, StoreError, WRITE_SUSPENSION};
 
 /// Largest value written to one key: bigger blobs are split into chunks of this size.
@@ -49,99 +48,21 @@ pub const LAST_RETRY: Duration = Duration::from_secs(5);
 const IDLE_CONNECTIONS: usize = 16;
 /// Length of a blob head's length prefix.
 const LENGTH_BYTES: usize = 8;
-
-/// Where the shared tier lives.
-#[derive(Clone, PartialEq, Eq)]
-pub enum RedisTarget {
-    /// One Redis server: `redis://HOST:PORT[/DB]`.
-    Server(String),
-    /// A Redis Cluster, found through these seed nodes (`redis://HOST:PORT` each).
-    Cluster(Vec<String>),
-}
-
-/// A `--store` value that names no store wirefold can use.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{input:?} is not a store location ({why}): expected redis://HOST:PORT, redis+cluster://HOST:PORT[,HOST:PORT…], or a comma-separated list of redis://HOST:PORT seed nodes of a cluster")]
-pub struct TargetError {
-    pub input: String,
-    pub why: String,
-}
-
-impl FromStr for RedisTarget {
-    type Err = TargetError;
-
-    fn from_str(input: &str) -> Result<RedisTarget, TargetError> {
-        let error = |why: &str| TargetError {
-            input: input.to_owned(),
-            why: why.to_owned(),
-        };
-        let check = |url: String| -> Result<String, TargetError> {
-            let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                .map_err(|e| error(&e.to_string()))?;
-            match info.addr() {
-                redis::ConnectionAddr::Tcp(..) => Ok(url),
-                _ => Err(error("only plain TCP (redis://) is supported")),
-            }
-        };
-        if let Some(seeds) = input.strip_prefix("redis+cluster://") {
-            let nodes = seeds
-                .split(',')
-                .map(|node| check(format!("redis://{}", node.trim())))
-                .collect::<Result<Vec<_>, _>>()?;
-            return Ok(RedisTarget::Cluster(nodes));
-        }
-        if !input.starts_with("redis://") {
-            return Err(error("unknown scheme"));
-        }
-        if input.contains(',') {
-            let nodes = input
-                .split(',')
-                .map(|node| check(node.trim().to_owned()))
-                .collect::<Result<Vec<_>, _>>()?;
-            return Ok(RedisTarget::Cluster(nodes));
-        }
-        Ok(RedisTarget::Server(check(input.to_owned())?))
-    }
-}
-
-impl fmt::Display for RedisTarget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RedisTarget::Server(url) => f.write_str(url),
-            RedisTarget::Cluster(nodes) => write!(f, "cluster {}", nodes.join(",")),
-        }
-    }
-}
-
-impl fmt::Debug for RedisTarget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-/// The state of the shared tier, as reported to the store's observer on every change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SharedState {
-    /// Answering within budget.
-    Available,
-    /// Unreachable or slower than the budget: the store serves without it.
-    Unreachable,
-    /// Refusing writes for lack of memory: reads go on, writes are suspended.
-    Full,
-}
-
-impl SharedState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SharedState::Available => "available",
-            SharedState::Unreachable => "unreachable",
-            SharedState::Full => "full",
-        }
-    }
-}
-
-/// Told of every change of the shared tier's state (metrics hang here).
-pub type StateObserver = Arc<dyn Fn(SharedState) + Send + Sync>;
+/// Compare-and-set of one record, atomic in Redis: KEYS[1] is the record, ARGV[1] the
+/// expectation ("-": no record; "=" followed by the value it must hold), ARGV[2] the
+/// new value.
+const SET_IF_HOLDS: &str = r#"
+local current = redis.call('GET', KEYS[1])
+local expected = ARGV[1]
+if expected == '-' then
+  if current then return 'conflict' end
+elseif not current or '=' .. current ~= expected then
+  return 'conflict'
+end
+redis.call('SET', KEYS[1], ARGV[2])
+if current then return 'replaced' end
+return 'added'
+"#;
 
 /// A handle to the shared tier; clones share it.
 #[derive(Clone)]
@@ -321,10 +242,6 @@ impl Shared {
                 observer,
             }),
         })
-    }
-
-    pub(crate) fn state(&self) -> SharedState {
-        self.health().state
     }
 
     fn connect(&self) -> Result<Connection, RedisError> {
@@ -575,18 +492,45 @@ impl Durable for Shared {
     /// Redis keeps its own use order (`allkeys-lru`), which reads update.
     fn touch(&self, _hashes: &[Hash]) {}
 
-    fn put_record(&self, key: &str, value: &[u8], refs: &[Hash]) -> Result<(), StoreError> {
+    fn put_record(
+        &self,
+        key: &str,
+        value: &[u8],
+        refs: &[Hash],
+        precondition: Precondition<'_>,
+    ) -> Result<RecordWrite, StoreError> {
         for hash in refs {
             if !self.has_blob(hash)? {
                 return Err(StoreError::MissingBlob(*hash));
             }
         }
-        self.write(|con| {
-            redis::cmd("SET")
-                .arg(record_key(key))
-                .arg(value)
-                .query::<()>(con)
-        })?;
+        let record = record_key(key);
+        let written = match precondition {
+            Precondition::None => {
+                self.write(|con| redis::cmd("SET").arg(&record).arg(value).query::<()>(con))?;
+                RecordWrite::Replaced
+            }
+            Precondition::Holds(expected) => {
+                let expectation = match expected {
+                    None => b"-".to_vec(),
+                    Some(expected) => [b"=".as_slice(), expected].concat(),
+                };
+                let answer: String = self.write(|con| {
+                    redis::cmd("EVAL")
+                        .arg(SET_IF_HOLDS)
+                        .arg(1)
+                        .arg(&record)
+                        .arg(expectation)
+                        .arg(value)
+                        .query(con)
+                })?;
+                match answer.as_str() {
+                    "conflict" => return Ok(RecordWrite::Conflict),
+                    "added" => RecordWrite::Added,
+                    _ => RecordWrite::Replaced,
+                }
+            }
+        };
         let index = group_key(group(key));
         self.write(|con| {
             redis::cmd("ZADD")
@@ -599,7 +543,8 @@ impl Durable for Shared {
                 .arg(0)
                 .arg(-(MAX_GROUP_KEYS + 1))
                 .query::<()>(con)
-        })
+        })?;
+        Ok(written)
     }
 
     fn get_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -679,6 +624,10 @@ impl Durable for Shared {
     fn stats(&self) -> DurableStats {
         DurableStats::default()
     }
+
+    fn shared_state(&self) -> Option<SharedState> {
+        Some(self.health().state)
+    }
 }
 
 /// A blob streamed into the shared tier: gathered in memory (bounded by the object
@@ -713,36 +662,6 @@ impl PartialBlob for BufferedBlob {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn targets_parse_and_name_what_is_wrong() {
-        assert_eq!(
-            "redis://127.0.0.1:6379".parse::<RedisTarget>().unwrap(),
-            RedisTarget::Server("redis://127.0.0.1:6379".into())
-        );
-        assert_eq!(
-            "redis+cluster://10.0.0.1:7000,10.0.0.2:7001"
-                .parse::<RedisTarget>()
-                .unwrap(),
-            RedisTarget::Cluster(vec![
-                "redis://10.0.0.1:7000".into(),
-                "redis://10.0.0.2:7001".into()
-            ])
-        );
-        assert_eq!(
-            "redis://a:1,redis://b:2".parse::<RedisTarget>().unwrap(),
-            RedisTarget::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
-        );
-        for bad in [
-            "memcached://x:1",
-            "redis://",
-            "redis+unix:///tmp/r.sock",
-            "",
-        ] {
-            let err = bad.parse::<RedisTarget>().unwrap_err();
-            assert!(err.to_string().contains("redis://HOST:PORT"), "{err}");
-        }
-    }
 
     #[test]
     fn keys_of_one_blob_share_a_hash_tag_and_record_tags_cannot_be_broken_out_of() {

@@ -3,6 +3,8 @@
 //! an unreachable Redis fails calls fast and is found again after it restarts, each
 //! change reported once.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -94,6 +96,19 @@ fn a_redis_cluster_is_shared_by_instances() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = RedisCluster::start(dir.path(), 3).unwrap();
     shared_between_instances(&cluster.url());
+}
+
+#[test]
+fn concurrent_updates_from_two_instances_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path()).unwrap();
+    common::concurrent_updates_lose_nothing(&[open(&redis.url(), None), open(&redis.url(), None)]);
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start(dir.path(), 3).unwrap();
+    common::concurrent_updates_lose_nothing(&[
+        open(&cluster.url(), None),
+        open(&cluster.url(), None),
+    ]);
 }
 
 #[test]

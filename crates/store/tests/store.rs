@@ -56,6 +56,12 @@ fn blobs_records_and_encodings_round_trip() {
 }
 
 #[test]
+fn concurrent_updates_of_one_record_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    common::concurrent_updates_lose_nothing(&[common::open(dir.path())]);
+}
+
+#[test]
 fn references_must_name_stored_blobs() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());

@@ -108,10 +108,6 @@ pub async fn remember(
                         if let Some(bytes) = &body {
                             store.put_blob(bytes)?;
                         }
-                        let mut entry = store
-                            .get_record(&key)?
-                            .and_then(|r| CacheEntry::decode(&r))
-                            .unwrap_or_default();
                         let headers = response.headers();
                         let new_version = body.as_ref().filter(|_| is_version).and_then(|bytes| {
                             let etag = headers
@@ -125,12 +121,19 @@ pub async fn remember(
                                 size: bytes.len() as u64,
                             })
                         });
-                        entry.upsert(response);
-                        store.put_record(&key, &entry.encode(), &entry.bodies())?;
+                        // Other variants of the entry may be written meanwhile (by
+                        // other requests, or other instances on Redis): this one joins
+                        // whatever is stored when it lands.
+                        let mut written = CacheEntry::default();
+                        store.update_record(&key, |stored| {
+                            written = stored.and_then(CacheEntry::decode).unwrap_or_default();
+                            written.upsert(response.clone());
+                            Some((written.encode(), written.bodies()))
+                        })?;
                         if let Some(version) = new_version {
                             record_version(&store, &delta, resource_of(&key), version)?;
                         }
-                        Ok(Some((key, entry)))
+                        Ok(Some((key, written)))
                     }
                 }
             },

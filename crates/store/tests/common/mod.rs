@@ -49,3 +49,49 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     found
 }
+
+/// Threads on each of `stores` (instances sharing one durable tier, or one store
+/// shared by threads) append their own entries to one record by read-modify-write at
+/// once; every entry must be there afterwards, none dropped by a concurrent writer.
+pub fn concurrent_updates_lose_nothing(stores: &[Store]) {
+    const THREADS_PER_STORE: usize = 4;
+    const APPENDS: usize = 25;
+    let key = "hist:example.org/contended";
+    std::thread::scope(|scope| {
+        for (s, store) in stores.iter().enumerate() {
+            for t in 0..THREADS_PER_STORE {
+                scope.spawn(move || {
+                    for n in 0..APPENDS {
+                        let entry = format!("{s}.{t}.{n};");
+                        store
+                            .update_record(key, |current| {
+                                let mut value = current.unwrap_or_default().to_vec();
+                                value.extend_from_slice(entry.as_bytes());
+                                Some((value, Vec::new()))
+                            })
+                            .expect("the update lands within its attempts");
+                    }
+                });
+            }
+        }
+    });
+    let value = stores[0]
+        .get_record(key)
+        .unwrap()
+        .expect("the record exists");
+    let value = String::from_utf8(value).unwrap();
+    let mut entries: Vec<&str> = value.split_terminator(';').collect();
+    entries.sort_unstable();
+    entries.dedup();
+    assert_eq!(
+        entries.len(),
+        stores.len() * THREADS_PER_STORE * APPENDS,
+        "entries lost to concurrent writers"
+    );
+    // `None` from the change leaves the record alone.
+    stores[0].update_record(key, |_| None).unwrap();
+    assert_eq!(
+        stores[0].get_record(key).unwrap().unwrap(),
+        value.as_bytes()
+    );
+}
