@@ -6,7 +6,8 @@
 //! from both, and a changed page comes as a delta (226 against the held instance)
 //! through either; a dictionary trained on one instance, from pages both stored, is
 //! linked by both. Redis killed with SIGKILL mid-run and restarted: every body stays
-//! the origin's, and deltas resume.
+//! the origin's, and deltas resume. Two client proxies (`wirefold client --store`)
+//! share their held instances on one Redis.
 #![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
 mod servers;
@@ -435,4 +436,97 @@ async fn a_fleet_on_a_redis_cluster_shares_dictionaries() {
     let mut fleet = Fleet::start(&cluster.url());
     dictionaries_and_deltas_cross_instances(&mut fleet).await;
     a_trained_dictionary_is_linked_by_both(&mut fleet).await;
+}
+
+/// Client proxies sharing their held instances on one Redis (`wirefold client
+/// --store`): what one kept, another offers as its base, so the server proxy confirms
+/// it instead of sending the page again, and a change comes to either as a delta.
+#[tokio::test(flavor = "multi_thread")]
+async fn client_proxies_on_one_redis_share_held_instances() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path()).unwrap();
+    let version = Arc::new(AtomicUsize::new(1));
+    let current = version.clone();
+    let origin = servers::origin(move |_| {
+        let n = current.load(Ordering::SeqCst);
+        let etag = format!("\"v{n}\"");
+        let fields = [
+            ("content-type", "text/html; charset=utf-8"),
+            ("cache-control", "no-cache"),
+            ("etag", etag.as_str()),
+        ];
+        servers::response(200, &fields, page_version(n))
+    })
+    .await;
+    let url = origin.url("/spec.html");
+    // Client proxy A in this process, B the binary; both on the same Redis.
+    let pair = servers::start_pair(|_| {}, |client| client.store = Some(redis.url())).await;
+    let server = pair.server.running.addr;
+    let ca = pair.server.data.path().join("self-signed-cert.pem");
+    let b_data = dir.path().join("client-b");
+    let b = support::start(
+        &[
+            "client",
+            "--upstream",
+            &format!("https://localhost:{}", server.port()),
+            "--upstream-connect",
+            &server.to_string(),
+            "--upstream-ca",
+            ca.to_str().unwrap(),
+            "--store",
+            &redis.url(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--data-dir",
+            b_data.to_str().unwrap(),
+        ],
+        "client proxy on",
+    );
+    let proxies = [pair.proxy(), support::url_in(&b.first_line)];
+    let outcomes = || async {
+        let text =
+            String::from_utf8(curl(&pair.server.admin_url("/metrics"), &[]).await.body).unwrap();
+        let count = |result: &str| {
+            servers::metric(
+                &text,
+                &format!("wirefold_link_responses_total{{result=\"{result}\"}}"),
+            )
+        };
+        (count("confirm"), count("delta"))
+    };
+    let get_through = |proxy: &str| {
+        let proxy = proxy.to_owned();
+        let url = url.clone();
+        async move { curl(&url, &["-x", &proxy, "--noproxy", ""]).await }
+    };
+
+    let first = get_through(&proxies[0]).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, page_version(1), "A: the origin's page");
+    assert_eq!(outcomes().await, (0.0, 0.0), "A held nothing: sent whole");
+
+    let second = get_through(&proxies[1]).await;
+    assert_eq!(second.body, page_version(1), "B: the origin's page");
+    assert_eq!(
+        outcomes().await,
+        (1.0, 0.0),
+        "B offered the instance A kept on Redis: confirmed, not sent again"
+    );
+
+    version.store(2, Ordering::SeqCst);
+    let changed = get_through(&proxies[1]).await;
+    assert_eq!(changed.body, page_version(2), "B: the changed page");
+    assert_eq!(outcomes().await, (1.0, 1.0), "a delta against version 1");
+    let again = get_through(&proxies[0]).await;
+    assert_eq!(again.body, page_version(2), "A: the changed page");
+    assert_eq!(
+        outcomes().await,
+        (2.0, 1.0),
+        "A offered the instance B kept: confirmed"
+    );
 }

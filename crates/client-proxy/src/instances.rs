@@ -153,49 +153,59 @@ impl Instances {
             )
             .to_parts(),
         };
-        let mut record = self.url_record(received.url);
-        record.instances.retain(|i| i.hash != instance.hash);
-        record.instances.insert(0, instance);
-        record.instances.truncate(self.keep);
-        self.put(
+        self.update(
             &format!("{URL_RECORD}{}", received.url),
-            &record,
-            record.instances.iter().map(|i| i.hash.as_str()),
+            |record: &mut UrlRecord| {
+                record.instances.retain(|i| i.hash != instance.hash);
+                record.instances.insert(0, instance.clone());
+                record.instances.truncate(self.keep);
+            },
+            |record| record.instances.iter().map(|i| i.hash.as_str()).collect(),
         )?;
 
         let Some(key) = cluster_key(received.url) else {
             return Ok(());
         };
-        let mut cluster = self.cluster_record(&key);
         let member = (received.url.to_string(), hash.to_hex());
-        cluster.members.retain(|m| *m != member);
-        cluster.members.insert(0, member);
-        cluster.members.truncate(MAX_HAVE);
-        self.put(
+        self.update(
             &key,
-            &cluster,
-            cluster.members.iter().map(|(_, h)| h.as_str()),
+            |cluster: &mut ClusterRecord| {
+                cluster.members.retain(|m| *m != member);
+                cluster.members.insert(0, member.clone());
+                cluster.members.truncate(MAX_HAVE);
+            },
+            |cluster| cluster.members.iter().map(|(_, h)| h.as_str()).collect(),
         )
     }
 
+    /// Changes the record under `key` in one atomic step, so that client proxies
+    /// sharing one Redis (or concurrent requests of one) never drop each other's
+    /// instances; `hashes` names the blobs the changed record references.
     #[allow(
         clippy::expect_used,
         reason = "the records are structs of strings, numbers and lists: serde_json fails \
                   only on maps with non-string keys and on failing `Serialize` impls"
     )]
-    fn put<'a>(
+    fn update<T: Serialize + for<'de> Deserialize<'de> + Default>(
         &self,
         key: &str,
-        record: &impl Serialize,
-        hashes: impl Iterator<Item = &'a str>,
+        change: impl Fn(&mut T),
+        hashes: impl Fn(&T) -> Vec<&str>,
     ) -> Result<(), StoreError> {
-        // Blobs evicted since the record was written are dropped from its references.
-        let refs: Vec<Hash> = hashes
-            .filter_map(|h| h.parse().ok())
-            .filter(|h| self.store.has_blob(h))
-            .collect();
-        let value = serde_json::to_vec(record).expect("records serialize");
-        self.store.put_record(key, &value, &refs)
+        self.store.update_record(key, |stored| {
+            let mut record: T = stored
+                .and_then(|bytes| serde_json::from_slice(bytes).ok())
+                .unwrap_or_default();
+            change(&mut record);
+            // Blobs evicted since the record was written are dropped from its references.
+            let refs: Vec<Hash> = hashes(&record)
+                .into_iter()
+                .filter_map(|h| h.parse().ok())
+                .filter(|h| self.store.has_blob(h))
+                .collect();
+            let value = serde_json::to_vec(&record).expect("records serialize");
+            Some((value, refs))
+        })
     }
 
     fn url_record(&self, url: &str) -> UrlRecord {
