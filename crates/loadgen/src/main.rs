@@ -1,4 +1,5 @@
-//! `wirefold-loadgen`: open-loop load at a fixed rate, and idle keep-alive connections.
+//! `wirefold-loadgen`: open-loop load at a fixed rate, idle keep-alive connections, and
+//! Surge-like on/off clients added in steps.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -7,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use loadgen::idle::{self, IdleOptions};
 use loadgen::rate::{self, RateOptions};
 use loadgen::schedule::Schedule;
+use loadgen::surge::{self, Site, SurgeOptions};
 use loadgen::target::Target;
 
 #[derive(Parser)]
@@ -31,6 +33,41 @@ enum Command {
     /// for HOLD seconds, then report as text and one JSON line. Exits 1 unless every
     /// connection got a 2xx answer and stayed open to the end.
     Idle(IdleArgs),
+    /// Surge-like clients (Zipf page popularity, each page's objects fetched after it
+    /// on one keep-alive connection, Pareto idle times between pages), added in
+    /// steps; reports each step's completed requests per second and errors as text,
+    /// then one JSON line. Exits 1 if nothing completed.
+    Surge(SurgeArgs),
+}
+
+#[derive(Args)]
+struct SurgeArgs {
+    /// HOST:PORT
+    #[arg(long)]
+    addr: String,
+    /// JSON file: {"pages": [{"path": "/p1.html", "objects": ["/a.jpg", ...]}, ...]},
+    /// most popular page first.
+    #[arg(long)]
+    site: std::path::PathBuf,
+    /// Clients in each step, comma-separated and non-decreasing: 1,2,4,8,16.
+    #[arg(long, value_delimiter = ',', required = true)]
+    steps: Vec<usize>,
+    /// Seconds each step lasts.
+    #[arg(long, value_parser = seconds, default_value = "20")]
+    step_seconds: Duration,
+    /// Mean idle seconds of a client between pages.
+    #[arg(long, value_parser = seconds, default_value = "2")]
+    mean_off: Duration,
+    /// Zipf exponent of page popularity.
+    #[arg(long, default_value_t = 1.0)]
+    zipf: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// A request header, "name: value" (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    headers: Vec<String>,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
 }
 
 #[derive(Args)]
@@ -102,6 +139,7 @@ fn main() -> ExitCode {
     let threads = match &cli.command {
         Command::Rate(args) => args.runtime.threads,
         Command::Idle(args) => args.runtime.threads,
+        Command::Surge(args) => args.runtime.threads,
     };
     if threads == 0 {
         eprintln!("wirefold-loadgen: --threads must be at least 1");
@@ -126,6 +164,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Rate(args) => runtime.block_on(run_rate(args)),
         Command::Idle(args) => runtime.block_on(run_idle(args)),
+        Command::Surge(args) => runtime.block_on(run_surge(args)),
     }
 }
 
@@ -184,5 +223,45 @@ async fn run_idle(args: IdleArgs) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+async fn run_surge(args: SurgeArgs) -> ExitCode {
+    let target = match Target::from_addr(&args.addr, "/", &args.headers) {
+        Ok(target) => target,
+        Err(e) => return usage_error(e),
+    };
+    let site: Site = match std::fs::read(&args.site)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+    {
+        Ok(site) => site,
+        Err(e) => return usage_error(format!("site {}: {e}", args.site.display())),
+    };
+    if let Err(e) = site.check() {
+        return usage_error(format!("site {}: {e}", args.site.display()));
+    }
+    if args.steps.contains(&0) || args.steps.windows(2).any(|pair| pair[1] < pair[0]) {
+        return usage_error("--steps must be positive and non-decreasing");
+    }
+    if !(args.zipf.is_finite() && args.zipf >= 0.0) {
+        return usage_error("--zipf must be a non-negative number");
+    }
+    let report = surge::run(SurgeOptions {
+        target,
+        site,
+        steps: args.steps,
+        step_length: args.step_seconds,
+        mean_off: args.mean_off,
+        zipf: args.zipf,
+        seed: args.seed,
+    })
+    .await;
+    println!("{}", report.text());
+    println!("{}", report.json());
+    if report.steps.iter().all(|step| step.completed == 0) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }

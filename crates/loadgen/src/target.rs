@@ -99,8 +99,13 @@ impl Target {
 
     /// A GET of the target with its fields.
     pub fn request(&self) -> Request<Empty<Bytes>> {
+        self.request_to(self.path.clone())
+    }
+
+    /// A GET of another origin-form `path` on the same server, with the target's fields.
+    pub fn request_to(&self, path: Uri) -> Request<Empty<Bytes>> {
         let mut request = Request::new(Empty::new());
-        *request.uri_mut() = self.path.clone();
+        *request.uri_mut() = path;
         *request.headers_mut() = self.headers.clone();
         request
     }
