@@ -44,8 +44,11 @@ pub const MAX_GROUP_KEYS: isize = 10_000;
 pub const FIRST_RETRY: Duration = Duration::from_millis(250);
 /// The longest wait between reconnection attempts.
 pub const LAST_RETRY: Duration = Duration::from_secs(5);
-/// Idle connections kept for reuse.
-const IDLE_CONNECTIONS: usize = 16;
+/// Idle connections kept for reuse: as many as store calls in flight under load, or
+/// calls beyond them connect and disconnect each time (with 16 kept, 64 calls in
+/// flight opened 16,903 connections in 5 s and lost 12–35 % of the requests per
+/// second; `bench/redis-clients.sh`, docs/operations.md).
+const IDLE_CONNECTIONS: usize = 64;
 /// Length of a blob head's length prefix.
 const LENGTH_BYTES: usize = 8;
 /// Compare-and-set of one record, atomic in Redis: KEYS[1] is the record, ARGV[1] the
