@@ -163,7 +163,8 @@ pub struct FidelityMetrics {
     /// Variants made and kept, by kind (`image`, `text`).
     pub variants_made: Family<KindLabels, Counter>,
     /// Originals that got no variants, by reason (`pixels`, `format`, `animated`,
-    /// `undecodable`, `too_large`, `no_saving`).
+    /// `undecodable`, `too_large`, `no_saving`, and for text `invalid`, `too_deep`,
+    /// `panicked`, `charset`).
     pub refused: Family<ReasonLabels, Counter>,
     /// Originals not queued for variants because the queue was full.
     pub queue_full: Counter,
