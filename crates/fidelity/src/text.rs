@@ -326,7 +326,7 @@ mod tests {
     #[cfg(not(feature = "minify"))]
     #[test]
     fn without_the_feature_nothing_is_minified() {
-        assert!(!MINIFIERS);
+        const { assert!(!MINIFIERS) };
         assert_eq!(
             minify(TextKind::Css, U8, b"p { color: red }"),
             Err(TextError::Unavailable)
