@@ -46,7 +46,7 @@ done
 
 if [ -z "$binary" ]; then
     # The executable's path as cargo reports it (wherever the target directory is).
-    binary=$(cargo build --release --locked -p wirefold --features redis --message-format=json-render-diagnostics |
+    binary=$(cargo build --release --locked -p wirefold --features redis,minify --message-format=json-render-diagnostics |
         sed -n 's/.*"executable":"\([^"]*\/wirefold\)".*/\1/p' | tail -n 1)
 fi
 if [ ! -x "$binary" ]; then

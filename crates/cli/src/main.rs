@@ -4,6 +4,7 @@ mod allocator;
 mod demo;
 mod generate;
 mod lab;
+mod variants;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,6 +43,9 @@ enum Command {
     /// Shared compression dictionaries.
     #[command(subcommand)]
     Dict(DictCommand),
+    /// Adaptive fidelity's variants (image ladders, minified text).
+    #[command(subcommand)]
+    Variants(variants::VariantsCommand),
     /// The client proxy of a proxy pair: near the users, talking to a server proxy
     /// (`wirefold serve --link`) over one HTTP/2 connection.
     Client(ClientArgs),
@@ -299,6 +303,7 @@ fn main() -> ExitCode {
         }
         Command::Lab(cmd) => lab::run(cmd),
         Command::Dict(cmd) => runtime.block_on(cmd.run()),
+        Command::Variants(cmd) => variants::run(cmd),
         Command::Client(args) => runtime.block_on(client(args)),
         Command::Get(args) => runtime.block_on(get(args)),
         Command::Reload { admin, admin_token } => runtime.block_on(reload(admin, admin_token)),

@@ -173,7 +173,7 @@ impl Link {
             .connect(self.server_name.clone(), tcp)
             .await
             .map_err(|e| self.unreachable(format!("TLS: {e}")))?;
-        if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+        if tls.get_ref().1.alpn_protocol() != Some(&b"h2"[..]) {
             return Err(LinkError::NotHttp2 {
                 target: self.target.clone(),
             });

@@ -15,5 +15,6 @@
 pub mod choice;
 pub mod config;
 pub mod image;
+pub mod text;
 
 pub use config::FidelityConfig;

@@ -30,6 +30,7 @@ pub mod status;
 pub mod tls;
 mod upgrade;
 pub mod variants;
+pub mod variants_build;
 
 pub use config::Config;
 /// Awaiting blocking work, for the crates above too (the link server, the client proxy).

@@ -163,7 +163,8 @@ pub struct FidelityMetrics {
     /// Variants made and kept, by kind (`image`, `text`).
     pub variants_made: Family<KindLabels, Counter>,
     /// Originals that got no variants, by reason (`pixels`, `format`, `animated`,
-    /// `undecodable`, `too_large`, `no_saving`).
+    /// `undecodable`, `too_large`, `no_saving`, and for text `invalid`, `too_deep`,
+    /// `panicked`, `charset`).
     pub refused: Family<ReasonLabels, Counter>,
     /// Originals not queued for variants because the queue was full.
     pub queue_full: Counter,
@@ -178,13 +179,19 @@ pub struct FidelityMetrics {
 }
 
 /// Why an original got no variants: `wirefold_fidelity_refused_total`'s reasons.
-pub const FIDELITY_REFUSALS: [&str; 6] = [
+pub const FIDELITY_REFUSALS: [&str; 10] = [
     "pixels",
     "format",
     "animated",
     "undecodable",
     "too_large",
     "no_saving",
+    // Text: rejected by its minifier (or not UTF-8, or a page whose script never
+    // ends), nested too deep to parse safely, a minifier panic, not declared UTF-8.
+    "invalid",
+    "too_deep",
+    "panicked",
+    "charset",
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -455,10 +462,12 @@ impl Metrics {
                 .get_or_create(&ReasonLabels { reason })
                 .inc_by(0);
         }
-        fidelity
-            .variants_made
-            .get_or_create(&KindLabels { kind: "image" })
-            .inc_by(0);
+        for kind in ["image", "text"] {
+            fidelity
+                .variants_made
+                .get_or_create(&KindLabels { kind })
+                .inc_by(0);
+        }
         for reason in FIDELITY_REFUSALS {
             fidelity
                 .refused

@@ -216,7 +216,7 @@ fn prepare(
 /// Regular files under `dir` (symlinks are not followed: the file source refuses
 /// what leads out of the root anyway), with size and modification time; what the
 /// file source withholds (dotfiles) is skipped, so it is neither read nor stored.
-fn walk(files: &FileSource, dir: &Path, out: &mut Vec<(PathBuf, u64, SystemTime)>) {
+pub(crate) fn walk(files: &FileSource, dir: &Path, out: &mut Vec<(PathBuf, u64, SystemTime)>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };

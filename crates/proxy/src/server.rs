@@ -393,7 +393,7 @@ async fn accept_loop(
                         }
                         Err(_) => return tracing::debug!(%peer, "tls handshake timed out"),
                     };
-                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                    let h2 = stream.get_ref().1.alpn_protocol() == Some(&b"h2"[..]);
                     let stream = FirstBytesDeadline::new(stream, handshake_timeout);
                     if h2 {
                         // HTTP/2 on the `h2` crate's server: it can send 103 Early Hints.

@@ -14,11 +14,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fidelity::choice::{EgressController, LinkEstimate, Smoothed};
 use fidelity::image::{self as images, ImageError};
+use fidelity::text::{self as texts, TextError};
 use fidelity::FidelityConfig;
 use serde::{Deserialize, Serialize};
 use store::memo::Bounded;
 use store::{Hash, Store};
 use wirefold_http::fidelity::{ImageFormat, TextKind};
+use wirefold_http::ContentCoding;
 
 use crate::background::Background;
 use crate::live::LiveConfig;
@@ -54,6 +56,57 @@ impl OriginalKind {
     }
 }
 
+/// A text body's bytes once compressed with each coding the compression profile
+/// keeps bodies in (`None`: identity): what a client pays for it. Empty for images,
+/// which are not compressed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CodedSizes(Vec<(Option<ContentCoding>, u64)>);
+
+impl CodedSizes {
+    /// Measures `bytes` as sent whole and with each of `codings`.
+    pub fn measure(bytes: &[u8], codings: &[(ContentCoding, u32)]) -> CodedSizes {
+        let mut sizes = vec![(None, bytes.len() as u64)];
+        for &(coding, level) in codings {
+            let len = codec::compress(coding, level, bytes).len() as u64;
+            sizes.push((Some(coding), len));
+        }
+        CodedSizes(sizes)
+    }
+
+    /// The size with `coding`, if it was measured.
+    pub fn get(&self, coding: Option<ContentCoding>) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|(c, _)| *c == coding)
+            .map(|(_, len)| *len)
+    }
+
+    fn stored(&self) -> Vec<StoredSize> {
+        self.0
+            .iter()
+            .map(|(coding, len)| StoredSize {
+                coding: coding.map_or("identity", ContentCoding::token).to_string(),
+                len: *len,
+            })
+            .collect()
+    }
+
+    fn of_stored(stored: &[StoredSize]) -> CodedSizes {
+        CodedSizes(
+            stored
+                .iter()
+                .filter_map(|s| {
+                    let coding = match s.coding.as_str() {
+                        "identity" => None,
+                        token => Some(ContentCoding::from_token(token)?),
+                    };
+                    Some((coding, s.len))
+                })
+                .collect(),
+        )
+    }
+}
+
 /// One kept variant of an original.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rung {
@@ -63,6 +116,8 @@ pub struct Rung {
     pub len: u64,
     /// Its `Content-Type`.
     pub media_type: String,
+    /// A minified text's sizes after compression (empty for images).
+    pub sizes: CodedSizes,
     extension: &'static str,
 }
 
@@ -99,6 +154,22 @@ impl Rung {
 #[derive(Debug, Default, PartialEq)]
 pub struct Ladder {
     pub rungs: Vec<Rung>,
+    /// A text original's sizes after compression, beside its rungs' (empty for
+    /// images).
+    pub original_sizes: CodedSizes,
+}
+
+impl Ladder {
+    /// The share of the original's bytes `rung` saves for a client that gets
+    /// `coding`: after compression for text (what the client pays), raw for images.
+    /// `None` when that coding was not measured (the profile changed since).
+    pub fn saving(&self, rung: &Rung, coding: Option<ContentCoding>) -> Option<f64> {
+        if rung.sizes.0.is_empty() {
+            return None;
+        }
+        let original = self.original_sizes.get(coding)?;
+        Some(texts::saving(original, rung.sizes.get(coding)?))
+    }
 }
 
 /// A ladder as the store keeps it (record `fidelity:<original hex>`).
@@ -107,6 +178,15 @@ struct StoredLadder {
     rungs: Vec<StoredRung>,
     /// Why there are no rungs, for an operator reading the store.
     refused: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    original_sizes: Vec<StoredSize>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredSize {
+    /// A `Content-Encoding` token, or `identity`.
+    coding: String,
+    len: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -117,6 +197,8 @@ struct StoredRung {
     hash: String,
     len: u64,
     media_type: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    sizes: Vec<StoredSize>,
 }
 
 impl StoredLadder {
@@ -139,11 +221,15 @@ impl StoredLadder {
                     hash,
                     len: r.len,
                     media_type: r.media_type,
+                    sizes: CodedSizes::of_stored(&r.sizes),
                     extension,
                 })
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(Ladder { rungs })
+        Some(Ladder {
+            rungs,
+            original_sizes: CodedSizes::of_stored(&self.original_sizes),
+        })
     }
 
     fn of(ladder: &Ladder, refused: Option<String>) -> StoredLadder {
@@ -162,14 +248,24 @@ impl StoredLadder {
                 hash: r.hash.to_hex(),
                 len: r.len,
                 media_type: r.media_type.clone(),
+                sizes: r.sizes.stored(),
             })
             .collect();
-        StoredLadder { rungs, refused }
+        StoredLadder {
+            rungs,
+            refused,
+            original_sizes: ladder.original_sizes.stored(),
+        }
     }
 }
 
 fn ladder_key(original: &Hash) -> String {
     format!("fidelity:{}", original.to_hex())
+}
+
+/// Whether the store keeps a ladder (perhaps empty) for `original`.
+pub fn has_ladder(store: &Store, original: &Hash) -> Result<bool, store::StoreError> {
+    Ok(store.get_record(&ladder_key(original))?.is_some())
 }
 
 /// A client network: the /24 of an IPv4 address, the /48 of an IPv6 one (an
@@ -309,13 +405,16 @@ impl Variants {
     /// Returns at once: the variants are made in the background, one original at a
     /// time, each job followed by a pause of its duration × (1/`cpu_share` − 1), so
     /// the maker's average use stays within `cpu_share` of a core. Without a store
-    /// there is nowhere to keep variants, and nothing is queued.
+    /// there is nowhere to keep variants, and nothing is queued. `codings` are the
+    /// codings (and levels) the compression profile keeps this type in: a text
+    /// variant is measured after each.
     pub fn schedule(
         &self,
         original: Hash,
         bytes: Bytes,
-        kind: OriginalKind,
+        content_type: &str,
         config: &FidelityConfig,
+        codings: &[(ContentCoding, u32)],
     ) {
         let Some(store) = self.store.clone() else {
             return;
@@ -337,6 +436,8 @@ impl Variants {
         let metrics = self.metrics.clone();
         let ladders = self.ladders.clone();
         let config = config.clone();
+        let codings = codings.to_vec();
+        let content_type = content_type.to_string();
         tokio::spawn(async move {
             let Ok(_turn) = maker.acquire_owned().await else {
                 return;
@@ -346,7 +447,15 @@ impl Variants {
             let share = config.cpu_share;
             let maker_metrics = metrics.clone();
             background.spawn_blocking(move || {
-                let ladder = make_and_keep(&store, original, &bytes, kind, &config, &maker_metrics);
+                let ladder = make_and_count(
+                    &store,
+                    original,
+                    &bytes,
+                    &content_type,
+                    &config,
+                    &codings,
+                    &maker_metrics,
+                );
                 if let Some(ladder) = ladder {
                     ladders.insert(original, Arc::new(ladder));
                 }
@@ -518,42 +627,103 @@ impl Variants {
     }
 }
 
-/// Makes the variants of `original` and keeps them and its ladder in the store.
-/// Returns the ladder, or `None` when the store could not keep it (it will be
-/// tried again on a later sight).
-fn make_and_keep(
+/// What making an original's variants came to.
+#[derive(Debug)]
+pub struct Made {
+    pub ladder: Ladder,
+    /// Why there are no rungs (a `wirefold_fidelity_refused_total` reason).
+    pub refused: Option<&'static str>,
+}
+
+impl Made {
+    /// Bytes the rungs save against the original: the smallest rung's raw saving.
+    pub fn bytes_saved(&self, original_len: u64) -> u64 {
+        self.ladder
+            .rungs
+            .iter()
+            .map(|r| original_len.saturating_sub(r.len))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Makes the variants of `original` (`bytes`, a blob already in the store, served
+/// as `content_type`) and
+/// keeps them and its ladder in the store, where a server's `adapt` stage finds
+/// them. CPU-heavy: run it off the reactor. `codings` are those the compression
+/// profile keeps the original's type in (a text variant is kept only when it saves
+/// `fidelity.text_min_saving` after one of them, or sent whole). Fails only when
+/// the store could not keep them (a later sight tries again).
+pub fn make_and_keep(
     store: &Store,
     original: Hash,
     bytes: &[u8],
-    kind: OriginalKind,
+    content_type: &str,
     config: &FidelityConfig,
-    metrics: &FidelityMetrics,
-) -> Option<Ladder> {
-    let made = match kind {
-        OriginalKind::Image(format) => image_rungs(bytes, format, config),
-        OriginalKind::Text(_) => Err("no_saving"),
+    codings: &[(ContentCoding, u32)],
+) -> Result<Made, store::StoreError> {
+    let mut ladder = Ladder::default();
+    let made = match OriginalKind::of(content_type) {
+        None => Err("format"),
+        Some(OriginalKind::Image(format)) => image_rungs(bytes, format, config),
+        Some(OriginalKind::Text(text)) => text_rungs(bytes, text, content_type, config, codings)
+            .map(|made| {
+                made.map_or_else(Vec::new, |(original_sizes, rung)| {
+                    ladder.original_sizes = original_sizes;
+                    vec![rung]
+                })
+            }),
     };
     let (rungs, refused) = match made {
         Ok(rungs) if rungs.is_empty() => (rungs, Some("no_saving")),
         Ok(rungs) => (rungs, None),
         Err(reason) => (Vec::new(), Some(reason)),
     };
-    if let Some(reason) = refused {
+    let mut refs = vec![original];
+    for (variant, media_type, extension, body, sizes) in rungs {
+        store.put_encoding(&original, &variant.to_string(), &body)?;
+        let hash = Hash::of(&body);
+        refs.push(hash);
+        ladder.rungs.push(Rung {
+            variant,
+            hash,
+            len: body.len() as u64,
+            media_type,
+            sizes,
+            extension,
+        });
+    }
+    let stored = StoredLadder::of(&ladder, refused.map(str::to_string));
+    let value = serde_json::to_vec(&stored).unwrap_or_default();
+    store.put_record(&ladder_key(&original), &value, &refs)?;
+    Ok(Made { ladder, refused })
+}
+
+/// [`make_and_keep`] for the background maker: counts what it made or refused.
+fn make_and_count(
+    store: &Store,
+    original: Hash,
+    bytes: &[u8],
+    content_type: &str,
+    config: &FidelityConfig,
+    codings: &[(ContentCoding, u32)],
+    metrics: &FidelityMetrics,
+) -> Option<Ladder> {
+    let made = match make_and_keep(store, original, bytes, content_type, config, codings) {
+        Ok(made) => made,
+        Err(e) => {
+            tracing::debug!(error = %e, "variants not kept");
+            return None;
+        }
+    };
+    if let Some(reason) = made.refused {
         metrics
             .refused
             .get_or_create(&ReasonLabels { reason })
             .inc();
     }
-    let mut ladder = Ladder::default();
-    let mut refs = vec![original];
-    for (variant, media_type, extension, body) in rungs {
-        if let Err(e) = store.put_encoding(&original, &variant.to_string(), &body) {
-            tracing::debug!(error = %e, %variant, "variant not kept");
-            return None;
-        }
-        let hash = Hash::of(&body);
-        refs.push(hash);
-        let kind = match variant {
+    for rung in &made.ladder.rungs {
+        let kind = match rung.variant {
             Variant::Image { .. } => "image",
             _ => "text",
         };
@@ -561,24 +731,46 @@ fn make_and_keep(
             .variants_made
             .get_or_create(&KindLabels { kind })
             .inc();
-        ladder.rungs.push(Rung {
-            variant,
-            hash,
-            len: body.len() as u64,
-            media_type,
-            extension,
-        });
     }
-    let stored = StoredLadder::of(&ladder, refused.map(str::to_string));
-    let value = serde_json::to_vec(&stored).ok()?;
-    if let Err(e) = store.put_record(&ladder_key(&original), &value, &refs) {
-        tracing::debug!(error = %e, "ladder not kept");
-        return None;
-    }
-    Some(ladder)
+    Some(made.ladder)
 }
 
-type MadeRung = (Variant, String, &'static str, Vec<u8>);
+/// The minified variant of a text original with both sizes after compression, or
+/// `None` when it saves under `fidelity.text_min_saving` whatever the coding.
+fn text_rungs(
+    bytes: &[u8],
+    kind: TextKind,
+    content_type: &str,
+    config: &FidelityConfig,
+    codings: &[(ContentCoding, u32)],
+) -> Result<Option<(CodedSizes, MadeRung)>, &'static str> {
+    let minified = texts::minify(kind, content_type, bytes).map_err(|e: TextError| {
+        tracing::debug!(error = %e, ?kind, "text keeps its original only");
+        e.reason()
+    })?;
+    let original_sizes = CodedSizes::measure(bytes, codings);
+    let sizes = CodedSizes::measure(&minified, codings);
+    let worth_it = original_sizes
+        .0
+        .iter()
+        .zip(&sizes.0)
+        .any(|((_, o), (_, m))| texts::saving(*o, *m) >= config.text_min_saving);
+    if !worth_it {
+        return Ok(None);
+    }
+    Ok(Some((
+        original_sizes,
+        (
+            Variant::Minified,
+            content_type.to_string(),
+            kind.extension(),
+            minified,
+            sizes,
+        ),
+    )))
+}
+
+type MadeRung = (Variant, String, &'static str, Vec<u8>, CodedSizes);
 
 fn image_rungs(
     bytes: &[u8],
@@ -611,6 +803,7 @@ fn image_rungs(
                 r.format.media_type().to_string(),
                 r.format.extension(),
                 r.bytes,
+                CodedSizes::default(),
             )
         })
         .collect())
@@ -641,10 +834,12 @@ mod tests {
             hash: Hash([3; 32]),
             len: 1234,
             media_type: "image/webp".into(),
+            sizes: CodedSizes::default(),
             extension: "webp",
         };
         let ladder = Ladder {
             rungs: vec![rung.clone()],
+            original_sizes: CodedSizes::default(),
         };
         let json = serde_json::to_vec(&StoredLadder::of(&ladder, None)).unwrap();
         let back = serde_json::from_slice::<StoredLadder>(&json)

@@ -2,9 +2,12 @@
 //! Stemm & Katz's transparent content negotiation, with the fields browsers send
 //! today).
 //!
-//! An original that may have variants (a JPEG, PNG, GIF or WebP image; text waits
-//! for its minifiers) is queued for them on first sight and served whole meanwhile: no
-//! response waits for an encoder. Once its ladder exists, each response carries
+//! An original that may have variants (a JPEG, PNG, GIF or WebP image; an HTML,
+//! CSS or JavaScript text in a build with the `minify` feature) is queued for them on
+//! first sight and served whole meanwhile: no response waits for an encoder. A
+//! minified text is offered only to a client for whom it saves
+//! `fidelity.text_min_saving` after the compression that client gets, and the choice
+//! compares sizes after that compression (what the client pays). Once its ladder exists, each response carries
 //! `Alternates` (RFC 2295), and the representation is chosen by
 //! [`fidelity::choice::choose`]: the largest one whose estimated transfer time over
 //! the client's link (Client Hints `Downlink`/`RTT`/`ECT`, else the passive estimate
@@ -29,7 +32,9 @@ use wirefold_http::fidelity::{
     ACCEPT_CH, ALTERNATES, CRITICAL_CH, TCN,
 };
 use wirefold_http::vary::add_field;
+use wirefold_http::{AcceptEncoding, ContentCoding};
 
+use crate::config::CompressionConfig;
 use crate::model::{content_etag, Instance, InstanceBody, Provenance, RequestContext};
 use crate::record::LinkSample;
 use crate::variants::{Ladder, OriginalKind, Rung, Variants, VARIANT_PREFIX};
@@ -43,21 +48,28 @@ const LINK_HINTS: &str = "ECT, RTT, Downlink, Save-Data";
 /// to negotiable responses. Queues first-seen originals for their variants. Passes
 /// everything else through untouched, as it does everything when `fidelity.enabled`
 /// is off. Never fails: a variant that cannot be read is replaced by the original.
+///
+/// `compression` says which coding a client gets for a text body (the `cached`
+/// list of its type's profile, negotiated as `encode` does).
 pub async fn adapt(
     variants: &Variants,
     config: &FidelityConfig,
+    compression: &CompressionConfig,
     ctx: &RequestContext,
     mut instance: Instance,
 ) -> Instance {
     if !config.enabled {
         return instance;
     }
-    let Some(kind) = instance
+    let Some(content_type) = instance
         .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(OriginalKind::of)
+        .map(str::to_owned)
     else {
+        return instance;
+    };
+    let Some(kind) = OriginalKind::of(&content_type) else {
         return instance;
     };
     let request = &ctx.profile;
@@ -68,9 +80,11 @@ pub async fn adapt(
             .insert(ACCEPT_CH, HeaderValue::from_static(LINK_HINTS));
     }
     if let OriginalKind::Text(_) = kind {
-        // No minifier is wired in yet (docs/fidelity.md): queuing text would only
-        // write empty ladders.
-        return instance;
+        if !fidelity::text::MINIFIERS {
+            // A build without the `minify` feature: queuing text would only write
+            // empty ladders.
+            return instance;
+        }
     }
     let negotiable = request.is_get_or_head()
         && instance.status == StatusCode::OK
@@ -84,8 +98,15 @@ pub async fn adapt(
         return instance;
     }
     let (original, original_len) = (*hash, bytes.len() as u64);
+    let codings: &[(ContentCoding, u32)] = match kind {
+        OriginalKind::Text(_) => compression
+            .profile_for(&content_type)
+            .filter(|_| compression.enabled)
+            .map_or(&[], |p| p.cached.0.as_slice()),
+        OriginalKind::Image(_) => &[],
+    };
     let Some(ladder) = variants.ladder(&original).await else {
-        variants.schedule(original, bytes.clone(), kind, config);
+        variants.schedule(original, bytes.clone(), &content_type, config, codings);
         return instance;
     };
     if ladder.rungs.is_empty() {
@@ -111,13 +132,27 @@ pub async fn adapt(
     }
     if own_format.is_some() {
         add_field(&mut instance.headers, "accept");
+    } else {
+        // A minified text is offered by the coding the client gets.
+        add_field(&mut instance.headers, "accept-encoding");
     }
     // The request fields a choice reads besides `Accept`.
     for field in [SAVE_DATA, SEC_CH_PREFERS_REDUCED_DATA, ECT, RTT, DOWNLINK] {
         add_field(&mut instance.headers, field.as_str());
     }
 
-    let usable = usable_rungs(&ladder, own_format, accepts_webp(&request.headers));
+    let coding = client_coding(
+        codings,
+        &request.accept_encoding,
+        original_len >= compression.min_size as u64,
+    );
+    let usable = usable_rungs(
+        &ladder,
+        own_format,
+        accepts_webp(&request.headers),
+        coding,
+        config.text_min_saving,
+    );
     let hints = &request.client_hints;
     let from_hints = LinkEstimate::from_hints(hints);
     let sample = LinkSample::measure(ctx.conn.socket);
@@ -130,9 +165,11 @@ pub async fn adapt(
         max_fraction: variants.max_fraction(),
         save_data_fraction: config.save_data_fraction,
     };
-    let lengths: Vec<u64> = std::iter::once(original_len)
-        .chain(usable.iter().map(|r| r.len))
-        .collect();
+    // What the client pays: bytes after its coding for text, raw for images.
+    let lengths: Vec<u64> =
+        std::iter::once(ladder.original_sizes.get(coding).unwrap_or(original_len))
+            .chain(usable.iter().map(|r| r.sizes.get(coding).unwrap_or(r.len)))
+            .collect();
     let decision = choose(&lengths, &inputs);
     let chosen = decision.chosen.checked_sub(1).and_then(|i| usable.get(i));
     tracing::debug!(
@@ -159,7 +196,7 @@ pub async fn adapt(
     };
     variants.count_decision(
         decision.reason.label(),
-        original_len.saturating_sub(rung.len),
+        lengths[0].saturating_sub(lengths[decision.chosen]),
     );
     // A choice no request field explains (the network's passive estimate, the
     // server's egress) must not be reused by a shared cache for other clients.
@@ -172,9 +209,31 @@ pub async fn adapt(
     instance
 }
 
+/// The coding a client gets for a text body: the first of the profile's `cached`
+/// codings it accepts (as `encode` negotiates), `None` for identity (no profile, none
+/// accepted, or a body too small to compress).
+fn client_coding(
+    codings: &[(ContentCoding, u32)],
+    accept: &AcceptEncoding,
+    compressible: bool,
+) -> Option<ContentCoding> {
+    if !compressible || codings.is_empty() {
+        return None;
+    }
+    let preference: Vec<ContentCoding> = codings.iter().map(|(c, _)| *c).collect();
+    accept.negotiate(&preference)
+}
+
 /// The variants a client can show: WebP when it accepts it (or the original is
-/// WebP), else the rungs in a universally shown format; for text, every rung.
-fn usable_rungs(ladder: &Ladder, own: Option<ImageFormat>, webp: bool) -> Vec<&Rung> {
+/// WebP), else the rungs in a universally shown format; for text, the rungs that
+/// save at least `text_min_saving` after the client's `coding`.
+fn usable_rungs(
+    ladder: &Ladder,
+    own: Option<ImageFormat>,
+    webp: bool,
+    coding: Option<ContentCoding>,
+    text_min_saving: f64,
+) -> Vec<&Rung> {
     let has_webp = ladder
         .rungs
         .iter()
@@ -185,7 +244,9 @@ fn usable_rungs(ladder: &Ladder, own: Option<ImageFormat>, webp: bool) -> Vec<&R
         .iter()
         .filter(|r| match r.image_format() {
             Some(format) => (format == ImageFormat::Webp) == want_webp,
-            None => true,
+            None => ladder
+                .saving(r, coding)
+                .is_some_and(|saving| saving >= text_min_saving),
         })
         .collect()
 }

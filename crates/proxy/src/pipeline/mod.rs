@@ -217,7 +217,14 @@ impl Pipeline {
                 };
                 let instance =
                     remember::remember(&self.cache, &self.deltas, &self.metrics, fetched).await;
-                adapt::adapt(&self.variants, &config.fidelity, &ctx, instance).await
+                adapt::adapt(
+                    &self.variants,
+                    &config.fidelity,
+                    &config.compression,
+                    &ctx,
+                    instance,
+                )
+                .await
             }
         };
         let manifest = match self.manifest_of(&config.hints, &ctx, &instance) {

@@ -1,0 +1,151 @@
+//! `wirefold variants build DIR`: the variants of a `--root` site made ahead of
+//! requests, so `serve` over the same store offers them from its first request.
+#![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use fidelity::image::{encode, Pixels};
+use support::{serve, wirefold};
+use wirefold_http::fidelity::ImageFormat;
+
+/// A photograph-like JPEG (gradients and noise) at quality 92.
+fn photo_jpeg(width: u32, height: u32) -> Vec<u8> {
+    let mut seed = 0x2545_f491_u32;
+    let mut rgba = Vec::with_capacity((width * height * 4) as usize);
+    for y in 0..height {
+        for x in 0..width {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            let noise = (seed % 24) as u8;
+            rgba.extend_from_slice(&[
+                (x * 200 / width) as u8 + noise,
+                (y * 180 / height) as u8 + noise,
+                120 + noise,
+                255,
+            ]);
+        }
+    }
+    let pixels = Pixels::from_rgba(width, height, rgba).expect("pixels");
+    encode(&pixels, ImageFormat::Jpeg, 92).expect("jpeg")
+}
+
+/// The response's header block (`-D -`) for `path` with `Save-Data: on`.
+fn save_data_head(base: &str, path: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-s", "-S", "--max-time", "20", "-o", "/dev/null", "-D", "-"])
+        .args(["-H", "Save-Data: on", "-H", "Accept: image/webp,*/*"])
+        .arg(format!("{base}{path}"))
+        .output()
+        .expect("curl runs");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).to_ascii_lowercase()
+}
+
+fn site(root: &Path) {
+    std::fs::create_dir_all(root.join("img")).unwrap();
+    std::fs::write(root.join("img/photo.jpg"), photo_jpeg(480, 360)).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/corpus/assets/w3c__aria/common_script_aria-js/029.js");
+    std::fs::copy(script, root.join("aria.js")).expect("the shared corpus");
+    std::fs::write(root.join("notes.txt"), "not a variant's kind").unwrap();
+}
+
+#[test]
+fn a_built_site_is_served_with_variants_from_the_first_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    let data = dir.path().join("data");
+    site(&root);
+    let (root_arg, data_arg) = (root.to_str().unwrap(), data.to_str().unwrap());
+
+    let built = wirefold(&["variants", "build", root_arg, "--data-dir", data_arg]);
+    let stdout = String::from_utf8_lossy(&built.stdout);
+    let stderr = String::from_utf8_lossy(&built.stderr);
+    assert!(built.status.success(), "{stdout}{stderr}");
+    let text = cfg!(feature = "minify");
+    let files = if text { 2 } else { 1 };
+    assert!(
+        stdout.contains(&format!("{files} files, {files} done (0 skipped)")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(" 0 variants kept"), "{stdout}");
+    // Not a terminal: no progress bar drawn.
+    assert!(!stderr.contains("files"), "{stderr}");
+
+    // Built again: everything is kept already.
+    let again = wirefold(&["variants", "build", root_arg, "--data-dir", data_arg]);
+    let again = String::from_utf8_lossy(&again.stdout);
+    assert!(again.contains(" 0 variants kept"), "{again}");
+
+    let (_server, base) = serve(&[
+        "--root",
+        root_arg,
+        "--data-dir",
+        data_arg,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ]);
+    // The very first request for each gets a variant.
+    let photo = save_data_head(&base, "/img/photo.jpg");
+    assert!(photo.contains("tcn: choice"), "{photo}");
+    assert!(photo.contains("content-type: image/webp"), "{photo}");
+    if text {
+        let script = save_data_head(&base, "/aria.js");
+        assert!(script.contains("tcn: choice"), "{script}");
+        assert!(
+            script.contains("content-location: /.wirefold/v/"),
+            "{script}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_directory_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-site");
+    let out = wirefold(&[
+        "variants",
+        "build",
+        missing.to_str().unwrap(),
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no-such-site"), "{stderr}");
+}
+
+#[test]
+fn an_unreadable_file_is_skipped_with_a_warning() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    site(&root);
+    let locked = root.join("img/locked.png");
+    std::fs::write(&locked, b"\x89PNG").unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    if std::fs::read(&locked).is_ok() {
+        eprintln!("privileged (root): every file is readable; nothing to test");
+        return;
+    }
+    let out = wirefold(&[
+        "variants",
+        "build",
+        root.to_str().unwrap(),
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning") && stderr.contains("locked.png"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(1 skipped)"));
+}
