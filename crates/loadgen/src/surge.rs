@@ -268,24 +268,19 @@ async fn client_loop(shared: Arc<Shared>, mut random: Random) {
     }
 }
 
-/// One GET on the client's connection (opened again if it closed).
+/// One GET on the client's connection (opened again if it closed). A request that
+/// fails on a reused connection before any answer is sent once more on a new one, as
+/// browsers do: the server may close an idle connection just as a request leaves.
 async fn fetch(shared: &Shared, sender: &mut Option<Sender>, path: &str) -> Result<(), String> {
-    let connection = match sender {
-        Some(open) if !open.is_closed() => open,
-        _ => {
-            let (opened, driver) = client::connect(shared.target.addr())
-                .await
-                .map_err(|e: ExchangeError| e.to_string())?;
-            tokio::spawn(driver);
-            sender.insert(opened)
+    let reused = sender.as_ref().is_some_and(|open| !open.is_closed());
+    let answer = match exchange(shared, sender, path).await {
+        Err(ExchangeError::Request(_)) if reused => {
+            *sender = None;
+            exchange(shared, sender, path).await
         }
-    };
-    connection.ready().await.map_err(|e| e.to_string())?;
-    // Paths were checked by `Site::check`.
-    let request = shared.target.request_to(path.parse().unwrap_or_default());
-    let answer = client::exchange(connection, request)
-        .await
-        .map_err(|e| e.to_string())?;
+        other => other,
+    }
+    .map_err(|e| e.to_string())?;
     if !answer.status.is_success() {
         return Err(format!("status {}", answer.status));
     }
@@ -295,6 +290,25 @@ async fn fetch(shared: &Shared, sender: &mut Option<Sender>, path: &str) -> Resu
         .body_bytes
         .fetch_add(answer.body_bytes, Ordering::Relaxed);
     Ok(())
+}
+
+async fn exchange(
+    shared: &Shared,
+    sender: &mut Option<Sender>,
+    path: &str,
+) -> Result<client::Answer, ExchangeError> {
+    let connection = match sender {
+        Some(open) if !open.is_closed() => open,
+        _ => {
+            let (opened, driver) = client::connect(shared.target.addr()).await?;
+            tokio::spawn(driver);
+            sender.insert(opened)
+        }
+    };
+    connection.ready().await.map_err(ExchangeError::Request)?;
+    // Paths were checked by `Site::check`.
+    let request = shared.target.request_to(path.parse().unwrap_or_default());
+    client::exchange(connection, request).await
 }
 
 /// Page popularity: the cumulative Zipf distribution over ranks 1..=n.
