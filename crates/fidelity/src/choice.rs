@@ -83,15 +83,35 @@ impl Reason {
     }
 }
 
+/// What else the client fetches with a response: the other parts of its page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageWeight {
+    /// Bytes that keep their size whatever is chosen: the page itself and its
+    /// subresources without variants.
+    pub fixed_bytes: u64,
+    /// Original bytes of the page's other subresources with variants. They are
+    /// assumed to be chosen alike, so each candidate is weighed as the page at that
+    /// candidate's share of the original: the whole page meets the target or not.
+    pub negotiable_bytes: u64,
+}
+
+impl PageWeight {
+    /// The page's bytes when this response is `candidate` bytes of its `original`.
+    fn with(&self, candidate: u64, original: u64) -> u64 {
+        let share = candidate as f64 / original.max(1) as f64;
+        candidate + self.fixed_bytes + (self.negotiable_bytes as f64 * share) as u64
+    }
+}
+
 /// Everything a choice weighs.
 #[derive(Clone, Copy, Debug)]
 pub struct Inputs {
     pub save_data: bool,
     /// The client's path, from its hints or the passive estimate of its network.
     pub link: Option<LinkEstimate>,
-    /// How many bytes the client fetches with this one (a page's share), for the
-    /// estimate: the object itself when nothing more is known.
-    pub page_bytes_besides: u64,
+    /// The rest of the page this response belongs to, for the paper's estimate of
+    /// a page with its subresources; all zero (the object alone) when unknown.
+    pub page: PageWeight,
     pub target_time: Duration,
     /// The egress controller's largest share of the original now (0..=1].
     pub max_fraction: f64,
@@ -127,7 +147,8 @@ pub fn choose(lengths: &[u64], inputs: &Inputs) -> Decision {
         .collect();
     let meets = |i: usize| {
         inputs.link.is_none_or(|link| {
-            link.transfer_time(lengths[i] + inputs.page_bytes_besides) <= inputs.target_time
+            let page = inputs.page.with(lengths[i], lengths[0]);
+            link.transfer_time(page) <= inputs.target_time
         })
     };
     let chosen = within
@@ -245,7 +266,7 @@ mod tests {
         Inputs {
             save_data: false,
             link: None,
-            page_bytes_besides: 0,
+            page: PageWeight::default(),
             target_time: Duration::from_secs(3),
             max_fraction: 1.0,
             save_data_fraction: 0.35,
@@ -312,6 +333,47 @@ mod tests {
             },
         );
         assert_eq!(d.chosen, 3);
+    }
+
+    #[test]
+    fn the_whole_page_must_meet_the_target_not_the_object_alone() {
+        // 1.6 Mbit/s, 150 ms: alone, the 700 KB variant meets 6 s (~5.1 s).
+        let link = LinkEstimate {
+            rtt: Duration::from_millis(150),
+            bytes_per_second: 200_000.0,
+        };
+        let alone = Inputs {
+            link: Some(link),
+            target_time: Duration::from_secs(6),
+            ..inputs()
+        };
+        assert_eq!(choose(&LADDER, &alone).chosen, 1);
+        // With a 50 KB page around it and another 1 MB image scaled alike, only the
+        // smallest share keeps the page within 6 s: 2 × 343 KB + 50 KB take ~5.3 s,
+        // 2 × 490 KB + 50 KB ~6.8 s.
+        let page = Inputs {
+            page: PageWeight {
+                fixed_bytes: 50_000,
+                negotiable_bytes: 1_000_000,
+            },
+            ..alone
+        };
+        assert_eq!(
+            choose(&LADDER, &page),
+            Decision {
+                chosen: 3,
+                reason: Reason::SlowLink
+            }
+        );
+        // A fast link takes the whole page as it is.
+        let fast = Inputs {
+            link: Some(LinkEstimate {
+                rtt: Duration::from_millis(20),
+                bytes_per_second: 10_000_000.0,
+            }),
+            ..page
+        };
+        assert_eq!(choose(&LADDER, &fast).chosen, 0);
     }
 
     #[test]

@@ -87,6 +87,26 @@ pub struct RequestContext {
     pub origin_wait: OriginWait,
 }
 
+impl RequestContext {
+    /// The URL of the resource asked for, as the client named it: what a page's
+    /// relative references resolve against, what its manifest is found by, and what
+    /// a page's subresources are named by in it.
+    pub fn url(&self) -> String {
+        format!("{}{}", self.origin(), self.profile.path_and_query())
+    }
+
+    /// `scheme://host[:port]` as the client reached us.
+    pub fn origin(&self) -> String {
+        let scheme = if self.conn.tls { "https" } else { "http" };
+        let host = self
+            .profile
+            .host
+            .as_ref()
+            .map_or(self.site.as_str(), |h| h.as_str());
+        format!("{scheme}://{host}")
+    }
+}
+
 /// The time from sending this request's exchange upstream to the origin's response
 /// head, summed when one request makes several (never more than one today). `fetch`
 /// records it; the request's record (access log, status page) reads it.

@@ -25,6 +25,7 @@ use wirefold_http::ContentCoding;
 use crate::background::Background;
 use crate::live::LiveConfig;
 use crate::metrics::{FidelityMetrics, KindLabels, Metrics, ReasonLabels};
+use crate::page_weight::PageWeights;
 use crate::record::LinkSample;
 use delta::derived::Variant;
 
@@ -347,6 +348,8 @@ pub struct Variants {
     networks: Arc<Bounded<Network, NetworkLink>>,
     /// The egress controller's fraction, as `f64` bits.
     max_fraction: AtomicU64,
+    /// Sizes of pages and subresources served, for a page's weight in a choice.
+    pub pages: PageWeights,
 }
 
 impl Variants {
@@ -360,6 +363,7 @@ impl Variants {
             maker: Arc::new(tokio::sync::Semaphore::new(1)),
             networks: Arc::new(Bounded::with_entries(NETWORKS_IN_MEMORY)),
             max_fraction: AtomicU64::new(1.0_f64.to_bits()),
+            pages: PageWeights::default(),
         }
     }
 

@@ -232,6 +232,77 @@ async fn slow_links_get_smaller_variants_and_fast_ones_the_original() {
     proxy.running.shutdown().await;
 }
 
+/// The paper's estimate is for a page with its subresources: an image that alone
+/// would arrive within the target time gets a variant when, with the rest of the page
+/// it belongs to (its `Referer`, whose manifest names it), the page would not.
+#[tokio::test]
+async fn an_image_is_weighed_with_the_rest_of_its_page() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (photo_jpeg(640, 480), photo_jpeg(800, 600));
+    std::fs::write(root.path().join("a.jpg"), &a).unwrap();
+    std::fs::write(root.path().join("b.jpg"), &b).unwrap();
+    std::fs::write(
+        root.path().join("page.html"),
+        "<!doctype html><title>two photos</title><img src=a.jpg><img src=b.jpg>",
+    )
+    .unwrap();
+    std::fs::write(
+        root.path().join("other.html"),
+        "<!doctype html><p>no images",
+    )
+    .unwrap();
+    let proxy = start_root(root.path(), |_| {}).await;
+    let page = proxy.url("/page.html");
+    // The page (its manifest and size), then its images as a browser asks for them.
+    assert_eq!(curl(&page, &[]).await.status, 200);
+    assert_eq!(curl(&proxy.url("/other.html"), &[]).await.status, 200);
+    for image in ["/a.jpg", "/b.jpg"] {
+        assert_eq!(
+            curl(
+                &proxy.url(image),
+                &["-H", CHROMIUM_ACCEPT, "-H", &format!("Referer: {page}")]
+            )
+            .await
+            .status,
+            200
+        );
+        assert!(
+            until_negotiable(&proxy, image, 600).await,
+            "no ladder for {image}"
+        );
+    }
+    // A link on which a.jpg alone takes 2 s (no round trips), the page over 3 s.
+    let kbps = (a.len() as u64 * 8 / 2).div_ceil(1000);
+    let downlink = format!("Downlink: {}", kbps as f64 / 1000.0);
+    let ask = |referer: Option<String>| {
+        let (url, downlink) = (proxy.url("/a.jpg"), downlink.clone());
+        async move {
+            let mut args = vec![
+                "-H".to_string(),
+                CHROMIUM_ACCEPT.to_string(),
+                "-H".to_string(),
+                downlink,
+                "-H".to_string(),
+                "RTT: 0".to_string(),
+            ];
+            if let Some(referer) = referer {
+                args.extend(["-H".to_string(), format!("Referer: {referer}")]);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            curl(&url, &args).await
+        }
+    };
+    let alone = ask(None).await;
+    assert_eq!(alone.body, a, "alone, the original meets the target");
+    let with_page = ask(Some(page.clone())).await;
+    assert_eq!(with_page.header("tcn"), Some("choice"));
+    assert!(with_page.body.len() < a.len(), "{}", with_page.body.len());
+    // A Referer whose manifest does not name the image adds nothing.
+    let elsewhere = ask(Some(proxy.url("/other.html"))).await;
+    assert_eq!(elsewhere.body, a);
+    proxy.running.shutdown().await;
+}
+
 fn decode_ok(bytes: &[u8], format: ImageFormat) {
     fidelity::image::decode(bytes, format, &LIMITS).expect("decodes");
 }

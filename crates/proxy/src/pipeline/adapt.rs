@@ -20,7 +20,7 @@
 use std::fmt::Write;
 
 use bytes::Bytes;
-use fidelity::choice::{choose, Inputs, LinkEstimate, Reason};
+use fidelity::choice::{choose, Inputs, LinkEstimate, PageWeight, Reason};
 use fidelity::FidelityConfig;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
@@ -35,7 +35,9 @@ use wirefold_http::vary::add_field;
 use wirefold_http::{AcceptEncoding, ContentCoding};
 
 use crate::config::CompressionConfig;
+use crate::manifests::Manifests;
 use crate::model::{content_etag, Instance, InstanceBody, Provenance, RequestContext};
+use crate::page_weight::referring_page;
 use crate::record::LinkSample;
 use crate::variants::{Ladder, OriginalKind, Rung, Variants, VARIANT_PREFIX};
 
@@ -51,8 +53,12 @@ const LINK_HINTS: &str = "ECT, RTT, Downlink, Save-Data";
 ///
 /// `compression` says which coding a client gets for a text body (the `cached`
 /// list of its type's profile, negotiated as `encode` does).
+///
+/// `manifests` find the page a subresource belongs to (its `Referer`), so that the
+/// choice weighs the whole page against the target time, not the object alone.
 pub async fn adapt(
     variants: &Variants,
+    manifests: &Manifests,
     config: &FidelityConfig,
     compression: &CompressionConfig,
     ctx: &RequestContext,
@@ -69,11 +75,13 @@ pub async fn adapt(
     else {
         return instance;
     };
-    let Some(kind) = OriginalKind::of(&content_type) else {
+    let kind = OriginalKind::of(&content_type);
+    let request = &ctx.profile;
+    let page = kind == Some(OriginalKind::Text(TextKind::Html));
+    remember_size(variants, ctx, &instance, kind, page);
+    let Some(kind) = kind else {
         return instance;
     };
-    let request = &ctx.profile;
-    let page = kind == OriginalKind::Text(TextKind::Html);
     if page && instance.status == StatusCode::OK {
         instance
             .headers
@@ -157,10 +165,21 @@ pub async fn adapt(
     let from_hints = LinkEstimate::from_hints(hints);
     let sample = LinkSample::measure(ctx.conn.socket);
     let passive = variants.network_link(ctx.conn.peer.ip(), sample);
+    let link = from_hints.or(passive);
+    let page_weight = match (link, referring_page(&request.headers)) {
+        (Some(_), Some(page_url)) => match manifests.latest(page_url).await {
+            Some(manifest) => variants
+                .pages
+                .around(page_url, &manifest, &ctx.url())
+                .unwrap_or_default(),
+            None => PageWeight::default(),
+        },
+        _ => PageWeight::default(),
+    };
     let inputs = Inputs {
         save_data: hints.save_data || hints.prefers_reduced_data,
-        link: from_hints.or(passive),
-        page_bytes_besides: 0,
+        link,
+        page: page_weight,
         target_time: config.target_time(),
         max_fraction: variants.max_fraction(),
         save_data_fraction: config.save_data_fraction,
@@ -212,6 +231,36 @@ pub async fn adapt(
 /// The coding a client gets for a text body: the first of the profile's `cached`
 /// codings it accepts (as `encode` negotiates), `None` for identity (no profile, none
 /// accepted, or a body too small to compress).
+/// Remembers the size of a page or of a subresource (a request with a `Referer`) the
+/// same for everyone, for the weight of the pages that name it.
+fn remember_size(
+    variants: &Variants,
+    ctx: &RequestContext,
+    instance: &Instance,
+    kind: Option<OriginalKind>,
+    page: bool,
+) {
+    let subresource = ctx.profile.headers.contains_key(header::REFERER);
+    if !(page || subresource)
+        || instance.status != StatusCode::OK
+        || !instance.reusable
+        || !ctx.profile.is_get_or_head()
+    {
+        return;
+    }
+    let InstanceBody::Whole { bytes, .. } = &instance.body else {
+        return;
+    };
+    let negotiable = match kind {
+        Some(OriginalKind::Image(_)) => true,
+        Some(OriginalKind::Text(_)) => fidelity::text::MINIFIERS,
+        None => false,
+    };
+    variants
+        .pages
+        .record(ctx.url(), bytes.len() as u64, negotiable);
+}
+
 fn client_coding(
     codings: &[(ContentCoding, u32)],
     accept: &AcceptEncoding,

@@ -167,7 +167,7 @@ pub fn hint(
             pushes: Vec::new(),
         };
     };
-    let origin = page_origin(ctx);
+    let origin = ctx.origin();
     let named: Vec<String> = instance
         .headers
         .get_all(LINK)
@@ -215,7 +215,7 @@ pub fn early_hints(
     } else {
         entries
     };
-    let links = preload_links(config, &page_origin(ctx), entries, false, |_| false);
+    let links = preload_links(config, &ctx.origin(), entries, false, |_| false);
     if links.is_empty() {
         return None;
     }
@@ -224,23 +224,6 @@ pub fn early_hints(
         fields.append(LINK, link.value);
     }
     Some(fields)
-}
-
-/// The URL of the page a request asks for, as the client named it: what a page's
-/// relative references resolve against and what its manifest is found by.
-pub fn page_url(ctx: &RequestContext) -> String {
-    format!("{}{}", page_origin(ctx), ctx.profile.path_and_query())
-}
-
-/// `scheme://host[:port]` as the client reached us.
-fn page_origin(ctx: &RequestContext) -> String {
-    let scheme = if ctx.conn.tls { "https" } else { "http" };
-    let host = ctx
-        .profile
-        .host
-        .as_ref()
-        .map_or(ctx.site.as_str(), |h| h.as_str());
-    format!("{scheme}://{host}")
 }
 
 /// One announced resource: its `Link` value, and its path when it is to be pushed.

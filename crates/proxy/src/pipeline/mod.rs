@@ -219,6 +219,7 @@ impl Pipeline {
                     remember::remember(&self.cache, &self.deltas, &self.metrics, fetched).await;
                 adapt::adapt(
                     &self.variants,
+                    &self.manifests,
                     &config.fidelity,
                     &config.compression,
                     &ctx,
@@ -270,11 +271,7 @@ impl Pipeline {
         let shared =
             wirefold_http::audience::audience(&ctx.profile.headers, &instance.headers, public_path)
                 .may_derive();
-        let (manifests, url, rules) = (
-            self.manifests.clone(),
-            hint::page_url(ctx),
-            hints.manifest_rules(),
-        );
+        let (manifests, url, rules) = (self.manifests.clone(), ctx.url(), hints.manifest_rules());
         let (bytes, hash) = (bytes.clone(), *hash);
         // Built here, awaited by the caller: no borrow of the instance (whose body
         // is not `Sync`) lives across the await.
@@ -293,7 +290,7 @@ impl Pipeline {
         ctx: &RequestContext,
         manifest: &Arc<crate::manifests::PageManifest>,
     ) {
-        let page_url = hint::page_url(ctx);
+        let page_url = ctx.url();
         if hints.stylesheet_depth == 0 || !self.manifests.claim_stylesheets(&page_url, manifest) {
             return;
         }
@@ -422,7 +419,7 @@ impl Pipeline {
     /// when that page was already served to everyone. `None` when there is nothing
     /// to announce.
     pub async fn early_hints(&self, ctx: RequestContext) -> Option<http::HeaderMap> {
-        let manifest = self.manifests.latest(&hint::page_url(&ctx)).await?;
+        let manifest = self.manifests.latest(&ctx.url()).await?;
         let fields = hint::early_hints(&self.config().hints, &ctx, &manifest.entries)?;
         self.metrics.early_hints.inc();
         self.metrics.hinted("early", fields.len());
