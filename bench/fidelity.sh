@@ -27,10 +27,11 @@
 # between the watermarks (50% and 90% of the limit).
 #
 # Client side: pages loaded one after another (page, then its objects, on one
-# connection, as curl fetches a list) behind a 3G-like link (1.6 Mbit/s, 150 ms round
-# trip) and a 56k-like one (56 kbit/s, 200 ms), with Client Hints a browser sends
-# after `Accept-CH` (ECT, RTT, Downlink) and without negotiation; the share of loads
-# within the 3 s target time and the median load time.
+# connection, as curl fetches a list, each naming the page as its Referer) behind a
+# 3G-like link (1.6 Mbit/s, 150 ms round trip) and a 56k-like one (56 kbit/s,
+# 200 ms), with the Client Hints a browser sends after `Accept-CH` (ECT, RTT,
+# Downlink), with and without negotiation; the share of loads within the 3 s target
+# time and the median load time.
 #
 # The last line is JSON: {"server": {"60": {"with": RPS, "without": RPS, "errors": N,
 # "within_watermarks": BOOL}, "90": {…}}, "client": {"3g": {"with": {"on_time":
@@ -235,11 +236,22 @@ for page in pages:
     print(" ".join([page["path"]] + page["objects"]))
 PY
         cat >"$TMP/loads.sh" <<SH
+# Unmeasured first: each page, and HEAD requests naming it as Referer for its
+# objects, so the server knows what each page weighs (as after earlier visitors).
+while read -r paths; do
+    page="http://\$WIREFOLD_LINK_HOST:$PORT\${paths%% *}"
+    curl -s -o /dev/null "\$page"
+    for p in \${paths#* }; do
+        curl -s -o /dev/null -I -e "\$page" -H 'Accept: $ACCEPT_IMAGES' "http://\$WIREFOLD_LINK_HOST:$PORT\$p"
+    done
+done <"$TMP/loads.txt"
 while read -r paths; do
     urls=""
     # Each URL with its own -o: curl writes the rest of a list's bodies to stdout.
     for p in \$paths; do urls="\$urls -o /dev/null http://\$WIREFOLD_LINK_HOST:$PORT\$p"; done
-    curl -s --max-time 300 -w '%{time_total}\n' \
+    # The page as every request's Referer, as a browser names it for subresources.
+    page="http://\$WIREFOLD_LINK_HOST:$PORT\${paths%% *}"
+    curl -s --max-time 300 -w '%{time_total}\n' -e "\$page" \
         -H 'Accept: $ACCEPT_IMAGES' -H 'ECT: $ect' -H 'RTT: $rtt' -H 'Downlink: $downlink' \$urls \
         | awk '{ s += \$1 } END { print s }'
 done <"$TMP/loads.txt"
