@@ -141,6 +141,16 @@ TOML
     wait_http "$name" "$LAST_PID" "http://127.0.0.1:$PORT/p0.html"
 }
 
+# start_arm NAME ARM ROOT: the server of an arm (`with`: fidelity on, its variants
+# made before the run; `without`: off); its pid in server_pid.
+start_arm() {
+    local enabled=true
+    [[ $2 == without ]] && enabled=false
+    start_server "$1" "$enabled" "$3"
+    server_pid=$LAST_PID
+    if [[ $2 == with ]]; then warm "$3"; fi
+}
+
 metric_value() { # ADMIN NAME: a gauge or counter summed over its labels
     curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m || index($1, m "{") == 1 { s += $2 } END { print s + 0 }'
 }
@@ -173,11 +183,7 @@ for fraction in $FRACTIONS; do
     errors=0
     within=null
     for arm in with without; do
-        enabled=true
-        [[ $arm == without ]] && enabled=false
-        start_server "$arm-$fraction" "$enabled" "$root"
-        server_pid=$LAST_PID
-        [[ $arm == with ]] && warm "$root"
+        start_arm "$arm-$fraction" "$arm" "$root"
         log "$fraction% negotiable, $arm negotiation: steps $STEPS of ${STEP_SECONDS}s behind $EGRESS"
         (
             while kill -0 "$server_pid" 2>/dev/null; do
@@ -223,11 +229,7 @@ for kind in 3g 56k; do
     read -r rate delay downlink rtt ect <<<"${LINKS[$kind]}"
     parts=()
     for arm in with without; do
-        enabled=true
-        [[ $arm == without ]] && enabled=false
-        start_server "client-$arm-$kind" "$enabled" "$root"
-        server_pid=$LAST_PID
-        [[ $arm == with ]] && warm "$root"
+        start_arm "client-$arm-$kind" "$arm" "$root"
         # The pages in popularity order, each with its objects, fetched like a list.
         python3 - "$root/site.json" "$CLIENT_LOADS" >"$TMP/loads.txt" <<'PY'
 import json, sys

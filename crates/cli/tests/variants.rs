@@ -2,36 +2,14 @@
 //! requests, so `serve` over the same store offers them from its first request.
 #![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
+mod servers;
 mod support;
 
 use std::path::Path;
 use std::process::Command;
 
-use fidelity::image::{encode, Pixels};
+use servers::photo_jpeg;
 use support::{serve, wirefold};
-use wirefold_http::fidelity::ImageFormat;
-
-/// A photograph-like JPEG (gradients and noise) at quality 92.
-fn photo_jpeg(width: u32, height: u32) -> Vec<u8> {
-    let mut seed = 0x2545_f491_u32;
-    let mut rgba = Vec::with_capacity((width * height * 4) as usize);
-    for y in 0..height {
-        for x in 0..width {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            let noise = (seed % 24) as u8;
-            rgba.extend_from_slice(&[
-                (x * 200 / width) as u8 + noise,
-                (y * 180 / height) as u8 + noise,
-                120 + noise,
-                255,
-            ]);
-        }
-    }
-    let pixels = Pixels::from_rgba(width, height, rgba).expect("pixels");
-    encode(&pixels, ImageFormat::Jpeg, 92).expect("jpeg")
-}
 
 /// The response's header block (`-D -`) for `path` with `Save-Data: on`.
 fn save_data_head(base: &str, path: &str) -> String {

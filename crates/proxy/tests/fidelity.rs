@@ -22,30 +22,6 @@ const LIMITS: ImageLimits = ImageLimits {
     max_input_bytes: 16 << 20,
 };
 
-/// A photograph-like picture (gradients and texture) as a JPEG at quality 92.
-fn photo_jpeg(width: u32, height: u32) -> Vec<u8> {
-    let mut seed = 0x9e37_79b9_u32;
-    let mut rgba = Vec::with_capacity((width * height * 4) as usize);
-    for y in 0..height {
-        for x in 0..width {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            let noise = (seed % 28) as f64;
-            let fx = f64::from(x) / f64::from(width);
-            let fy = f64::from(y) / f64::from(height);
-            rgba.extend_from_slice(&[
-                (30.0 + 170.0 * fx + noise) as u8,
-                (50.0 + 150.0 * (fx * 9.0).sin().abs() * fy + noise) as u8,
-                (210.0 - 160.0 * fy + noise) as u8,
-                255,
-            ]);
-        }
-    }
-    let pixels = Pixels::from_rgba(width, height, rgba).expect("pixels");
-    encode(&pixels, ImageFormat::Jpeg, 92).expect("jpeg")
-}
-
 /// A PNG whose header claims 20,000 × 20,000 pixels, in a few dozen bytes.
 fn png_bomb() -> Vec<u8> {
     let small = Pixels::from_rgba(1, 1, vec![0, 0, 0, 255]).expect("pixels");
@@ -80,15 +56,6 @@ async fn until_negotiable(proxy: &Proxy, path: &str, tries: usize) -> bool {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     false
-}
-
-async fn metric(proxy: &Proxy, line_start: &str) -> Option<f64> {
-    let metrics = curl(&proxy.admin_url("/metrics"), &[]).await;
-    String::from_utf8_lossy(&metrics.body)
-        .lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 #[tokio::test]
@@ -220,15 +187,10 @@ async fn slow_links_get_smaller_variants_and_fast_ones_the_original() {
         assert_eq!(curl(&proxy.url(&bad), &[]).await.status, 404, "{bad}");
     }
 
-    let slow_decisions = metric(
-        &proxy,
-        "wirefold_fidelity_decisions_total{reason=\"slow_link\"}",
-    )
-    .await;
-    assert!(
-        slow_decisions.is_some_and(|n| n >= 2.0),
-        "{slow_decisions:?}"
-    );
+    let slow_decisions = proxy
+        .metric("wirefold_fidelity_decisions_total{reason=\"slow_link\"}")
+        .await;
+    assert!(slow_decisions >= 2.0, "{slow_decisions}");
     proxy.running.shutdown().await;
 }
 
@@ -319,15 +281,16 @@ async fn hostile_images_are_served_as_they_came() {
     // Each is judged in the background; wait until all three are.
     let mut judged = false;
     for _ in 0..600 {
-        let bombs = metric(&proxy, "wirefold_fidelity_refused_total{reason=\"pixels\"}").await;
-        let broken = metric(
-            &proxy,
-            "wirefold_fidelity_refused_total{reason=\"undecodable\"}",
-        )
-        .await;
-        let mislabelled =
-            metric(&proxy, "wirefold_fidelity_refused_total{reason=\"format\"}").await;
-        if (bombs, broken, mislabelled) == (Some(1.0), Some(1.0), Some(1.0)) {
+        let bombs = proxy
+            .metric("wirefold_fidelity_refused_total{reason=\"pixels\"}")
+            .await;
+        let broken = proxy
+            .metric("wirefold_fidelity_refused_total{reason=\"undecodable\"}")
+            .await;
+        let mislabelled = proxy
+            .metric("wirefold_fidelity_refused_total{reason=\"format\"}")
+            .await;
+        if (bombs, broken, mislabelled) == (1.0, 1.0, 1.0) {
             judged = true;
             break;
         }
@@ -381,13 +344,11 @@ async fn the_egress_controller_caps_fidelity_when_egress_is_high() {
     assert!(capped
         .header("cache-control")
         .is_some_and(|c| c.contains("private")));
-    let fraction = metric(&proxy, "wirefold_fidelity_max_fraction").await;
-    assert!(fraction.is_some_and(|f| f < 1.0), "{fraction:?}");
-    let egress = metric(
-        &proxy,
-        "wirefold_fidelity_decisions_total{reason=\"egress\"}",
-    )
-    .await;
-    assert!(egress.is_some_and(|n| n >= 1.0), "{egress:?}");
+    let fraction = proxy.metric("wirefold_fidelity_max_fraction").await;
+    assert!(fraction > 0.0 && fraction < 1.0, "{fraction}");
+    let egress = proxy
+        .metric("wirefold_fidelity_decisions_total{reason=\"egress\"}")
+        .await;
+    assert!(egress >= 1.0, "{egress}");
     proxy.running.shutdown().await;
 }

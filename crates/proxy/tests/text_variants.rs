@@ -40,24 +40,12 @@ fn site(dir: &Path) {
     }
 }
 
-async fn metric(proxy: &Proxy, line_start: &str) -> f64 {
-    let metrics = curl(&proxy.admin_url("/metrics"), &[]).await;
-    String::from_utf8_lossy(&metrics.body)
-        .lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// Waits until the maker has judged `count` originals (kept or refused).
 async fn until_judged(proxy: &Proxy, count: f64) {
     for _ in 0..1200 {
-        let made = metric(
-            proxy,
-            "wirefold_fidelity_variants_made_total{kind=\"text\"}",
-        )
-        .await;
+        let made = proxy
+            .metric("wirefold_fidelity_variants_made_total{kind=\"text\"}")
+            .await;
         let metrics = curl(&proxy.admin_url("/metrics"), &[]).await;
         let refused: f64 = String::from_utf8_lossy(&metrics.body)
             .lines()
@@ -146,11 +134,9 @@ async fn save_data_clients_get_minified_text_that_still_parses() {
         .header("critical-ch")
         .is_some_and(|c| c.contains("Save-Data")));
     assert!(
-        metric(
-            &proxy,
-            "wirefold_fidelity_decisions_total{reason=\"save_data\"}"
-        )
-        .await
+        proxy
+            .metric("wirefold_fidelity_decisions_total{reason=\"save_data\"}")
+            .await
             >= 3.0
     );
     proxy.running.shutdown().await;
@@ -239,19 +225,15 @@ async fn hostile_text_is_served_as_it_came() {
     }
     until_judged(&proxy, names.len() as f64).await;
     assert_eq!(
-        metric(
-            &proxy,
-            "wirefold_fidelity_refused_total{reason=\"too_deep\"}"
-        )
-        .await,
+        proxy
+            .metric("wirefold_fidelity_refused_total{reason=\"too_deep\"}")
+            .await,
         1.0
     );
     assert_eq!(
-        metric(
-            &proxy,
-            "wirefold_fidelity_refused_total{reason=\"invalid\"}"
-        )
-        .await,
+        proxy
+            .metric("wirefold_fidelity_refused_total{reason=\"invalid\"}")
+            .await,
         3.0,
         "invalid CSS, the open script, and text that is not UTF-8"
     );
@@ -292,19 +274,15 @@ async fn a_variant_saving_too_little_after_compression_is_not_kept() {
     assert_eq!(first.body, original);
     until_judged(&proxy, 1.0).await;
     assert_eq!(
-        metric(
-            &proxy,
-            "wirefold_fidelity_refused_total{reason=\"no_saving\"}"
-        )
-        .await,
+        proxy
+            .metric("wirefold_fidelity_refused_total{reason=\"no_saving\"}")
+            .await,
         1.0
     );
     assert_eq!(
-        metric(
-            &proxy,
-            "wirefold_fidelity_variants_made_total{kind=\"text\"}"
-        )
-        .await,
+        proxy
+            .metric("wirefold_fidelity_variants_made_total{kind=\"text\"}")
+            .await,
         0.0
     );
     let r = curl(&proxy.url("/aria.js"), &SAVE_DATA).await;
