@@ -272,70 +272,7 @@ SH
 done
 
 # ---------------------------------------------------------------- plots
-mkdir -p "$OUT"
-python3 - "$TMP" "$OUT" "$FRACTIONS" <<'PY'
-import glob, json, os, sys
-tmp, out, fractions = sys.argv[1], sys.argv[2], sys.argv[3].split()
-
-def svg_lines(path, title, xlabel, ylabel, series):
-    """A small line chart: series is [(label, colour, [(x, y), ...])]."""
-    w, h, left, bottom, top, right = 560, 340, 60, 45, 30, 150
-    xs = [x for _, _, pts in series for x, _ in pts] or [1]
-    ys = [y for _, _, pts in series for _, y in pts] or [1]
-    xmax, ymax = max(xs), max(ys) * 1.1 or 1
-    px = lambda x: left + (w - left - right) * x / xmax
-    py = lambda y: h - bottom - (h - top - bottom) * y / ymax
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-             f'<rect width="{w}" height="{h}" fill="white"/>',
-             f'<text x="{w/2 - right/2}" y="18" text-anchor="middle" font-size="14">{title}</text>',
-             f'<line x1="{left}" y1="{h-bottom}" x2="{w-right}" y2="{h-bottom}" stroke="black"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h-bottom}" stroke="black"/>',
-             f'<text x="{(w-right+left)/2}" y="{h-8}" text-anchor="middle">{xlabel}</text>',
-             f'<text x="14" y="{(h-bottom+top)/2}" text-anchor="middle" transform="rotate(-90 14 {(h-bottom+top)/2})">{ylabel}</text>']
-    for i in range(6):
-        y = ymax * i / 5
-        parts.append(f'<text x="{left-6}" y="{py(y)+4}" text-anchor="end">{y:.3g}</text>')
-        parts.append(f'<line x1="{left}" y1="{py(y)}" x2="{w-right}" y2="{py(y)}" stroke="#ddd"/>')
-    for x in sorted(set(xs)):
-        parts.append(f'<text x="{px(x)}" y="{h-bottom+16}" text-anchor="middle">{x:g}</text>')
-    for n, (label, colour, pts) in enumerate(series):
-        d = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-        parts.append(f'<polyline points="{d}" fill="none" stroke="{colour}" stroke-width="2"/>')
-        for x, y in pts:
-            parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>')
-        parts.append(f'<text x="{w-right+10}" y="{top+20+18*n}" fill="{colour}">{label}</text>')
-    parts.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(parts))
-
-# Dark for the last fraction (or link), light for the first; blue with, red without.
-colour = lambda arm, dark: {("with", True): "#1f77b4", ("without", True): "#d62728",
-                            ("with", False): "#6baed6", ("without", False): "#fc9272"}[arm, dark]
-series = []
-for fraction in fractions:
-    for arm in ("with", "without"):
-        path = os.path.join(tmp, f"report-{arm}-{fraction}.json")
-        if not os.path.exists(path):
-            continue
-        report = json.load(open(path))
-        pts = [(s["clients"], s["requests_per_second"]) for s in report["steps"]]
-        series.append((f"{fraction}% {arm}", colour(arm, fraction == fractions[-1]), pts))
-if series:
-  svg_lines(os.path.join(out, "server.svg"), "Completed requests/s behind the egress link",
-          "clients", "requests/s", series)
-series = []
-for kind in ("3g", "56k"):
-    for arm in ("with", "without"):
-        path = os.path.join(tmp, f"client-{arm}-{kind}.txt")
-        if not os.path.exists(path):
-            continue
-        times = sorted(float(l) for l in open(path) if l.strip())
-        pts = [(t, (i + 1) / len(times)) for i, t in enumerate(times)]
-        series.append((f"{kind} {arm}", colour(arm, kind == "3g"), pts))
-if series:
-  svg_lines(os.path.join(out, "client.svg"), "Page load times (cumulative share)",
-          "seconds", "share of loads", series)
-PY
+python3 "$HERE/fidelity-plot.py" "$TMP" "$OUT" "$FRACTIONS"
 log "plots in $OUT"
 
 server=$(IFS=,; echo "${SERVER_JSON[*]}")
