@@ -1418,31 +1418,6 @@ impl Devtools {
     }
 }
 
-/// A photograph-like JPEG (gradients and fine texture) at quality 90.
-fn photo_jpeg(width: u32, height: u32, seed: u32) -> Vec<u8> {
-    let mut state = seed | 1;
-    let mut rgba = Vec::with_capacity((width * height * 4) as usize);
-    for y in 0..height {
-        for x in 0..width {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            let noise = f64::from(state % 28);
-            let fx = f64::from(x) / f64::from(width);
-            let fy = f64::from(y) / f64::from(height);
-            rgba.extend_from_slice(&[
-                (30.0 + 170.0 * fx + noise) as u8,
-                (50.0 + 150.0 * (fx * 9.0).sin().abs() * fy + noise) as u8,
-                (210.0 - 160.0 * fy + noise) as u8,
-                255,
-            ]);
-        }
-    }
-    let pixels = fidelity::image::Pixels::from_rgba(width, height, rgba).expect("pixels");
-    fidelity::image::encode(&pixels, wirefold_http::fidelity::ImageFormat::Jpeg, 90)
-        .expect("a JPEG")
-}
-
 /// Chromium sends `ECT`, `RTT` and `Downlink` after the page's `Accept-CH`; under CDP
 /// throttling (100 kbit/s, 300 ms: a 175 KB photograph would take 14 s) its image
 /// requests get smaller variants, which it decodes and shows at their own, smaller
@@ -1456,7 +1431,8 @@ async fn chromium_under_throttling_gets_and_shows_smaller_image_variants() {
     let root = tempfile::tempdir().unwrap();
     let mut originals = Vec::new();
     for i in 1..=2 {
-        let photo = photo_jpeg(WIDTH, 600, i * 7_919);
+        let photo =
+            fidelity::image::sample_photo_jpeg(WIDTH, 600, (i * 7_919) | 1, 90).expect("a JPEG");
         std::fs::write(root.path().join(format!("photo-{i}.jpg")), &photo).unwrap();
         originals.push(photo.len() as u64);
     }

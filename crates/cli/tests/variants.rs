@@ -2,13 +2,11 @@
 //! requests, so `serve` over the same store offers them from its first request.
 #![allow(clippy::expect_used, reason = "a test: a failed expectation fails it")]
 
-mod servers;
 mod support;
 
 use std::path::Path;
 use std::process::Command;
 
-use servers::photo_jpeg;
 use support::{serve, wirefold};
 
 /// The response's header block (`-D -`) for `path` with `Save-Data: on`.
@@ -25,7 +23,11 @@ fn save_data_head(base: &str, path: &str) -> String {
 
 fn site(root: &Path) {
     std::fs::create_dir_all(root.join("img")).unwrap();
-    std::fs::write(root.join("img/photo.jpg"), photo_jpeg(480, 360)).unwrap();
+    std::fs::write(
+        root.join("img/photo.jpg"),
+        fidelity::image::sample_photo_jpeg(480, 360, 0x2545_f491, 92).expect("a JPEG"),
+    )
+    .unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/corpus/assets/w3c__aria/common_script_aria-js/029.js");
     std::fs::copy(script, root.join("aria.js")).expect("the shared corpus");

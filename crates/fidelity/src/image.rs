@@ -363,6 +363,35 @@ fn rgb(pixels: &Pixels) -> Vec<u8> {
         .collect()
 }
 
+/// A photograph-like picture (colour gradients under a fine texture of noise drawn
+/// from `seed`) as a JPEG at `quality`: what tests and benchmarks feed the ladders
+/// when no real photograph is at hand. Its bytes depend only on the arguments.
+pub fn sample_photo_jpeg(width: u32, height: u32, seed: u32, quality: u8) -> Option<Vec<u8>> {
+    let mut state = seed;
+    let mut rgba = Vec::with_capacity(width as usize * height as usize * 4);
+    for y in 0..height {
+        for x in 0..width {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            let noise = f64::from(state % 28);
+            let fx = f64::from(x) / f64::from(width);
+            let fy = f64::from(y) / f64::from(height);
+            rgba.extend_from_slice(&[
+                (30.0 + 170.0 * fx + noise) as u8,
+                (50.0 + 150.0 * (fx * 9.0).sin().abs() * fy + noise) as u8,
+                (210.0 - 160.0 * fy + noise) as u8,
+                255,
+            ]);
+        }
+    }
+    encode(
+        &Pixels::from_rgba(width, height, rgba)?,
+        ImageFormat::Jpeg,
+        quality,
+    )
+}
+
 /// `pixels` encoded as `format` at `quality` (lossy formats; PNG is lossless and
 /// ignores it). `None` when the encoder fails (a side beyond its range, say).
 pub fn encode(pixels: &Pixels, format: ImageFormat, quality: u8) -> Option<Vec<u8>> {

@@ -22,6 +22,11 @@ const LIMITS: ImageLimits = ImageLimits {
     max_input_bytes: 16 << 20,
 };
 
+/// A photograph-like JPEG at quality 92.
+fn photo_jpeg(width: u32, height: u32) -> Vec<u8> {
+    fidelity::image::sample_photo_jpeg(width, height, 0x9e37_79b9, 92).expect("a JPEG")
+}
+
 /// A PNG whose header claims 20,000 × 20,000 pixels, in a few dozen bytes.
 fn png_bomb() -> Vec<u8> {
     let small = Pixels::from_rgba(1, 1, vec![0, 0, 0, 255]).expect("pixels");

@@ -328,27 +328,3 @@ pub async fn metrics_text(proxy: &Proxy) -> String {
     assert_eq!(fetched.status, 200);
     String::from_utf8(fetched.body).unwrap()
 }
-
-/// A photograph-like picture (gradients and texture) as a JPEG at quality 92.
-pub fn photo_jpeg(width: u32, height: u32) -> Vec<u8> {
-    let mut seed = 0x9e37_79b9_u32;
-    let mut rgba = Vec::with_capacity((width * height * 4) as usize);
-    for y in 0..height {
-        for x in 0..width {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            let noise = (seed % 28) as f64;
-            let fx = f64::from(x) / f64::from(width);
-            let fy = f64::from(y) / f64::from(height);
-            rgba.extend_from_slice(&[
-                (30.0 + 170.0 * fx + noise) as u8,
-                (50.0 + 150.0 * (fx * 9.0).sin().abs() * fy + noise) as u8,
-                (210.0 - 160.0 * fy + noise) as u8,
-                255,
-            ]);
-        }
-    }
-    let pixels = fidelity::image::Pixels::from_rgba(width, height, rgba).expect("pixels");
-    fidelity::image::encode(&pixels, wirefold_http::fidelity::ImageFormat::Jpeg, 92).expect("jpeg")
-}
