@@ -22,6 +22,10 @@ pub enum VariantsCommand {
         /// Store directory, the one `serve --data-dir` is given [default: ./wirefold-data].
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// A fleet's shared store on Redis instead of --data-dir (the forms of `serve
+        /// --store`), so every instance on it serves the variants.
+        #[arg(long, value_name = "URL")]
+        store: Option<String>,
         /// TOML configuration file (its `[fidelity]`, `[compression]`, `[cache]` and
         /// `data_dir` apply), as `serve --config`.
         #[arg(long)]
@@ -33,6 +37,7 @@ pub fn run(command: VariantsCommand) -> Result<(), String> {
     let VariantsCommand::Build {
         dir,
         data_dir,
+        store,
         config,
     } = command;
     let mut config = match &config {
@@ -41,6 +46,9 @@ pub fn run(command: VariantsCommand) -> Result<(), String> {
     };
     if let Some(data_dir) = data_dir {
         config.data_dir = data_dir;
+    }
+    if let Some(store) = store {
+        config.store = Some(store);
     }
     config.root = Some(dir.clone());
     config.origin = None;
@@ -78,7 +86,9 @@ pub fn run(command: VariantsCommand) -> Result<(), String> {
         report.skipped,
         report.variants,
         report.bytes_saved,
-        config.data_dir.display()
+        config
+            .store_location()
+            .map_or_else(|_| config.data_dir.display().to_string(), |l| l.to_string())
     );
     if report.files > 0 && report.done == 0 {
         return Err(format!(

@@ -37,12 +37,46 @@ fn site(root: &Path) {
 #[test]
 fn a_built_site_is_served_with_variants_from_the_first_request() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("site");
     let data = dir.path().join("data");
-    site(&root);
-    let (root_arg, data_arg) = (root.to_str().unwrap(), data.to_str().unwrap());
+    build_then_serve(dir.path(), &["--data-dir", data.to_str().unwrap()]);
+}
 
-    let built = wirefold(&["variants", "build", root_arg, "--data-dir", data_arg]);
+/// Built into a fleet's Redis store, served by an instance on it (whose own data
+/// directory is empty).
+#[cfg(feature = "redis")]
+#[test]
+fn a_site_built_into_redis_is_served_with_variants_by_an_instance_on_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = testbed::redis::RedisServer::start(dir.path()).expect("redis-server starts");
+    let data = dir.path().join("data");
+    build_then_serve(
+        dir.path(),
+        &[
+            "--store",
+            &redis.url(),
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        !data.join("store").exists(),
+        "nothing was kept in --data-dir"
+    );
+}
+
+/// `variants build` of a site into the store `store_args` name, then `serve` on the
+/// same store: the very first request for each file gets a variant.
+fn build_then_serve(dir: &Path, store_args: &[&str]) {
+    let root = dir.join("site");
+    site(&root);
+    let root_arg = root.to_str().unwrap();
+    let build = |args: &[&str]| {
+        let mut full = vec!["variants", "build", root_arg];
+        full.extend_from_slice(args);
+        wirefold(&full)
+    };
+
+    let built = build(store_args);
     let stdout = String::from_utf8_lossy(&built.stdout);
     let stderr = String::from_utf8_lossy(&built.stderr);
     assert!(built.status.success(), "{stdout}{stderr}");
@@ -57,21 +91,20 @@ fn a_built_site_is_served_with_variants_from_the_first_request() {
     assert!(!stderr.contains("files"), "{stderr}");
 
     // Built again: everything is kept already.
-    let again = wirefold(&["variants", "build", root_arg, "--data-dir", data_arg]);
+    let again = build(store_args);
     let again = String::from_utf8_lossy(&again.stdout);
     assert!(again.contains(" 0 variants kept"), "{again}");
 
-    let (_server, base) = serve(&[
+    let mut serve_args = vec![
         "--root",
         root_arg,
-        "--data-dir",
-        data_arg,
         "--listen",
         "127.0.0.1:0",
         "--admin",
         "127.0.0.1:0",
-    ]);
-    // The very first request for each gets a variant.
+    ];
+    serve_args.extend_from_slice(store_args);
+    let (_server, base) = serve(&serve_args);
     let photo = save_data_head(&base, "/img/photo.jpg");
     assert!(photo.contains("tcn: choice"), "{photo}");
     assert!(photo.contains("content-type: image/webp"), "{photo}");
