@@ -84,11 +84,15 @@ impl Args {
                 setup = true;
                 continue;
             }
-            let name = flag.strip_prefix("--").unwrap_or_else(|| panic!("bad argument {flag}"));
+            let name = flag
+                .strip_prefix("--")
+                .unwrap_or_else(|| panic!("bad argument {flag}"));
             let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
             map.insert(name.to_owned(), value);
         }
-        let get = |name: &str, default: &str| map.get(name).cloned().unwrap_or_else(|| default.to_owned());
+        let get = |name: &str, default: &str| {
+            map.get(name).cloned().unwrap_or_else(|| default.to_owned())
+        };
         let nodes = get("nodes", "127.0.0.1:6379")
             .split(',')
             .map(|node| {
@@ -116,8 +120,24 @@ impl Args {
         }
     }
 
+    /// A cluster client with shared.rs's settings (one redirect followed, the budget
+    /// on connecting and answers).
+    fn cluster_client(&self) -> redis::cluster::ClusterClient {
+        redis::cluster::ClusterClient::builder(self.urls())
+            .connection_timeout(BUDGET)
+            .response_timeout(BUDGET)
+            .retries(1)
+            .min_retry_wait(1)
+            .max_retry_wait(BUDGET.as_millis() as u64)
+            .build()
+            .expect("cluster client")
+    }
+
     fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(|(h, p)| format!("redis://{h}:{p}")).collect()
+        self.nodes
+            .iter()
+            .map(|(h, p)| format!("redis://{h}:{p}"))
+            .collect()
     }
 }
 
@@ -142,7 +162,11 @@ impl Workload {
             .map(|i| {
                 let group = format!("http:site{}.example/", i % GROUPS);
                 let member = format!("{group}page/{i}");
-                (format!("wf:r:{{{member}}}"), member, format!("wf:i:{{{group}}}"))
+                (
+                    format!("wf:r:{{{member}}}"),
+                    member,
+                    format!("wf:i:{{{group}}}"),
+                )
             })
             .collect();
         let blobs = (0..BLOBS)
@@ -198,16 +222,7 @@ struct BlockingPool {
 impl BlockingPool {
     fn open(args: &Args, max_idle: usize) -> BlockingPool {
         let client = if args.cluster {
-            BlockingClient::Cluster(
-                redis::cluster::ClusterClient::builder(args.urls())
-                    .connection_timeout(BUDGET)
-                    .response_timeout(BUDGET)
-                    .retries(1)
-                    .min_retry_wait(1)
-                    .max_retry_wait(BUDGET.as_millis() as u64)
-                    .build()
-                    .expect("cluster client"),
-            )
+            BlockingClient::Cluster(args.cluster_client())
         } else {
             BlockingClient::Server(redis::Client::open(args.urls()[0].as_str()).expect("client"))
         };
@@ -238,7 +253,10 @@ impl BlockingPool {
         }
     }
 
-    fn call<T>(&self, op: impl FnOnce(&mut dyn ConnectionLike) -> RedisResult<T>) -> RedisResult<T> {
+    fn call<T>(
+        &self,
+        op: impl FnOnce(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> RedisResult<T> {
         drop(self.health.lock().unwrap());
         let pooled = self.idle.lock().unwrap().pop();
         let mut con = match pooled {
@@ -263,11 +281,22 @@ impl BlockingPool {
         Ok(value.map_or(0, |v| v.len()))
     }
 
-    fn put_record(&self, key: &str, member: &str, group: &str, value: &[u8], score: u64) -> Result<(), String> {
+    fn put_record(
+        &self,
+        key: &str,
+        member: &str,
+        group: &str,
+        value: &[u8],
+        score: u64,
+    ) -> Result<(), String> {
         self.call(|con| redis::cmd("SET").arg(key).arg(value).query::<()>(con))
             .map_err(|e| e.to_string())?;
         self.call(|con| {
-            redis::cmd("ZADD").arg(group).arg(score).arg(member).query::<()>(con)?;
+            redis::cmd("ZADD")
+                .arg(group)
+                .arg(score)
+                .arg(member)
+                .query::<()>(con)?;
             redis::cmd("ZREMRANGEBYRANK")
                 .arg(group)
                 .arg(0)
@@ -282,8 +311,13 @@ impl BlockingPool {
         for key in keys {
             mget.arg(key);
         }
-        let parts: Vec<Option<Vec<u8>>> = self.call(|con| mget.query(con)).map_err(|e| e.to_string())?;
-        Ok(parts.iter().map(|p| p.as_ref().map_or(0, |v| v.len())).sum())
+        let parts: Vec<Option<Vec<u8>>> = self
+            .call(|con| mget.query(con))
+            .map_err(|e| e.to_string())?;
+        Ok(parts
+            .iter()
+            .map(|p| p.as_ref().map_or(0, |v| v.len()))
+            .sum())
     }
 }
 
@@ -298,15 +332,13 @@ enum RedisAsync {
 impl RedisAsync {
     async fn open(args: &Args) -> RedisAsync {
         if args.cluster {
-            let client = redis::cluster::ClusterClient::builder(args.urls())
-                .connection_timeout(BUDGET)
-                .response_timeout(BUDGET)
-                .retries(1)
-                .min_retry_wait(1)
-                .max_retry_wait(BUDGET.as_millis() as u64)
-                .build()
-                .expect("cluster client");
-            RedisAsync::Cluster(client.get_async_connection().await.expect("cluster connection"))
+            let client = args.cluster_client();
+            RedisAsync::Cluster(
+                client
+                    .get_async_connection()
+                    .await
+                    .expect("cluster connection"),
+            )
         } else {
             let client = redis::Client::open(args.urls()[0].as_str()).expect("client");
             let config = redis::AsyncConnectionConfig::new()
@@ -334,9 +366,18 @@ impl RedisAsync {
         Ok(value.map_or(0, |v| v.len()))
     }
 
-    async fn put_record(&self, key: &str, member: &str, group: &str, value: &[u8], score: u64) -> Result<(), String> {
-        self.query::<()>(redis::cmd("SET").arg(key).arg(value)).await?;
-        self.query::<()>(redis::cmd("ZADD").arg(group).arg(score).arg(member)).await?;
+    async fn put_record(
+        &self,
+        key: &str,
+        member: &str,
+        group: &str,
+        value: &[u8],
+        score: u64,
+    ) -> Result<(), String> {
+        self.query::<()>(redis::cmd("SET").arg(key).arg(value))
+            .await?;
+        self.query::<()>(redis::cmd("ZADD").arg(group).arg(score).arg(member))
+            .await?;
         self.query::<()>(
             redis::cmd("ZREMRANGEBYRANK")
                 .arg(group)
@@ -352,7 +393,10 @@ impl RedisAsync {
             mget.arg(key);
         }
         let parts: Vec<Option<Vec<u8>>> = self.query(&mget).await?;
-        Ok(parts.iter().map(|p| p.as_ref().map_or(0, |v| v.len())).sum())
+        Ok(parts
+            .iter()
+            .map(|p| p.as_ref().map_or(0, |v| v.len()))
+            .sum())
     }
 }
 
@@ -392,16 +436,24 @@ mod fred_client {
         score: u64,
     ) -> Result<(), String> {
         let err = |e: Error| e.to_string();
-        pool.set::<(), _, _>(key, value.clone(), None, None, false).await.map_err(err)?;
+        pool.set::<(), _, _>(key, value.clone(), None, None, false)
+            .await
+            .map_err(err)?;
         pool.zadd::<(), _, _>(group, None, None, false, false, (score as f64, member))
             .await
             .map_err(err)?;
-        pool.zremrangebyrank::<(), _>(group, 0, -(MAX_GROUP_KEYS + 1)).await.map_err(err)
+        pool.zremrangebyrank::<(), _>(group, 0, -(MAX_GROUP_KEYS + 1))
+            .await
+            .map_err(err)
     }
 
     pub async fn get_blob(pool: &Pool, keys: &[String]) -> Result<usize, String> {
-        let parts: Vec<Option<Bytes>> = pool.mget(keys.to_vec()).await.map_err(|e| e.to_string())?;
-        Ok(parts.iter().map(|p| p.as_ref().map_or(0, |v| v.len())).sum())
+        let parts: Vec<Option<Bytes>> =
+            pool.mget(keys.to_vec()).await.map_err(|e| e.to_string())?;
+        Ok(parts
+            .iter()
+            .map(|p| p.as_ref().map_or(0, |v| v.len()))
+            .sum())
     }
 }
 
@@ -423,11 +475,20 @@ impl Store {
         }
     }
 
-    async fn put_record(&self, key: &str, member: &str, group: &str, value: &Bytes, score: u64) -> Result<(), String> {
+    async fn put_record(
+        &self,
+        key: &str,
+        member: &str,
+        group: &str,
+        value: &Bytes,
+        score: u64,
+    ) -> Result<(), String> {
         match self {
             Store::Blocking(pool) => pool.put_record(key, member, group, value, score),
             Store::RedisAsync(con) => con.put_record(key, member, group, value, score).await,
-            Store::Fred(pool) => fred_client::put_record(pool, key, member, group, value, score).await,
+            Store::Fred(pool) => {
+                fred_client::put_record(pool, key, member, group, value, score).await
+            }
         }
     }
 
@@ -468,12 +529,18 @@ where
 
 /// The blocking client's request: each store call a plain function call on a blocking
 /// pool thread, as wirefold makes it.
-async fn request_pool(pool: &Arc<BlockingPool>, work: &Arc<Workload>, n: usize) -> Result<(), String> {
+async fn request_pool(
+    pool: &Arc<BlockingPool>,
+    work: &Arc<Workload>,
+    n: usize,
+) -> Result<(), String> {
     let record = n % RECORDS;
     let blob = n % BLOBS;
     let join = |e: tokio::task::JoinError| e.to_string();
     let (p, w) = (pool.clone(), work.clone());
-    let got = tokio::task::spawn_blocking(move || p.get_record(&w.records[record].0)).await.map_err(join)??;
+    let got = tokio::task::spawn_blocking(move || p.get_record(&w.records[record].0))
+        .await
+        .map_err(join)??;
     if got != RECORD_BYTES {
         return Err(format!("record of {got} bytes"));
     }
@@ -486,21 +553,35 @@ async fn request_pool(pool: &Arc<BlockingPool>, work: &Arc<Workload>, n: usize) 
     .await
     .map_err(join)??;
     let (p, w) = (pool.clone(), work.clone());
-    let got = tokio::task::spawn_blocking(move || p.get_blob(&w.blobs[blob])).await.map_err(join)??;
+    let got = tokio::task::spawn_blocking(move || p.get_blob(&w.blobs[blob]))
+        .await
+        .map_err(join)??;
     if got != work.blob_reply_bytes {
-        return Err(format!("blob of {got} bytes, expected {}", work.blob_reply_bytes));
+        return Err(format!(
+            "blob of {got} bytes, expected {}",
+            work.blob_reply_bytes
+        ));
     }
     Ok(())
 }
 
-async fn request(store: &Store, work: &Arc<Workload>, mode: Mode, handle: &tokio::runtime::Handle, n: usize) -> Result<(), String> {
+async fn request(
+    store: &Store,
+    work: &Arc<Workload>,
+    mode: Mode,
+    handle: &tokio::runtime::Handle,
+    n: usize,
+) -> Result<(), String> {
     if let Store::Blocking(pool) = store {
         return request_pool(pool, work, n).await;
     }
     let record = n % RECORDS;
     let blob = n % BLOBS;
     let (s, w) = (store.clone(), work.clone());
-    let got = hop(mode, handle, async move { s.get_record(&w.records[record].0).await }).await?;
+    let got = hop(mode, handle, async move {
+        s.get_record(&w.records[record].0).await
+    })
+    .await?;
     if got != RECORD_BYTES {
         return Err(format!("record of {got} bytes"));
     }
@@ -512,9 +593,17 @@ async fn request(store: &Store, work: &Arc<Workload>, mode: Mode, handle: &tokio
     })
     .await?;
     let (s, w) = (store.clone(), work.clone());
-    let got = hop(mode, handle, async move { s.get_blob(&w.blobs[blob]).await }).await?;
+    let got = hop(
+        mode,
+        handle,
+        async move { s.get_blob(&w.blobs[blob]).await },
+    )
+    .await?;
     if got != work.blob_reply_bytes {
-        return Err(format!("blob of {got} bytes, expected {}", work.blob_reply_bytes));
+        return Err(format!(
+            "blob of {got} bytes, expected {}",
+            work.blob_reply_bytes
+        ));
     }
     Ok(())
 }
@@ -535,7 +624,8 @@ fn servers_cpu_us(pids: &[u32]) -> u64 {
             let after = &stat[stat.rfind(')').unwrap_or(0) + 2..];
             let fields: Vec<&str> = after.split(' ').collect();
             // utime and stime are fields 14 and 15 of the whole line, 12 and 13 here.
-            let ticks: u64 = fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
+            let ticks: u64 =
+                fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
             ticks * 1_000_000 / tick
         })
         .sum()
@@ -557,8 +647,15 @@ async fn run(args: Args) {
     };
     let store = match args.client.as_str() {
         "redis-blocking" => {
-            assert!(mode == Mode::Blocking, "the blocking client has only the pool mode");
-            let max_idle = if args.mode == "pool64" { 64 } else { IDLE_CONNECTIONS };
+            assert!(
+                mode == Mode::Blocking,
+                "the blocking client has only the pool mode"
+            );
+            let max_idle = if args.mode == "pool64" {
+                64
+            } else {
+                IDLE_CONNECTIONS
+            };
             Store::Blocking(Arc::new(BlockingPool::open(&args, max_idle)))
         }
         "redis-async" => Store::RedisAsync(RedisAsync::open(&args).await),
@@ -587,7 +684,9 @@ async fn run(args: Args) {
                     continue;
                 }
                 match outcome {
-                    Ok(()) => result.latencies_us.push((ended - began).as_micros().min(u32::MAX as u128) as u32),
+                    Ok(()) => result
+                        .latencies_us
+                        .push((ended - began).as_micros().min(u32::MAX as u128) as u32),
                     Err(e) => {
                         result.errors += 1;
                         result.first_error.get_or_insert(e);
@@ -598,9 +697,17 @@ async fn run(args: Args) {
         }));
     }
     tokio::time::sleep_until(measure_from.into()).await;
-    let (cpu0, server0, t0) = (process_cpu_us(), servers_cpu_us(&args.server_pids), Instant::now());
+    let (cpu0, server0, t0) = (
+        process_cpu_us(),
+        servers_cpu_us(&args.server_pids),
+        Instant::now(),
+    );
     tokio::time::sleep_until(measure_to.into()).await;
-    let (cpu1, server1, t1) = (process_cpu_us(), servers_cpu_us(&args.server_pids), Instant::now());
+    let (cpu1, server1, t1) = (
+        process_cpu_us(),
+        servers_cpu_us(&args.server_pids),
+        Instant::now(),
+    );
     let mut latencies = Vec::new();
     let mut errors = 0;
     for task in tasks {
@@ -624,7 +731,13 @@ async fn run(args: Args) {
         latencies[((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1]
     };
     let span = (t1 - t0).as_secs_f64();
-    let per = |us: u64| if requests == 0 { 0.0 } else { us as f64 / requests as f64 };
+    let per = |us: u64| {
+        if requests == 0 {
+            0.0
+        } else {
+            us as f64 / requests as f64
+        }
+    };
     let connects = match &store {
         Store::Blocking(pool) => pool.connects.load(Ordering::Relaxed),
         Store::RedisAsync(_) => 1,
@@ -671,7 +784,8 @@ fn setup(args: &Args) {
         }
         if blob_bytes == 150_000 {
             for (n, (key, member, group)) in work.records.iter().enumerate() {
-                pool.put_record(key, member, group, &work.value, n as u64).expect("record");
+                pool.put_record(key, member, group, &work.value, n as u64)
+                    .expect("record");
             }
         }
     }

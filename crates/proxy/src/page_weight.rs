@@ -38,11 +38,11 @@ impl Default for PageWeights {
 }
 
 impl PageWeights {
-    /// Remembers that `url` answered `bytes` long.
-    pub fn record(&self, url: String, bytes: u64, negotiable: bool) {
+    /// Remembers that `url` answered `bytes` long (a copy of `url` only when new).
+    pub fn record(&self, url: &str, bytes: u64, negotiable: bool) {
         let size = Size { bytes, negotiable };
-        if self.sizes.get(&url) != Some(size) {
-            self.sizes.insert(url, size);
+        if self.sizes.get(url) != Some(size) {
+            self.sizes.insert(url.to_owned(), size);
         }
     }
 
@@ -59,7 +59,7 @@ impl PageWeights {
             negotiable_bytes: 0,
         };
         for entry in manifest.entries.iter().filter(|entry| entry.url != url) {
-            match self.sizes.get(&entry.url) {
+            match self.sizes.get(entry.url.as_str()) {
                 Some(Size {
                     bytes,
                     negotiable: true,
@@ -109,12 +109,12 @@ mod tests {
             ],
             stylesheets_read: false,
         };
-        weights.record(page.to_owned(), 20_000, false);
-        weights.record("http://site.test/a.jpg".to_owned(), 300_000, true);
-        weights.record("http://site.test/b.jpg".to_owned(), 100_000, true);
-        weights.record("http://site.test/font.woff2".to_owned(), 40_000, false);
+        weights.record(page, 20_000, false);
+        weights.record("http://site.test/a.jpg", 300_000, true);
+        weights.record("http://site.test/b.jpg", 100_000, true);
+        weights.record("http://site.test/font.woff2", 40_000, false);
         // Served, but not part of the page: a Referer cannot add it.
-        weights.record("http://site.test/huge.jpg".to_owned(), 9_000_000, true);
+        weights.record("http://site.test/huge.jpg", 9_000_000, true);
         assert_eq!(
             weights.around(page, &manifest, "http://site.test/a.jpg"),
             Some(PageWeight {

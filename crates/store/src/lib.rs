@@ -50,12 +50,12 @@ pub const UPDATE_ATTEMPTS: u32 = 16;
 /// Stripes of [`Inner::update_turns`].
 const UPDATE_STRIPES: usize = 16;
 
-/// The stripe of a record key (FNV-1a).
+/// The stripe of a record key.
 fn update_stripe(key: &str) -> usize {
-    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    });
-    (hash % UPDATE_STRIPES as u64) as usize
+    use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+    let mut hasher = DefaultHasher::new();
+    key.hash(&mut hasher);
+    (hasher.finish() % UPDATE_STRIPES as u64) as usize
 }
 
 /// The wait before an update's `attempt`-th try: random (so that writers who collided

@@ -78,7 +78,12 @@ pub async fn adapt(
     let kind = OriginalKind::of(&content_type);
     let request = &ctx.profile;
     let page = kind == Some(OriginalKind::Text(TextKind::Html));
-    remember_size(variants, ctx, &instance, kind, page);
+    // A page, or a subresource naming its page: what page weights are made of.
+    let referer = referring_page(&request.headers);
+    let own_url = (page || referer.is_some()).then(|| ctx.url());
+    if let Some(url) = &own_url {
+        remember_size(variants, ctx, &instance, kind, url);
+    }
     let Some(kind) = kind else {
         return instance;
     };
@@ -166,11 +171,11 @@ pub async fn adapt(
     let sample = LinkSample::measure(ctx.conn.socket);
     let passive = variants.network_link(ctx.conn.peer.ip(), sample);
     let link = from_hints.or(passive);
-    let page_weight = match (link, referring_page(&request.headers)) {
-        (Some(_), Some(page_url)) => match manifests.latest(page_url).await {
+    let page_weight = match (link, referer, &own_url) {
+        (Some(_), Some(page_url), Some(url)) => match manifests.latest(page_url).await {
             Some(manifest) => variants
                 .pages
-                .around(page_url, &manifest, &ctx.url())
+                .around(page_url, &manifest, url)
                 .unwrap_or_default(),
             None => PageWeight::default(),
         },
@@ -231,21 +236,16 @@ pub async fn adapt(
 /// The coding a client gets for a text body: the first of the profile's `cached`
 /// codings it accepts (as `encode` negotiates), `None` for identity (no profile, none
 /// accepted, or a body too small to compress).
-/// Remembers the size of a page or of a subresource (a request with a `Referer`) the
+/// Remembers the size of a page or of a subresource, served at `url`, when it is the
 /// same for everyone, for the weight of the pages that name it.
 fn remember_size(
     variants: &Variants,
     ctx: &RequestContext,
     instance: &Instance,
     kind: Option<OriginalKind>,
-    page: bool,
+    url: &str,
 ) {
-    let subresource = ctx.profile.headers.contains_key(header::REFERER);
-    if !(page || subresource)
-        || instance.status != StatusCode::OK
-        || !instance.reusable
-        || !ctx.profile.is_get_or_head()
-    {
+    if instance.status != StatusCode::OK || !instance.reusable || !ctx.profile.is_get_or_head() {
         return;
     }
     let InstanceBody::Whole { bytes, .. } = &instance.body else {
@@ -256,9 +256,7 @@ fn remember_size(
         Some(OriginalKind::Text(_)) => fidelity::text::MINIFIERS,
         None => false,
     };
-    variants
-        .pages
-        .record(ctx.url(), bytes.len() as u64, negotiable);
+    variants.pages.record(url, bytes.len() as u64, negotiable);
 }
 
 fn client_coding(
