@@ -61,6 +61,33 @@ fn concurrent_updates_of_one_record_lose_nothing() {
     common::concurrent_updates_lose_nothing(&[common::open(dir.path())]);
 }
 
+/// Another writer replacing the record under every attempt: the update gives up
+/// after its attempts, saying which record, and what that writer stored is kept.
+#[test]
+fn an_update_that_always_loses_gives_up_naming_the_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::open(dir.path());
+    let key = "hist:example.org/contended";
+    let mut rival = 0u32;
+    let outcome = store.update_record(key, |_| {
+        rival += 1;
+        store
+            .put_record(key, format!("rival {rival}").as_bytes(), &[])
+            .unwrap();
+        Some((b"mine".to_vec(), Vec::new()))
+    });
+    assert!(
+        matches!(&outcome, Err(StoreError::Contended { key: k, attempts })
+            if k == key && *attempts == wirefold_store::UPDATE_ATTEMPTS),
+        "{outcome:?}"
+    );
+    assert_eq!(rival, wirefold_store::UPDATE_ATTEMPTS);
+    assert_eq!(
+        store.get_record(key).unwrap().unwrap(),
+        format!("rival {rival}").as_bytes()
+    );
+}
+
 #[test]
 fn references_must_name_stored_blobs() {
     let dir = tempfile::tempdir().unwrap();
