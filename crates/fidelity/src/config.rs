@@ -28,6 +28,9 @@ pub struct FidelityConfig {
     pub max_image_pixels: u64,
     /// Share of one core the background variant maker may use on average (0 < x ≤ 1).
     pub cpu_share: f64,
+    /// Makes AVIF rungs too, in a pass after the others, for clients whose `Accept`
+    /// names `image/avif` (in a build with the `avif` feature; ignored without).
+    pub avif: bool,
     /// Originals waiting for their variants, at most; more are skipped until a
     /// later request.
     pub queue: usize,
@@ -56,6 +59,7 @@ impl Default for FidelityConfig {
             max_image_side: WEBP_MAX_SIDE,
             max_image_pixels: 40_000_000,
             cpu_share: 0.5,
+            avif: true,
             queue: 64,
             text_min_saving: 0.03,
             save_data_fraction: 0.35,
