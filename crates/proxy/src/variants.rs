@@ -492,8 +492,7 @@ impl Variants {
                 };
                 let (done, finished) = tokio::sync::oneshot::channel();
                 let started = Instant::now();
-                let (pass_job, pass_metrics, kept) =
-                    (job.clone(), metrics.clone(), so_far.clone());
+                let (pass_job, pass_metrics, kept) = (job.clone(), metrics.clone(), so_far.clone());
                 background.spawn_blocking(move || {
                     let _ = done.send(make_and_count(&pass_job, kept.as_deref(), &pass_metrics));
                 });

@@ -163,10 +163,14 @@ fn build_one(
     };
     let mut made_rungs = 0;
     loop {
-        let made = variants::make_and_keep(&original, so_far.as_ref()).map_err(|e| e.to_string())?;
+        let made =
+            variants::make_and_keep(&original, so_far.as_ref()).map_err(|e| e.to_string())?;
         made_rungs += made.new_rungs;
         if made.ladder.later.is_empty() {
-            return Ok(Some((made_rungs, made.bytes_saved(original.bytes.len() as u64))));
+            return Ok(Some((
+                made_rungs,
+                made.bytes_saved(original.bytes.len() as u64),
+            )));
         }
         so_far = Some(made.ladder);
     }

@@ -249,7 +249,9 @@ async fn avif_rungs_come_after_the_first_pass_even_across_a_restart() {
     let mut complete = false;
     for _ in 0..1200 {
         let r = curl(&url, &["-H", CHROMIUM_ACCEPT]).await;
-        if r.header("alternates").is_some_and(|a| a.contains("image/avif")) {
+        if r.header("alternates")
+            .is_some_and(|a| a.contains("image/avif"))
+        {
             complete = true;
             break;
         }
@@ -262,7 +264,11 @@ async fn avif_rungs_come_after_the_first_pass_even_across_a_restart() {
     let avif = curl(&url, &args).await;
     assert_eq!(avif.header("content-type"), Some("image/avif"));
     assert_eq!(&avif.body[4..12], b"ftypavif");
-    assert!(avif.body.len() * 10 < photo.len() * 7, "{}", avif.body.len());
+    assert!(
+        avif.body.len() * 10 < photo.len() * 7,
+        "{}",
+        avif.body.len()
+    );
     let location = avif.header("content-location").expect("content-location");
     assert!(location.ends_with(".avif"), "{location}");
     let own = curl(&proxy.url(location), &[]).await;
@@ -276,7 +282,10 @@ async fn avif_rungs_come_after_the_first_pass_even_across_a_restart() {
     let made = proxy
         .metric("wirefold_fidelity_variants_made_total{kind=\"image\"}")
         .await;
-    assert!(made >= 1.0, "the second server counts the AVIF rungs it made: {made}");
+    assert!(
+        made >= 1.0,
+        "the second server counts the AVIF rungs it made: {made}"
+    );
     proxy.running.shutdown().await;
 }
 

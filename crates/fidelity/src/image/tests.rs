@@ -145,7 +145,12 @@ fn avif_rungs_decode_in_libavif_at_their_size() {
         let mut previous = original.len() as f64;
         for rung in &rungs {
             assert_eq!(rung.format, ImageFormat::Avif);
-            assert_eq!(&rung.bytes[4..12], b"ftypavif", "{format:?} step {}", rung.step);
+            assert_eq!(
+                &rung.bytes[4..12],
+                b"ftypavif",
+                "{format:?} step {}",
+                rung.step
+            );
             assert!(rung.bytes.len() as f64 <= previous * STEP_RATIO);
             previous = rung.bytes.len() as f64;
             let shown = avifdec(&rung.bytes);

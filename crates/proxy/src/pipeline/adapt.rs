@@ -119,7 +119,14 @@ pub async fn adapt(
         OriginalKind::Image(_) => &[],
     };
     let Some(ladder) = variants.ladder(&original).await else {
-        variants.schedule(original, bytes.clone(), &content_type, config, codings, None);
+        variants.schedule(
+            original,
+            bytes.clone(),
+            &content_type,
+            config,
+            codings,
+            None,
+        );
         return instance;
     };
     if !ladder.later.is_empty() {
@@ -299,9 +306,7 @@ fn usable_rungs<'a>(
     let formats = || ladder.rungs.iter().filter_map(Rung::image_format);
     let image_format = COMPACT_FORMATS
         .into_iter()
-        .find(|&f| {
-            formats().any(|r| r == f) && (own == Some(f) || accepts_image(request, f))
-        })
+        .find(|&f| formats().any(|r| r == f) && (own == Some(f) || accepts_image(request, f)))
         .or_else(|| formats().find(|f| !COMPACT_FORMATS.contains(f)));
     ladder
         .rungs
@@ -517,7 +522,10 @@ mod tests {
         complete.rungs.push(Rung::of_image(Avif, 1, 400));
         assert_eq!(offered(&complete, Jpeg, chromium), [Avif]);
         assert_eq!(offered(&complete, Jpeg, "image/webp,*/*"), [Webp, Webp]);
-        assert_eq!(offered(&complete, Jpeg, "image/avif;q=0, image/webp"), [Webp, Webp]);
+        assert_eq!(
+            offered(&complete, Jpeg, "image/avif;q=0, image/webp"),
+            [Webp, Webp]
+        );
         assert_eq!(offered(&complete, Jpeg, "*/*"), [Jpeg]);
         // A WebP original's own format is shown by whoever asked for it.
         let webp_original = Ladder {
