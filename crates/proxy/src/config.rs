@@ -882,6 +882,53 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_link_section_checks_its_own_bounds() {
+        assert!(LinkConfig::default().problems().is_empty());
+        let keys = |link: LinkConfig| -> Vec<&'static str> {
+            link.problems()
+                .into_iter()
+                .map(|problem| match problem {
+                    ConfigError::Invalid { key, .. } => key,
+                    other => panic!("{other}"),
+                })
+                .collect()
+        };
+        let bad = LinkConfig {
+            push_max_resources: MAX_PUSH_RESOURCES + 1,
+            push_max_bytes: 10,
+            stale_chunk_bytes: 10,
+            ..LinkConfig::default()
+        };
+        assert_eq!(
+            keys(bad),
+            [
+                "link.stale_chunk_bytes",
+                "link.push_max_resources",
+                "link.push_max_bytes"
+            ]
+        );
+        let none = LinkConfig {
+            push_max_resources: 0,
+            ..LinkConfig::default()
+        };
+        assert_eq!(keys(none), ["link.push_max_resources"]);
+        let config = Config {
+            link: LinkConfig {
+                push_max_bytes: MAX_PUSH_BYTES + 1,
+                ..LinkConfig::default()
+            },
+            ..Config::default()
+        };
+        assert!(
+            config
+                .problems()
+                .iter()
+                .any(|p| p.to_string().contains("link.push_max_bytes")),
+            "the whole document's check includes the section's"
+        );
+    }
+
+    #[test]
     fn public_paths_lift_only_paths_in_plain_form() {
         let cache = CacheConfig {
             public_paths: vec!["/static/".into()],
