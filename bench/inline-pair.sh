@@ -178,7 +178,7 @@ done
 
 export WIREFOLD TMP LOADS LINK_TOKEN ORIGIN_PORT BROWSE=${BROWSE:-1} PORT_PUSH=${PORT[push]} PORT_NONE=${PORT[none]}
 export CP=$(free_port) CA=$(free_port)
-log "$LOADS loads per arm over $RATE, $DELAY each way; then the browse"
+log "$LOADS loads per arm over $RATE, $DELAY each way$([[ $BROWSE == 1 ]] && echo "; then the browse")"
 "$WIREFOLD" lab link --rate "$RATE" --delay "$DELAY" -- bash "$TMP/inside.sh" > "$TMP/results.txt" 2>"$TMP/link.log" \
   || die "lab link failed: $(tail -3 "$TMP/link.log")"
 
@@ -193,7 +193,7 @@ log "median loadEventEnd: push $push ms, none $none ms"
 for announce in held silent; do
   grep -q "^browse-$announce metric" "$TMP/results.txt" || continue
   value() { awk -v m="$1" '$3==m {print $4}' <(grep "^browse-$announce metric" "$TMP/results.txt") | head -1; }
-  log "browse ($announce): loads $(awk -v a="browse-$announce" '$1==a {printf "%s=%s ", $2, $3}' "$TMP/results.txt")"
+  log "browse ($announce): loads (ms) $(awk -v a="browse-$announce" '$1==a && $2 ~ /^p[0-9]/ {printf "%s=%s ", $2, $3}' "$TMP/results.txt")"
   log "browse ($announce): pushed $(value wirefold_client_push_bytes_total) bytes whole, of which already held $(value wirefold_client_push_bytes_already_held_total); link bytes received $(value wirefold_client_link_bytes_received_total)"
   grep "^browse-$announce metric wirefold_client_pushes_total" "$TMP/results.txt" | sed 's/^browse-[a-z]* metric /  /' >&2 || true
 done

@@ -211,6 +211,8 @@ async fn fetch_pushed(
     conn: ConnInfo,
 ) -> Option<Instance> {
     let mut request = Request::get(url).body(proxy::body::empty()).ok()?;
+    // As the page's link request came: HTTP/2, whose target names the host.
+    *request.version_mut() = http::Version::HTTP_2;
     *request.headers_mut() = fields.clone();
     let ctx = p.context(&request, conn, Instant::now()).ok()?;
     let fetched = fetch::fetch(&p.fetcher, &ctx, request, None).await.ok()?;
