@@ -56,8 +56,9 @@ SITE=$TMP/site
 mkdir -p "$SITE"
 cp -r "$PAGE_DIR"/. "$SITE"/
 if [[ ${BROWSE:-1} == 1 ]]; then
+  # They use the default page's assets (PAGE_DIR may have others).
+  build_inline_page "$TMP/default-page" "$CORPUS"
   for f in standard.css shared.css javaguide.css aria.js aria-old.js resolveReferences.js font.woff2 image1.jpg image2.jpg image3.jpg; do
-    [[ -f "$SITE/$f" ]] || build_inline_page "$TMP/default-page" "$CORPUS"
     [[ -f "$SITE/$f" ]] || cp "$TMP/default-page/$f" "$SITE/$f"
   done
   # Four corpus pages: all share two stylesheets, a script and the font; each adds

@@ -24,9 +24,14 @@ impl Site {
 type Resource = (&'static [(&'static str, &'static str)], Vec<u8>);
 
 async fn site(resources: HashMap<String, Resource>) -> Site {
+    slow_site(resources, std::time::Duration::ZERO).await
+}
+
+/// A site whose every answer waits `delay`.
+async fn slow_site(resources: HashMap<String, Resource>, delay: std::time::Duration) -> Site {
     let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let counted = hits.clone();
-    let origin = origin(move |req| {
+    let origin = slow_origin(delay, move |req| {
         let path = req.uri().path().to_string();
         *counted.lock().unwrap().entry(path.clone()).or_default() += 1;
         match resources.get(&path) {
@@ -174,6 +179,27 @@ async fn a_pages_resources_are_pushed_and_then_answered_without_the_link() {
         client_metric(&pair, "wirefold_client_push_bytes_total"),
         pushed as f64
     );
+}
+
+#[tokio::test]
+async fn a_request_for_a_resource_still_being_pushed_waits_for_it() {
+    let resources = three_resource_site();
+    // The server fetches the pushed resources one after another, 300 ms each: the
+    // last arrives well after the page.
+    let site = slow_site(resources.clone(), std::time::Duration::from_millis(300)).await;
+    let pair = start_pair(|_| {}, |_| {}).await;
+    navigate(&pair, &site.origin.url("/page.html")).await;
+    let last = get(&pair, &site.origin.url("/i.png")).await;
+    assert_eq!(last.body, resources["/i.png"].1);
+    assert_eq!(
+        client_metric(
+            &pair,
+            "wirefold_client_requests_total{outcome=\"local_fresh\"}"
+        ),
+        1.0,
+        "answered from the push it waited for"
+    );
+    assert_eq!(site.hits("/i.png"), 1, "not fetched a second time");
 }
 
 #[tokio::test]

@@ -66,7 +66,16 @@ pub enum Pushed {
 }
 
 impl Pushed {
-    fn label(self) -> &'static str {
+    pub const ALL: [Pushed; 5] = [
+        Pushed::Kept,
+        Pushed::Refreshed,
+        Pushed::Withdrawn,
+        Pushed::Refused,
+        Pushed::Failed,
+    ];
+
+    /// The `outcome` label value.
+    pub fn label(self) -> &'static str {
         match self {
             Pushed::Kept => "kept",
             Pushed::Refreshed => "refreshed",

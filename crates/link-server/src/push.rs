@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use wirefold_http::audience::audience;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::caching::{reuse, Freshness, Reuse};
+use wirefold_http::ContentCoding;
 use wirefold_page::manifest::{Destination, ManifestEntry, Priority};
 
 use crate::serve::{best_ending, link_fields, Ending};
@@ -243,21 +244,20 @@ impl Promised {
             let Some(fetched) = self.fetched.recv().await else {
                 break;
             };
-            let Some((fields, bytes, hash)) =
-                fetched.and_then(|instance| pushable(instance, public_path(url)))
+            let Some(pushed) = fetched.and_then(|instance| pushable(instance, public_path(url)))
             else {
                 p.metrics.link_push("withdrawn");
                 continue;
             };
-            let content_type = crate::serve::content_type(&fields);
-            let length = bytes.len() as u64;
-            let sent = if self.request.holds(&hash) {
-                push_confirm(tx, index, fields, hash)
+            let content_type = crate::serve::content_type(&pushed.fields);
+            let length = pushed.bytes.len() as u64;
+            let sent = if self.request.holds(&pushed.hash) {
+                push_confirm(tx, index, pushed.fields, pushed.hash)
                     .await
                     .map(|()| ("held", 0))
             } else if length <= budget {
                 budget -= length;
-                push_full(tx, index, fields, (bytes, hash), link)
+                push_full(tx, index, pushed, link)
                     .await
                     .map(|sent| ("full", sent))
             } else {
@@ -285,11 +285,21 @@ impl Promised {
     }
 }
 
-/// The fields, body and hash of a fetched instance fit to push: fresh now (a client
-/// proxy could not answer from it otherwise), the same for everyone (not `private`,
-/// no `Set-Cookie`, not `no-store`), and not varying on anything the pushed request
-/// lacks (`Vary` beyond `Accept-Encoding`, whose codings are the link's business).
-fn pushable(instance: Instance, public_path: bool) -> Option<(HeaderMap, Bytes, Hash)> {
+/// A fetched instance fit to push.
+struct Pushable {
+    /// HEADERS' fields.
+    fields: HeaderMap,
+    bytes: Bytes,
+    hash: Hash,
+    /// The origin's own coding of `bytes`, when it came coded.
+    origin_coded: Option<(ContentCoding, Bytes)>,
+}
+
+/// `instance` when it is fit to push: fresh now (a client proxy could not answer from
+/// it otherwise), the same for everyone (not `private`, no `Set-Cookie`, not
+/// `no-store`), and not varying on anything the pushed request lacks (`Vary` beyond
+/// `Accept-Encoding`, whose codings are the link's business).
+fn pushable(instance: Instance, public_path: bool) -> Option<Pushable> {
     let InstanceBody::Whole { bytes, hash } = &instance.body else {
         return None;
     };
@@ -306,7 +316,12 @@ fn pushable(instance: Instance, public_path: bool) -> Option<(HeaderMap, Bytes, 
     let shared =
         !cache_control.no_store && audience(&HeaderMap::new(), &fields, public_path).may_derive();
     let unvaried = proxy::cache::secondary_key(&fields, &HeaderMap::new()).as_deref() == Some("");
-    (instance.reusable && fresh && shared && unvaried).then_some((fields, bytes, hash))
+    (instance.reusable && fresh && shared && unvaried).then_some(Pushable {
+        fields,
+        bytes,
+        hash,
+        origin_coded: instance.origin_coded,
+    })
 }
 
 /// PUSH HEADERS CONFIRM: the client holds the instance; it gets the fields (and so
@@ -335,13 +350,19 @@ async fn push_confirm(
 async fn push_full(
     tx: &FrameSender,
     index: usize,
-    fields: HeaderMap,
-    (bytes, hash): (Bytes, Hash),
+    pushed: Pushable,
     link: NetworkPath,
 ) -> Result<u64, Stopped> {
+    let Pushable {
+        fields,
+        bytes,
+        hash,
+        origin_coded,
+    } = pushed;
     let levels = levels::levels(link, bytes.len() as u64);
     let target = bytes.clone();
-    let best = delta::blocking::run(move || best_ending(&target, None, None, None, levels)).await;
+    let best =
+        delta::blocking::run(move || best_ending(&target, origin_coded, None, None, levels)).await;
     let Ending::Full { coding, coded } = best.ending else {
         unreachable!("with no base and no stale stream, only the full instance is offered")
     };
