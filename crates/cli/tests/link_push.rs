@@ -415,3 +415,48 @@ async fn thousands_of_references_and_garbage_urls_push_a_bounded_few() {
         "the page and the eight pushed images, nothing more"
     );
 }
+
+#[tokio::test]
+async fn a_pushed_instance_past_its_freshness_is_revalidated_over_the_link() {
+    let page = "<link rel=stylesheet href=/brief.css>";
+    let brief = text("brief", 2_000);
+    let resources = HashMap::from([
+        ("/page.html".to_string(), (PAGE, page.as_bytes().to_vec())),
+        (
+            "/brief.css".to_string(),
+            (
+                // Dates have whole seconds: three leave room for rounding.
+                &[("content-type", "text/css"), ("cache-control", "max-age=3")][..],
+                brief.clone(),
+            ),
+        ),
+    ]);
+    let site = site(resources).await;
+    let pair = start_pair(|_| {}, |_| {}).await;
+    navigate(&pair, &site.origin.url("/page.html")).await;
+    assert_eq!(get(&pair, &site.origin.url("/brief.css")).await.body, brief);
+    assert_eq!(
+        client_metric(
+            &pair,
+            "wirefold_client_requests_total{outcome=\"local_fresh\"}"
+        ),
+        1.0,
+        "fresh: answered from the push"
+    );
+    // Past its three seconds of freshness (and the server's copy's too).
+    tokio::time::sleep(std::time::Duration::from_millis(4100)).await;
+    assert_eq!(get(&pair, &site.origin.url("/brief.css")).await.body, brief);
+    assert_eq!(
+        client_metric(
+            &pair,
+            "wirefold_client_requests_total{outcome=\"local_fresh\"}"
+        ),
+        1.0,
+        "stale: not answered locally"
+    );
+    assert_eq!(
+        client_metric(&pair, "wirefold_client_requests_total{outcome=\"confirm\"}"),
+        1.0,
+        "revalidated over the link: the pushed instance is confirmed"
+    );
+}
