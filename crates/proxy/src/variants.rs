@@ -741,7 +741,9 @@ pub fn make_and_keep(
         (None, None) => Err("format"),
         (Some(OriginalKind::Image(format)), None) => {
             let made = image_rungs(bytes, format, config, None);
-            if made.is_ok() && config.avif && bytes.len() >= config.min_image_bytes {
+            let avif_sized = images::probe(bytes, &config.image_limits())
+                .is_ok_and(|p| u64::from(p.width) * u64::from(p.height) <= config.avif_max_pixels);
+            if made.is_ok() && config.avif && avif_sized && bytes.len() >= config.min_image_bytes {
                 ladder.later = images::LATER_FORMATS.to_vec();
             }
             made
@@ -908,6 +910,54 @@ mod tests {
         assert_eq!(mapped, v4);
         let v6 = Network::of("2001:db8:1234:5678::1".parse().unwrap());
         assert_eq!(v6.to_string(), "2001:db8:1234::/48");
+    }
+
+    /// The first pass leaves AVIF due for images within `avif_max_pixels` (in a build
+    /// with the feature and with `fidelity.avif` on); the later pass adds its rungs
+    /// after the first pass's and leaves nothing due.
+    #[test]
+    fn the_later_pass_is_due_only_for_images_it_is_worth_making() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), store::StoreConfig::default()).unwrap();
+        let photo = images::sample_photo_jpeg(160, 120, 7, 92).unwrap();
+        store.put_blob(&photo).unwrap();
+        let original = |config: FidelityConfig| Original {
+            store: store.clone(),
+            hash: Hash::of(&photo),
+            bytes: Bytes::from(photo.clone()),
+            content_type: "image/jpeg".into(),
+            config,
+            codings: Vec::new(),
+        };
+        let first = |config| make_and_keep(&original(config), None).unwrap().ladder;
+        let defaults = FidelityConfig::default();
+        assert_eq!(first(defaults.clone()).later, images::LATER_FORMATS);
+        for config in [
+            FidelityConfig {
+                avif: false,
+                ..defaults.clone()
+            },
+            FidelityConfig {
+                avif_max_pixels: 160 * 120 - 1,
+                ..defaults.clone()
+            },
+        ] {
+            assert!(first(config).later.is_empty());
+        }
+
+        let so_far = first(defaults.clone());
+        let made = make_and_keep(&original(defaults), Some(&so_far)).unwrap();
+        assert!(made.ladder.later.is_empty());
+        assert_eq!(made.ladder.rungs[..so_far.rungs.len()], so_far.rungs[..]);
+        let added = &made.ladder.rungs[so_far.rungs.len()..];
+        assert_eq!(added.len(), made.new_rungs);
+        assert!(added
+            .iter()
+            .all(|r| images::LATER_FORMATS.contains(&r.image_format().unwrap())));
+        assert_eq!(added.is_empty(), images::LATER_FORMATS.is_empty());
+        // What the next request reads from the store.
+        let kept = kept_ladder(&store, &Hash::of(&photo)).unwrap().unwrap();
+        assert_eq!(kept, made.ladder);
     }
 
     #[test]
