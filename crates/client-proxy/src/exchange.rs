@@ -422,6 +422,24 @@ enum Read {
     LinkFailed(String),
 }
 
+/// Feeds `frame` to `reassembler` and gives it back with the result. The frames that
+/// end an outcome decode deltas and hash whole bodies: that work runs off the reactor.
+pub(crate) async fn feed(
+    mut reassembler: Box<Reassembler>,
+    frame: Frame,
+    held: &HashMap<Hash, Bytes>,
+) -> (Result<Option<Outcome>, ReassembleError>, Box<Reassembler>) {
+    if !matches!(frame, Frame::End { .. } | Frame::Confirm { .. }) {
+        return (reassembler.push(frame, held), reassembler);
+    }
+    let held = held.clone();
+    proxy::blocking::run(move || {
+        let result = reassembler.push(frame, &held);
+        (result, reassembler)
+    })
+    .await
+}
+
 async fn read_outcome(
     client: &Client,
     request: &Proxied,
@@ -477,20 +495,8 @@ async fn read_outcome(
                 }
             }
         }
-        // The frames that end an outcome decode deltas and hash whole bodies: that
-        // work runs off the reactor.
-        let result = if matches!(frame, Frame::End { .. } | Frame::Confirm { .. }) {
-            let held = held.clone();
-            let (result, back) = proxy::blocking::run(move || {
-                let result = reassembler.push(frame, &held);
-                (result, reassembler)
-            })
-            .await;
-            reassembler = back;
-            result
-        } else {
-            reassembler.push(frame, &held)
-        };
+        let result;
+        (result, reassembler) = feed(reassembler, frame, &held).await;
         match result {
             Ok(None) if reassembler.in_full_body() && reassembler.unverified_len() > limit => {
                 return Read::Stream(reassembler);

@@ -13,6 +13,7 @@ use http::{HeaderMap, Method, StatusCode, Uri};
 use store::Hash;
 use tokio::sync::watch;
 
+use crate::exchange::feed;
 use crate::exchange::Frames;
 use crate::instances::{may_keep, Instances, Received};
 use crate::metrics::{ClientMetrics, Pushed};
@@ -230,19 +231,8 @@ impl Receiver {
                     held.insert(hash, body);
                 }
             }
-            // Ends decode and hash whole bodies: off the reactor.
-            let result = if matches!(frame, Frame::End { .. } | Frame::Confirm { .. }) {
-                let held = held.clone();
-                let (result, back) = proxy::blocking::run(move || {
-                    let result = reassembler.push(frame, &held);
-                    (result, reassembler)
-                })
-                .await;
-                reassembler = back;
-                result
-            } else {
-                reassembler.push(frame, &held)
-            };
+            let result;
+            (result, reassembler) = feed(reassembler, frame, &held).await;
             match result.map_err(|e| e.to_string())? {
                 None if reassembler.in_full_body() && reassembler.unverified_len() > self.limit => {
                     return Err(format!("a pushed instance over {} bytes", self.limit));

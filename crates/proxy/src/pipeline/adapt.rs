@@ -118,28 +118,23 @@ pub async fn adapt(
             .map_or(&[], |p| p.cached.0.as_slice()),
         OriginalKind::Image(_) => &[],
     };
-    let Some(ladder) = variants.ladder(&original).await else {
+    let ladder = variants.ladder(&original).await;
+    if ladder.as_ref().is_none_or(|l| !l.later.is_empty()) {
+        // A first sight, or a ladder whose later pass (AVIF) is due: served whole, or
+        // from the rungs there are, meanwhile.
+        let so_far = ladder.clone();
         variants.schedule(
             original,
             bytes.clone(),
             &content_type,
             config,
             codings,
-            None,
-        );
-        return instance;
-    };
-    if !ladder.later.is_empty() {
-        // Served from the rungs there are until the later pass (AVIF) is made.
-        variants.schedule(
-            original,
-            bytes.clone(),
-            &content_type,
-            config,
-            codings,
-            Some(ladder.clone()),
+            so_far,
         );
     }
+    let Some(ladder) = ladder else {
+        return instance;
+    };
     if ladder.rungs.is_empty() {
         return instance;
     }
