@@ -216,9 +216,17 @@ async fn early_hints_over_http2_for_a_known_page_before_the_origin_answers() {
     let second = heads(&curl_verbose(&url, &page).await);
     assert_eq!(second.len(), 2, "a 103, then the page: {second:?}");
     assert_eq!(second[0].0, 103);
+    // Without `nopush`: Chromium ignores a 103's link carrying an attribute it does
+    // not know.
+    let early_links = |links: &[String]| -> Vec<String> {
+        links
+            .iter()
+            .map(|l| l.strip_suffix("; nopush").unwrap_or(l).to_string())
+            .collect()
+    };
     assert_eq!(
         second[0].1,
-        first[0].1[..3],
+        early_links(&first[0].1[..3]),
         "the latest manifest's render-blocking links"
     );
     assert_eq!(second[1], first[0]);
@@ -243,7 +251,7 @@ async fn early_hints_over_http2_for_a_known_page_before_the_origin_answers() {
     .await;
     curl_verbose(&everything.url("/"), &page).await;
     let all = heads(&curl_verbose(&everything.url("/"), &page).await);
-    assert_eq!((all[0].0, &all[0].1), (103, &first[0].1));
+    assert_eq!((all[0].0, &all[0].1), (103, &early_links(&first[0].1)));
     everything.running.shutdown().await;
 
     let off = start_proxy(&origin.url(""), |c| {
