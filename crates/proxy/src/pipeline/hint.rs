@@ -23,10 +23,11 @@ pub struct HintConfig {
     /// origin answers (browsers act on 103 over HTTP/2 and HTTP/3 only).
     pub early_hints: bool,
     /// A 103 announces only render-blocking entries (stylesheets, head scripts,
-    /// fonts: what the page's head asks for first anyway); the rest waits for the
-    /// final response's `Link`. Preloads started from a 103 compete with the page
-    /// itself for the client's link, and the HTTP/2 listener does not prioritise
-    /// streams (docs/benchmarks.md, inline download).
+    /// fonts); the rest waits for the final response's `Link`. Off by default: with
+    /// Chromium acting on the 103, naming images too cost nothing when the origin
+    /// answers at once and saved the most when it thinks (docs/benchmarks.md, inline
+    /// download); on, for links where preloads would compete with the page itself
+    /// (the HTTP/2 listener does not prioritise streams).
     pub early_hints_render_blocking_only: bool,
     /// Links per response, at most: the best-ranked entries of the manifest.
     pub max_links: usize,
@@ -52,7 +53,7 @@ impl Default for HintConfig {
         HintConfig {
             enabled: true,
             early_hints: true,
-            early_hints_render_blocking_only: true,
+            early_hints_render_blocking_only: false,
             max_links: 8,
             max_link_bytes: 2048,
             cross_site: false,
