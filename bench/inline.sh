@@ -20,12 +20,13 @@
 # on the 103 (the hints arm), or nothing (the other), with the link's timing.
 # The page's own script records `loadEventEnd - startTime` (navigation timing) into
 # the title, read back with --dump-dom. The last line is JSON:
-# {"chromium": {"0": {"hints": MS, "none": MS}, "200": {…}, "1000": {…}}, "pair": null}
-# (medians; the proxy-pair arm, push into the client proxy, is not built yet).
+# {"chromium": {"0": {"hints": MS, "none": MS}, "200": {…}, "1000": {…}}, "pair": {"push": MS, "none": MS}}
+# (medians; "pair" is bench/inline-pair.sh's: the proxy pair with and without push).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 source "$HERE/lib.sh"
+source "$HERE/inline-page.sh"
 bench_temp inline
 
 [[ $(id -u) == 0 ]] || die "needs root: wirefold lab link creates network namespaces"
@@ -44,70 +45,13 @@ WIREFOLD=$(cd "$(dirname "$WIREFOLD")" && pwd)/$(basename "$WIREFOLD")
 PAGE_DIR=${1:-}
 if [[ -z "$PAGE_DIR" ]]; then
   PAGE_DIR=$TMP/page
-  CORPUS=$REPO/../shared/corpus
-  mkdir -p "$PAGE_DIR"
-  cp "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-css/$(ls "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-css" | tail -1)" "$PAGE_DIR/standard.css"
-  cp "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-shared-with-dev-css/$(ls "$CORPUS/assets/whatwg__whatwg.org/resources-whatwg-org_standard-shared-with-dev-css" | tail -1)" "$PAGE_DIR/shared.css"
-  cp "$CORPUS/assets/google__styleguide/javaguide-css/$(ls "$CORPUS/assets/google__styleguide/javaguide-css" | tail -1)" "$PAGE_DIR/javaguide.css"
-  # Three scripts of typical size (roleInfo.js, 432 KB, would make the bench measure
-  # Chromium's parsing on two busy cores rather than the network).
-  aria="$CORPUS/assets/w3c__aria/common_script_aria-js"
-  refs="$CORPUS/assets/w3c__aria/common_script_resolveReferences-js"
-  for pair in "aria:$aria/$(ls "$aria" | tail -1)" "aria-old:$aria/$(ls "$aria" | head -1)" \
-              "resolveReferences:$refs/$(ls "$refs" | tail -1)"; do
-    # Wrapped so a script that expects its page's globals cannot stop the load.
-    { echo "try {"; cat "${pair#*:}"; echo "} catch (e) {}"; } > "$PAGE_DIR/${pair%%:*}.js"
-  done
-  # Incompressible bytes stand in for a font and images (sizes of typical ones).
-  head -c 40000 /dev/urandom > "$PAGE_DIR/font.woff2"
-  for i in 1 2 3; do head -c 60000 /dev/urandom > "$PAGE_DIR/image$i.jpg"; done
-  # A corpus page of typical size (rfc9412.html), its own scripts and styles left out.
-  body=$(sed -n '/<body/,/<\/body>/p' "$CORPUS/siblings/httpwg__httpwg.github.io/rfc9412.html" \
-    | sed -e 's/<script[^>]*src=[^>]*><\/script>//g' -e 's/<link[^>]*>//g' -e 's/<img[^>]*>//g')
-  cat > "$PAGE_DIR/index.html" <<HTML
-<!doctype html><html><head><meta charset=utf-8><title>page</title>
-<link rel=stylesheet href=standard.css><link rel=stylesheet href=shared.css><link rel=stylesheet href=javaguide.css>
-<link rel=preload as=font href=font.woff2 crossorigin>
-<script src=aria.js></script><script src=aria-old.js></script><script src=resolveReferences.js></script>
-</head>
-<img src=image1.jpg width=300><img src=image2.jpg width=300><img src=image3.jpg width=300>
-$body
-</html>
-HTML
+  build_inline_page "$PAGE_DIR" "$REPO/../shared/corpus"
 fi
 [[ -f "$PAGE_DIR/index.html" ]] || die "$PAGE_DIR has no index.html"
 
 # The origin: PAGE_DIR, the page after THINK ms, with a script that records the load.
 ORIGIN_PORT=$(free_port)
-cat > "$TMP/origin.py" <<'PY'
-import http.server, os, sys, time, urllib.parse
-root, port, think_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-probe = (b"<script>addEventListener('load',()=>{setTimeout(()=>{const n=performance"
-         b".getEntriesByType('navigation')[0];document.title='LOAD '+Math.round(n.loadEventEnd"
-         b"-n.startTime)},0)})</script>")
-class H(http.server.SimpleHTTPRequestHandler):
-    def __init__(self, *a, **k): super().__init__(*a, directory=root, **k)
-    def log_message(self, *a): pass
-    def end_headers(self):
-        # The page is revalidated each time; its assets are static, as on most sites
-        # (a preload answered no-cache would be fetched again when the page uses it).
-        page = urllib.parse.urlparse(self.path).path in ("/", "/index.html")
-        self.send_header("Cache-Control", "no-cache" if page else "max-age=3600")
-        super().end_headers()
-    def do_GET(self):
-        path = urllib.parse.urlparse(self.path).path
-        if path in ("/", "/index.html"):
-            time.sleep(int(open(think_file).read() or 0) / 1000)
-            body = open(os.path.join(root, "index.html"), "rb").read().replace(b"</html>", probe + b"</html>")
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        else:
-            super().do_GET()
-http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
-PY
+write_inline_origin "$TMP/origin.py"
 echo 0 > "$TMP/think"
 python3 "$TMP/origin.py" "$PAGE_DIR" "$ORIGIN_PORT" "$TMP/think" & PIDS+=($!)
 wait_http origin "${PIDS[-1]}" "http://127.0.0.1:$ORIGIN_PORT/index.html"
@@ -195,5 +139,7 @@ for think in $THINK; do
   json+="$sep\"$think\": {\"hints\": $hints, \"none\": $none}"
   sep=", "
 done
-json+='}, "pair": null}'
+# The proxy pair, with and without push into the client proxy: bench/inline-pair.sh.
+pair=$(WIREFOLD=$WIREFOLD BROWSE=0 "$HERE/inline-pair.sh" "$PAGE_DIR" | tail -1) || pair=null
+json+="}, \"pair\": ${pair:-null}}"
 echo "$json"

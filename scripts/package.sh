@@ -45,8 +45,13 @@ for tool in dpkg-deb:dpkg dpkg-shlibdeps:dpkg-dev strip:binutils gzip:gzip; do
 done
 
 if [ -z "$binary" ]; then
+    # rav1e's assembly (feature `avif`) is built with nasm.
+    if ! command -v nasm >/dev/null 2>&1; then
+        echo "nasm is missing: apt-get install nasm" >&2
+        exit 1
+    fi
     # The executable's path as cargo reports it (wherever the target directory is).
-    binary=$(cargo build --release --locked -p wirefold --features redis,minify --message-format=json-render-diagnostics |
+    binary=$(cargo build --release --locked -p wirefold --features redis,minify,avif --message-format=json-render-diagnostics |
         sed -n 's/.*"executable":"\([^"]*\/wirefold\)".*/\1/p' | tail -n 1)
 fi
 if [ ! -x "$binary" ]; then

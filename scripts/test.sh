@@ -5,15 +5,16 @@
 # and ip for the path emulator's checks in crates/testbed/tests/emulator.rs,
 # dpkg-shlibdeps and strip for the package test, crates/cli/tests/package.rs, and
 # redis-server, redis-cli and nginx for the fleet's tests, crates/store/tests/shared.rs
-# and crates/cli/tests/fleet.rs)
+# and crates/cli/tests/fleet.rs, nasm to build rav1e's assembly (feature `avif`) and
+# avifdec (libavif-bin) to decode its rungs in crates/fidelity's tests)
 # when they are missing, on Debian; then clippy (warnings are errors) and rustfmt
 # (installing those components with rustup when missing), then the tests, with every
-# optional feature (Redis, ...) on.
+# optional feature (Redis, minify, AVIF) on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for tool in curl gzip brotli zstd xdelta3 chromium nghttp ping ip dpkg-shlibdeps strip redis-server redis-cli nginx; do
+for tool in curl gzip brotli zstd xdelta3 chromium nghttp ping ip dpkg-shlibdeps strip redis-server redis-cli nginx nasm avifdec; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 # Tools whose Debian package has another name.
@@ -25,6 +26,7 @@ for i in "${!missing[@]}"; do
         dpkg-shlibdeps) missing[$i]=dpkg-dev ;;
         strip) missing[$i]=binutils ;;
         redis-cli) missing[$i]=redis-tools ;;
+        avifdec) missing[$i]=libavif-bin ;;
     esac
 done
 if ((${#missing[@]})); then

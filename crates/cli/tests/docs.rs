@@ -356,9 +356,19 @@ async fn every_metric_is_documented_and_every_documented_metric_exists() {
     assert_eq!(broken.status, 502);
     let big = curl(&proxy.url("/big.txt"), &["--compressed"]).await;
     assert_eq!((big.status, big.body.len()), (200, big_text.len()));
+    // Accepting pushes: the page's stylesheet (a corrupt body here) is promised and
+    // withdrawn, which touches the push counters.
     let linked = curl(
         &proxy.url("/page.html"),
-        &["--http2-prior-knowledge", "-H", "wirefold-link: 1"],
+        &[
+            "--http2-prior-knowledge",
+            "-H",
+            "wirefold-link: 1",
+            "-H",
+            "wirefold-push: 1",
+            "-H",
+            "accept: text/html",
+        ],
     )
     .await;
     assert_eq!(linked.status, 200);
@@ -398,10 +408,13 @@ async fn every_metric_is_documented_and_every_documented_metric_exists() {
 /// values.
 #[test]
 fn every_client_proxy_metric_is_documented_and_every_documented_one_exists() {
-    use client_proxy::metrics::{Answered, ClientMetrics};
+    use client_proxy::metrics::{Answered, ClientMetrics, Pushed};
     let metrics = ClientMetrics::new();
     for outcome in Answered::ALL {
         metrics.answered(outcome);
+    }
+    for outcome in Pushed::ALL {
+        metrics.pushed(outcome, 1);
     }
     let operations = read_doc("operations.md");
     let heading = "## Client proxy metrics";
@@ -419,6 +432,13 @@ fn every_client_proxy_metric_is_documented_and_every_documented_one_exists() {
         .map(|a| a.label().to_string())
         .collect();
     assert_eq!(in_code, outcomes);
+    let push_outcomes: BTreeSet<String> = table_rows(&operations, heading)
+        .iter()
+        .find(|row| row[0] == "`wirefold_client_pushes_total`")
+        .map(|row| quoted(&row[2]).into_iter().skip(1).collect())
+        .expect("the pushes row");
+    let in_code: BTreeSet<String> = Pushed::ALL.iter().map(|p| p.label().to_string()).collect();
+    assert_eq!(in_code, push_outcomes);
 }
 
 /// docs/link-protocol.md's `[link]` table names every key of the section with its

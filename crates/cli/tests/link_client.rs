@@ -1370,3 +1370,176 @@ async fn the_browsers_conditions_are_evaluated_against_the_instance() {
     assert_eq!(link.seen().len(), seen_before, "answered from the store");
     client.running.shutdown().await;
 }
+
+/// A page answered with a PROMISE of `/s.css` (on `promised_origin`), then its
+/// pushed response `pushed` after the page's END (broken off inside its frame
+/// `cut_inside`, when given, by a link that falls silent: the client proxy gives up
+/// on it after `response_idle_timeout_ms`, 500 ms here); `/s.css` of the promised
+/// origin, asked over the link, is answered with [`GOOD_CSS`]. Returns what the
+/// browser got for the page and for that `/s.css`, the link requests seen and the
+/// client proxy's metrics.
+async fn page_with_push(
+    promised_origin: &str,
+    pushed: Vec<Frame>,
+    cut_inside: Option<usize>,
+) -> (Vec<u8>, Vec<u8>, Vec<Seen>, String) {
+    let promise = Frame::Promise {
+        urls: vec![format!("{promised_origin}/s.css")],
+    };
+    let page_fields = [("content-type", "text/html"), ("cache-control", "no-cache")];
+    let script_pushed = pushed.clone();
+    let link = fake_link(move |seen, _| {
+        if seen.uri.ends_with("/s.css") {
+            return Reply::Frames(full(GOOD_CSS, CSS_FIELDS));
+        }
+        let mut frames = vec![promise.clone()];
+        frames.extend(full(PAGE, &page_fields));
+        let page_frames = frames.len();
+        frames.extend(script_pushed.clone());
+        match cut_inside {
+            Some(inside) => Reply::Cut {
+                frames,
+                inside: page_frames + inside,
+                cut: Cut::Silence,
+            },
+            None => Reply::Frames(frames),
+        }
+    })
+    .await;
+    let mut config = config_for(&link);
+    if cut_inside.is_some() {
+        config.response_idle_timeout_ms = 500;
+    }
+    let client = start(config).await;
+    let page = curl(
+        "http://site.test/page.html",
+        &["-x", &client.proxy(), "-H", "Accept: text/html"],
+    )
+    .await;
+    assert_eq!(page.status, 200, "the page itself is always served");
+    let css = curl(
+        &format!("{promised_origin}/s.css"),
+        &["-x", &client.proxy()],
+    )
+    .await;
+    assert_eq!(css.status, 200);
+    let metrics = client.metrics().await;
+    client.running.shutdown().await;
+    (page.body, css.body, link.seen(), metrics)
+}
+
+const PAGE: &[u8] = b"<!doctype html><link rel=stylesheet href=/s.css>";
+const GOOD_CSS: &[u8] = b"body { color: black }";
+const CSS_FIELDS: &[(&str, &str)] = &[
+    ("content-type", "text/css"),
+    ("cache-control", "max-age=600"),
+];
+
+/// A pushed response of `/s.css` whose body is `body` and whose END names `named`.
+fn pushed_css(body: &[u8], named: &[u8]) -> Vec<Frame> {
+    let mut frames = vec![Frame::Push { index: 0 }];
+    frames.extend(full(body, CSS_FIELDS));
+    frames.pop();
+    frames.push(end(named));
+    frames
+}
+
+fn css_requests(seen: &[Seen]) -> usize {
+    seen.iter().filter(|s| s.uri.ends_with("/s.css")).count()
+}
+
+#[tokio::test]
+async fn a_pushed_instance_is_kept_and_answers_the_browser_without_the_link() {
+    let (page, css, seen, metrics) =
+        page_with_push("http://site.test", pushed_css(GOOD_CSS, GOOD_CSS), None).await;
+    assert_eq!(page, PAGE);
+    assert_eq!(css, GOOD_CSS);
+    assert_eq!(css_requests(&seen), 0, "answered from the pushed instance");
+    assert_eq!(seen[0].field("wirefold-push"), Some("1"));
+    assert_eq!(
+        metric(&metrics, "wirefold_client_pushes_total{outcome=\"kept\"}"),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn a_pushed_instance_failing_its_hash_never_reaches_the_browser() {
+    let (page, css, seen, metrics) = page_with_push(
+        "http://site.test",
+        pushed_css(b"body { color: red }", GOOD_CSS),
+        None,
+    )
+    .await;
+    assert_eq!(page, PAGE);
+    assert_eq!(
+        css, GOOD_CSS,
+        "asked again over the link, never the wrong bytes"
+    );
+    assert_eq!(css_requests(&seen), 1);
+    assert_eq!(
+        metric(&metrics, "wirefold_client_pushes_total{outcome=\"failed\"}"),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn a_promise_for_another_origin_is_refused_and_the_page_served() {
+    // The browser then asks for the other origin's URL: the pushed bytes were never
+    // kept, so it crosses the link.
+    let (page, css, seen, metrics) =
+        page_with_push("http://evil.test", pushed_css(b"evil", b"evil"), None).await;
+    assert_eq!(page, PAGE);
+    assert_eq!(css, GOOD_CSS);
+    assert_eq!(
+        css_requests(&seen),
+        1,
+        "nothing of the refused push was kept"
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "wirefold_client_pushes_total{outcome=\"refused\"}"
+        ),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn a_link_that_dies_mid_push_leaves_the_page_served_and_the_resource_asked_again() {
+    // The link falls silent inside the pushed DATA frame.
+    let (page, css, seen, metrics) =
+        page_with_push("http://site.test", pushed_css(GOOD_CSS, GOOD_CSS), Some(3)).await;
+    assert_eq!(page, PAGE);
+    assert_eq!(css, GOOD_CSS);
+    assert_eq!(css_requests(&seen), 1);
+    assert_eq!(
+        metric(&metrics, "wirefold_client_pushes_total{outcome=\"failed\"}"),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn a_promise_nobody_asked_for_is_refused() {
+    let promise = Frame::Promise {
+        urls: vec!["http://site.test/s.css".into()],
+    };
+    let link = fake_link(move |seen, _| {
+        if seen.uri.ends_with("/s.css") {
+            return Reply::Frames(full(GOOD_CSS, CSS_FIELDS));
+        }
+        let mut frames = vec![promise.clone()];
+        frames.extend(full(b"not a page", &[("content-type", "text/plain")]));
+        frames.extend(pushed_css(GOOD_CSS, GOOD_CSS));
+        Reply::Frames(frames)
+    })
+    .await;
+    let client = start(config_for(&link)).await;
+    // Not a page request (no Accept: text/html): no pushes were accepted.
+    let got = curl("http://site.test/data.txt", &["-x", &client.proxy()]).await;
+    assert_eq!(got.body, b"not a page");
+    assert_eq!(link.seen()[0].field("wirefold-push"), None);
+    let css = curl("http://site.test/s.css", &["-x", &client.proxy()]).await;
+    assert_eq!(css.body, GOOD_CSS);
+    assert_eq!(css_requests(&link.seen()), 1);
+    client.running.shutdown().await;
+}

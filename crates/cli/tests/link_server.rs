@@ -983,3 +983,174 @@ async fn gzip_bombs_through_the_server_proxy_end_in_502s_within_the_decode_budge
         4.0
     );
 }
+
+/// A site of one page (no-cache) referencing `resources` (path, body; max-age=600),
+/// counting requests.
+async fn page_site(resources: Vec<(String, Vec<u8>)>) -> TestOrigin {
+    let mut page = String::from("<!doctype html><title>p</title>");
+    for (path, _) in &resources {
+        page.push_str(&format!("<img src={path}>"));
+    }
+    origin(move |req| {
+        let path = req.uri().path();
+        if path == "/page.html" {
+            let fields = [("content-type", "text/html"), ("cache-control", "no-cache")];
+            return response(200, &fields, page.clone());
+        }
+        match resources.iter().find(|(p, _)| p == path) {
+            Some((_, body)) => response(
+                200,
+                &[
+                    ("content-type", "image/png"),
+                    ("cache-control", "max-age=600"),
+                ],
+                body.clone(),
+            ),
+            None => response(404, &[], "no"),
+        }
+    })
+    .await
+}
+
+const ACCEPTS_PUSH: &[(&str, &str)] = &[("wirefold-push", "1"), ("accept", "text/html")];
+
+/// The frame names without DATA (how a body splits into DATA frames is not the point).
+fn shape(frames: &[Frame]) -> Vec<&'static str> {
+    names(frames).into_iter().filter(|n| *n != "DATA").collect()
+}
+
+#[tokio::test]
+async fn a_page_promises_its_resources_before_its_headers_and_pushes_them_after() {
+    let resources = vec![
+        ("/a.png".to_string(), noise(1, 3000)),
+        ("/b.png".to_string(), noise(2, 4000)),
+    ];
+    let site = page_site(resources.clone()).await;
+    let server = link_server(|c| c.link.optimistic = false).await;
+    let mut link = Link::connect(&server).await;
+    let url = site.url("/page.html");
+
+    let (_, plain) = link.get(&url, &[], &[("accept", "text/html")]).await;
+    assert_eq!(
+        shape(&plain),
+        ["HEADERS", "FULL", "END"],
+        "no push unless accepted"
+    );
+
+    let (_, frames) = link.get(&url, &[], ACCEPTS_PUSH).await;
+    assert_eq!(
+        shape(&frames),
+        [
+            "PROMISE", "HEADERS", "FULL", "END", "PUSH", "HEADERS", "FULL", "END", "PUSH",
+            "HEADERS", "FULL", "END"
+        ]
+    );
+    let Frame::Promise { urls } = &frames[0] else {
+        panic!("PROMISE first")
+    };
+    assert_eq!(urls, &[site.url("/a.png"), site.url("/b.png")]);
+    let ends: Vec<Hash> = frames
+        .iter()
+        .filter_map(|f| match f {
+            Frame::End { hash, .. } => Some(*hash),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ends[1..],
+        [Hash::of(&resources[0].1), Hash::of(&resources[1].1)]
+    );
+
+    // What the client holds (announced by hash prefix) is confirmed, not resent.
+    let held = format!(
+        "{:016x}",
+        link_protocol::frame::held_prefix(&Hash::of(&resources[0].1))
+    );
+    let mut asked = ACCEPTS_PUSH.to_vec();
+    asked.push(("wirefold-held", &held));
+    let (_, frames) = link.get(&url, &[], &asked).await;
+    assert_eq!(
+        shape(&frames),
+        [
+            "PROMISE", "HEADERS", "FULL", "END", "PUSH", "HEADERS", "CONFIRM", "PUSH", "HEADERS",
+            "FULL", "END"
+        ]
+    );
+    assert_eq!(
+        server
+            .metric("wirefold_link_pushes_total{result=\"held\"}")
+            .await,
+        1.0
+    );
+
+    let (status, _) = link
+        .get(
+            &url,
+            &[],
+            &[("wirefold-push", "1"), ("wirefold-held", "xyz")],
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a malformed announcement is refused"
+    );
+}
+
+#[tokio::test]
+async fn a_client_proxy_that_resets_the_stream_stops_the_pushes() {
+    let resources: Vec<(String, Vec<u8>)> = (0..16)
+        .map(|i| (format!("/r{i}.png"), noise(i, 100_000)))
+        .collect();
+    let site = page_site(resources).await;
+    let server = link_server(|c| c.link.optimistic = false).await;
+    // A 64 KiB stream window: the first pushed resource fills it.
+    let mut link = Link::connect_with_window(&server, 65_535).await;
+    let mut req = Request::get(site.url("/page.html")).header("wirefold-link", "1");
+    for (k, v) in ACCEPTS_PUSH {
+        req = req.header(*k, *v);
+    }
+    let response = link
+        .sender
+        .send_request(req.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    let mut reader = FrameReader::default();
+    let mut ends = 0;
+    'page: while let Some(chunk) = body.frame().await {
+        if let Ok(data) = chunk.unwrap().into_data() {
+            reader.push(&data);
+        }
+        while let Some(frame) = reader.next_frame().unwrap() {
+            if matches!(frame, Frame::End { .. }) {
+                ends += 1;
+                break 'page;
+            }
+        }
+    }
+    assert_eq!(ends, 1, "the page arrived");
+    drop(body); // RST_STREAM: the client proxy wants no more of it.
+                // The exchange ends (it is counted) once the server has stopped pushing.
+    for _ in 0..200 {
+        if server
+            .metric("wirefold_requests_total{method=\"GET\"")
+            .await
+            >= 1.0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        server
+            .metric("wirefold_requests_total{method=\"GET\"")
+            .await,
+        1.0
+    );
+    assert!(
+        site.hits() <= 1 + 5,
+        "the page and at most the few resources fetched ahead, not all 16: {}",
+        site.hits()
+    );
+}

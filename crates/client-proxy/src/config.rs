@@ -53,6 +53,15 @@ pub struct ClientConfig {
     pub response_idle_timeout_ms: u64,
     /// How long in-flight requests may run after SIGTERM/SIGINT.
     pub shutdown_grace_ms: u64,
+    /// Accept the subresources the server proxy pushes with a page (`wirefold-push`
+    /// on page requests): kept like any answer, so the browser's requests for them
+    /// are answered here.
+    pub accept_push: bool,
+    /// With a page request, name the instances held for its origin
+    /// (`wirefold-held`), so the server does not push them again. Off, the server
+    /// cannot tell which of the page's resources this client proxy holds and pushes
+    /// them whole every time.
+    pub announce_held: bool,
 }
 
 impl Default for ClientConfig {
@@ -76,6 +85,8 @@ impl Default for ClientConfig {
             connect_timeout_ms: 5_000,
             response_idle_timeout_ms: 60_000,
             shutdown_grace_ms: 30_000,
+            accept_push: true,
+            announce_held: true,
         }
     }
 }

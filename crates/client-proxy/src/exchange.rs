@@ -21,7 +21,8 @@ use wirefold_http::hop_by_hop::remove_hop_by_hop;
 
 use crate::connection::LinkError;
 use crate::instances::{may_keep, Received};
-use crate::metrics::{Answered, ClientMetrics};
+use crate::metrics::{Answered, ClientMetrics, Pushed};
+use crate::push::{Promised, Receiver};
 use crate::Client;
 use link_protocol::frame::{self, Frame, FrameError, FrameReader};
 use link_protocol::reassemble::{
@@ -61,6 +62,19 @@ impl Proxied {
     /// Only a GET's answer may be kept: a HEAD's instance comes without its body.
     fn may_keep_instance(&self) -> bool {
         self.method == Method::GET && self.may_use_instances()
+    }
+    /// A GET for a page, as a browser navigates (`Sec-Fetch-Dest: document`) or any
+    /// client accepting HTML: the requests whose answers may come with pushes.
+    fn asks_for_a_page(&self) -> bool {
+        let field = |name: &str| {
+            self.fields
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+        };
+        self.method == Method::GET
+            && self.body.is_empty()
+            && (field("sec-fetch-dest") == "document" || field("accept").contains("text/html"))
     }
     /// The method on the link: a HEAD goes as a GET, because an HTTP/2 response to
     /// HEAD cannot carry a body, and so no frames (RFC 9113 §8.1.1; the h2 crate
@@ -114,6 +128,8 @@ pub async fn answer(client: &Client, req: Request<Incoming>, target: Uri) -> Res
         frame::HAVE_HEADER,
         frame::WANT_HEADER,
         frame::METHOD_HEADER,
+        frame::PUSH_HEADER,
+        frame::HELD_HEADER,
     ] {
         fields.remove(name);
     }
@@ -123,6 +139,11 @@ pub async fn answer(client: &Client, req: Request<Incoming>, target: Uri) -> Res
         fields,
         body,
     };
+    if request.may_use_instances() {
+        // What is being pushed is waited for, then found held: no second transfer.
+        let bound = Duration::from_millis(client.config.response_idle_timeout_ms);
+        client.pushes.wait_for(&request.url(), bound).await;
+    }
     if let Some(response) = local_fresh(client, &request).await {
         client.metrics.answered(Answered::LocalFresh);
         return finish(client, response);
@@ -191,7 +212,26 @@ async fn over_the_link(client: &Client, request: &Proxied) -> Response<Body> {
                 .await
                 .unwrap_or_default()
         };
-        match attempt(client, request, &offer, want_full).await {
+        let push = if client.config.accept_push && request.asks_for_a_page() {
+            let held = if client.config.announce_held {
+                let instances = client.instances.clone();
+                let url = request.url();
+                tokio::task::spawn_blocking(move || instances.held_for_origin(&url))
+                    .await
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            Some(held)
+        } else {
+            None
+        };
+        let asked = Asked {
+            offer: &offer,
+            want_full,
+            push: push.as_deref(),
+        };
+        match attempt(client, request, &asked).await {
             Attempt::Answer(response) => return response,
             Attempt::Unverified(reason) => {
                 client.metrics.verification_failures.inc();
@@ -231,7 +271,17 @@ async fn over_the_link(client: &Client, request: &Proxied) -> Response<Body> {
     }
 }
 
-async fn attempt(client: &Client, request: &Proxied, offer: &[Hash], want_full: bool) -> Attempt {
+/// What one attempt asks of the server proxy besides the browser's request.
+struct Asked<'a> {
+    /// Instances offered as bases (`wirefold-have`).
+    offer: &'a [Hash],
+    want_full: bool,
+    /// `Some` when pushes are accepted with the answer (a page request), with the
+    /// instances held for its origin to announce (`wirefold-held`).
+    push: Option<&'a [Hash]>,
+}
+
+async fn attempt(client: &Client, request: &Proxied, asked: &Asked<'_>) -> Attempt {
     let connection = match client.link.connection().await {
         Ok(c) => c,
         Err(e) => return Attempt::LinkFailed(e.to_string()),
@@ -240,7 +290,7 @@ async fn attempt(client: &Client, request: &Proxied, offer: &[Hash], want_full: 
     let sent = connection
         .sender
         .clone()
-        .send_request(link_request(client, request, offer, want_full));
+        .send_request(link_request(client, request, asked));
     let response = match tokio::time::timeout(idle, sent).await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
@@ -280,8 +330,18 @@ async fn attempt(client: &Client, request: &Proxied, offer: &[Hash], want_full: 
         ended: false,
         metrics: client.metrics.clone(),
     };
-    match read_outcome(client, request, offer, &mut frames).await {
+    match read_outcome(client, request, asked, &mut frames).await {
         Read::Done(attempt) => attempt,
+        Read::Delivered(response, None) => Attempt::Answer(response),
+        Read::Delivered(response, Some(promised)) => {
+            let receiver = Receiver {
+                instances: client.instances.clone(),
+                metrics: client.metrics.clone(),
+                limit: client.config.max_body_bytes,
+            };
+            tokio::spawn(receiver.receive(promised, frames));
+            Attempt::Answer(response)
+        }
         Read::Stream(reassembler) => stream_full_body(client, request, reassembler, frames),
         Read::LinkFailed(reason) => {
             client.link.discard(connection.generation).await;
@@ -290,12 +350,7 @@ async fn attempt(client: &Client, request: &Proxied, offer: &[Hash], want_full: 
     }
 }
 
-fn link_request(
-    client: &Client,
-    request: &Proxied,
-    offer: &[Hash],
-    want_full: bool,
-) -> Request<Full<Bytes>> {
+fn link_request(client: &Client, request: &Proxied, asked: &Asked<'_>) -> Request<Full<Bytes>> {
     let mut link = Request::new(Full::new(request.body.clone()));
     *link.method_mut() = request.link_method();
     *link.uri_mut() = request.target.clone();
@@ -307,8 +362,8 @@ fn link_request(
         // The server answers with the head and no body.
         fields.insert(frame::METHOD_HEADER, HeaderValue::from_static("HEAD"));
     }
-    if !offer.is_empty() {
-        let have: Vec<String> = offer.iter().map(Hash::to_hex).collect();
+    if !asked.offer.is_empty() {
+        let have: Vec<String> = asked.offer.iter().map(Hash::to_hex).collect();
         #[allow(
             clippy::expect_used,
             reason = "hex joined by commas and spaces is a valid field value"
@@ -318,8 +373,26 @@ fn link_request(
             HeaderValue::from_str(&have.join(", ")).expect("hex is a valid header value"),
         );
     }
-    if want_full {
+    if asked.want_full {
         fields.insert(frame::WANT_HEADER, HeaderValue::from_static("full"));
+    }
+    if let Some(held) = asked.push {
+        fields.insert(frame::PUSH_HEADER, HeaderValue::from_static("1"));
+        if !held.is_empty() {
+            let prefixes: Vec<String> = held
+                .iter()
+                .take(frame::MAX_HELD)
+                .map(|hash| format!("{:016x}", frame::held_prefix(hash)))
+                .collect();
+            #[allow(
+                clippy::expect_used,
+                reason = "hex joined by commas is a valid field value"
+            )]
+            fields.insert(
+                frame::HELD_HEADER,
+                HeaderValue::from_str(&prefixes.join(",")).expect("hex is a valid header value"),
+            );
+        }
     }
     fields.append(VIA, HeaderValue::from_static(VIA_VALUE));
     link
@@ -342,6 +415,8 @@ async fn refused(response: Response<Incoming>) -> Response<Body> {
 
 enum Read {
     Done(Attempt),
+    /// The instance, verified, answers the browser; pushes may follow on the stream.
+    Delivered(Response<Body>, Option<Promised>),
     /// A full body longer than the buffer limit: stream the rest.
     Stream(Box<Reassembler>),
     LinkFailed(String),
@@ -350,9 +425,14 @@ enum Read {
 async fn read_outcome(
     client: &Client,
     request: &Proxied,
-    offer: &[Hash],
+    asked: &Asked<'_>,
     frames: &mut Frames,
 ) -> Read {
+    let offer = asked.offer;
+    // The pushes promised with this answer, when accepted; a PROMISE refused (not
+    // asked for, a second one, after HEADERS, another origin) drops them all.
+    let mut promised: Option<Promised> = None;
+    let mut promise_refused = false;
     let limit = client.config.max_body_bytes;
     let mut reassembler = Box::new(Reassembler::new(limit));
     let mut held: HashMap<Hash, Bytes> = HashMap::new();
@@ -369,6 +449,21 @@ async fn read_outcome(
             Err(FramesError::Frame(e)) => return Read::Done(malformed(client, &e.to_string())),
             Err(FramesError::Link(reason)) => return Read::LinkFailed(reason),
         };
+        if let Frame::Promise { urls } = &frame {
+            let acceptable = asked.push.is_some()
+                && promised.is_none()
+                && !promise_refused
+                && reassembler.head().is_none();
+            promised = acceptable
+                .then(|| client.pushes.promise(&request.target, urls))
+                .flatten();
+            if promised.is_none() {
+                promise_refused = true;
+                client.metrics.pushed(Pushed::Refused, urls.len());
+                tracing::warn!(url = %request.target, "refused a PROMISE out of place or naming another origin");
+            }
+            continue;
+        }
         // Only instances this request offered may be named; load them off the reactor.
         let referenced = referenced_instance(&frame);
         if let Some(hash) = referenced {
@@ -407,7 +502,7 @@ async fn read_outcome(
             }
             Ok(Some(Outcome::Current(current))) => {
                 let response = deliver(client, request, current, request_time).await;
-                return Read::Done(Attempt::Answer(response));
+                return Read::Delivered(response, promised);
             }
             Err(e) if e.is_verification_failure() => {
                 return Read::Done(Attempt::Unverified(e.to_string()))
@@ -647,7 +742,7 @@ fn finish(client: &Client, response: Response<Body>) -> Response<Body> {
 }
 
 #[derive(Debug, thiserror::Error)]
-enum FramesError {
+pub(crate) enum FramesError {
     #[error("{0}")]
     Frame(FrameError),
     #[error("{0}")]
@@ -655,7 +750,7 @@ enum FramesError {
 }
 
 /// A link response body split into frames.
-struct Frames {
+pub(crate) struct Frames {
     body: Body,
     reader: FrameReader,
     ended: bool,
@@ -663,7 +758,7 @@ struct Frames {
 }
 
 impl Frames {
-    async fn next(&mut self) -> Result<Option<Frame>, FramesError> {
+    pub(crate) async fn next(&mut self) -> Result<Option<Frame>, FramesError> {
         loop {
             if let Some(frame) = self.reader.next_frame().map_err(FramesError::Frame)? {
                 return Ok(Some(frame));

@@ -1,7 +1,9 @@
 //! The instances the client proxy holds, in the store under its data directory: per
 //! URL the newest few (body blob, final header fields, freshness), and per cluster
 //! (same scheme and authority, same inferred path pattern) the newest members, so a
-//! request can offer instances of similar URLs as delta bases.
+//! request can offer instances of similar URLs as delta bases, and per origin the
+//! newest instance of the URLs kept last, so a page request can announce what the
+//! server need not push (`wirefold-held`).
 //!
 //! Every method blocks (the store does); async callers use `spawn_blocking`.
 
@@ -14,7 +16,7 @@ use store::{Hash, Store, StoreConfig, StoreError, StoreLocation};
 use wirefold_http::audience::audience;
 use wirefold_http::caching::{check_storable, Freshness, NotStorable};
 
-use link_protocol::frame::MAX_HAVE;
+use link_protocol::frame::{MAX_HAVE, MAX_HELD};
 use proxy::cache::{decode_head, encode_head};
 
 /// The most instances one request offers (the protocol allows [`MAX_HAVE`]).
@@ -22,6 +24,7 @@ const OFFERED: usize = 4;
 
 const URL_RECORD: &str = "link-client/url/";
 const CLUSTER_RECORD: &str = "link-client/cluster/";
+const ORIGIN_RECORD: &str = "link-client/origin/";
 
 /// One held instance of a URL.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -126,6 +129,26 @@ impl Instances {
         offer
     }
 
+    /// Whether `hash` is one of the instances held for `url`.
+    pub fn holds(&self, url: &str, hash: &Hash) -> bool {
+        let hex = hash.to_hex();
+        self.url_record(url).instances.iter().any(|i| i.hash == hex)
+    }
+
+    /// The newest instance of each of the URLs of `url`'s origin kept last, newest
+    /// first, at most [`MAX_HELD`]: what a page request announces in `wirefold-held`.
+    pub fn held_for_origin(&self, url: &str) -> Vec<Hash> {
+        if self.keep == 0 {
+            return Vec::new();
+        }
+        origin_key(url)
+            .map(|key| self.cluster_record(&key).members)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(_, hash)| hash.parse().ok())
+            .collect()
+    }
+
     /// A held instance's body, verified by the store.
     pub fn body(&self, hash: &Hash) -> Option<Bytes> {
         self.store
@@ -163,18 +186,30 @@ impl Instances {
             |record| record.instances.iter().map(|i| i.hash.as_str()).collect(),
         )?;
 
-        let Some(key) = cluster_key(received.url) else {
+        let member = (received.url.to_string(), hash.to_hex());
+        if let Some(key) = cluster_key(received.url) {
+            self.update(
+                &key,
+                |cluster: &mut ClusterRecord| {
+                    cluster.members.retain(|m| *m != member);
+                    cluster.members.insert(0, member.clone());
+                    cluster.members.truncate(MAX_HAVE);
+                },
+                |cluster| cluster.members.iter().map(|(_, h)| h.as_str()).collect(),
+            )?;
+        }
+        let Some(key) = origin_key(received.url) else {
             return Ok(());
         };
-        let member = (received.url.to_string(), hash.to_hex());
+        // One member per URL: its newest instance is the one worth announcing.
         self.update(
             &key,
-            |cluster: &mut ClusterRecord| {
-                cluster.members.retain(|m| *m != member);
-                cluster.members.insert(0, member.clone());
-                cluster.members.truncate(MAX_HAVE);
+            |origin: &mut ClusterRecord| {
+                origin.members.retain(|(url, _)| *url != member.0);
+                origin.members.insert(0, member.clone());
+                origin.members.truncate(MAX_HELD);
             },
-            |cluster| cluster.members.iter().map(|(_, h)| h.as_str()).collect(),
+            |origin| origin.members.iter().map(|(_, h)| h.as_str()).collect(),
         )
     }
 
@@ -248,6 +283,16 @@ pub fn may_keep(
         )
 }
 
+/// The record of an absolute URL's origin (scheme and authority).
+fn origin_key(url: &str) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    Some(format!(
+        "{ORIGIN_RECORD}{}://{}",
+        uri.scheme_str()?,
+        uri.authority()?
+    ))
+}
+
 /// The cluster of an absolute URL: scheme, authority and the inferred pattern of
 /// its path, without the query: `/item?id=1` and `/item?id=2` are one cluster, and
 /// so are `/v1/app.js` and `/v2/app.js`.
@@ -317,6 +362,13 @@ mod tests {
         assert_eq!(&held.body(&Hash::of(b"two")).unwrap()[..], b"two");
         assert_eq!(held.offer("http://a.test/item?id=9").len(), 4);
         assert!(held.offer("http://a.test/other").is_empty());
+        assert!(held.holds("http://a.test/item?id=1", &Hash::of(b"two")));
+        assert!(!held.holds("http://a.test/item?id=2", &Hash::of(b"two")));
+        assert_eq!(
+            held.held_for_origin("http://a.test/page"),
+            vec![Hash::of(b"other"), Hash::of(b"three")],
+            "the newest instance of each URL of the origin"
+        );
     }
 
     #[test]

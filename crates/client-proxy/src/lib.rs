@@ -5,7 +5,8 @@
 //! - [`config`]: every flag and key;
 //! - `connection`: the one HTTP/2-over-TLS connection and its reconnection;
 //! - [`reassemble`]: frames → the verified instance (pure);
-//! - [`instances`]: what the client holds, per URL and per cluster;
+//! - [`instances`]: what the client holds, per URL, per cluster and per origin;
+//! - `push`: what the server proxy pushes with a page, and the requests waiting for it;
 //! - `exchange`: one browser request, end to end;
 //! - `listener`: the browsers' and the admin listeners, CONNECT tunnels.
 
@@ -15,6 +16,7 @@ mod exchange;
 pub mod instances;
 mod listener;
 pub mod metrics;
+mod push;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -77,6 +79,8 @@ struct Client {
     link_value: HeaderValue,
     link: Link,
     instances: Instances,
+    /// Resources promised by pushes under way.
+    pushes: Arc<push::Pushes>,
     metrics: Arc<ClientMetrics>,
 }
 
@@ -128,6 +132,7 @@ pub async fn start(config: ClientConfig) -> Result<RunningClient, ClientError> {
         link_value,
         link,
         instances,
+        pushes: Arc::default(),
         metrics: metrics.clone(),
     });
     // Connect ahead of the first request; a failure is logged and retried on demand.

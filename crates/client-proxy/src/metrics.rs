@@ -48,6 +48,44 @@ struct OutcomeLabels {
     outcome: &'static str,
 }
 
+/// How a resource the server proxy promised to push ended here.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Pushed {
+    /// Received whole, verified and kept.
+    Kept,
+    /// Confirmed as an instance held here, kept with its new fields (freshness).
+    Refreshed,
+    /// The server did not push it after all (skipped, or an ERROR in its place).
+    Withdrawn,
+    /// Not accepted: a PROMISE not asked for, out of place or naming another origin,
+    /// or a pushed instance not fit to keep.
+    Refused,
+    /// The push stream broke: a malformed frame, an instance that failed
+    /// verification, the link failing. This and every later push are dropped.
+    Failed,
+}
+
+impl Pushed {
+    pub const ALL: [Pushed; 5] = [
+        Pushed::Kept,
+        Pushed::Refreshed,
+        Pushed::Withdrawn,
+        Pushed::Refused,
+        Pushed::Failed,
+    ];
+
+    /// The `outcome` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Pushed::Kept => "kept",
+            Pushed::Refreshed => "refreshed",
+            Pushed::Withdrawn => "withdrawn",
+            Pushed::Refused => "refused",
+            Pushed::Failed => "failed",
+        }
+    }
+}
+
 pub struct ClientMetrics {
     registry: Registry,
     requests: Family<OutcomeLabels, Counter>,
@@ -59,6 +97,11 @@ pub struct ClientMetrics {
     pub reconnects: Counter,
     /// Reconstructed or confirmed instances whose SHA-256 or length did not match.
     pub verification_failures: Counter,
+    pushes: Family<OutcomeLabels, Counter>,
+    /// Decoded bytes of instances pushed whole and verified.
+    pub push_bytes: Counter,
+    /// Of those, the bytes of instances already held for their URL: pushed in vain.
+    pub push_bytes_already_held: Counter,
 }
 
 impl Default for ClientMetrics {
@@ -100,8 +143,29 @@ impl ClientMetrics {
             "Instances discarded because their SHA-256 or length did not match",
             verification_failures.clone(),
         );
+        let pushes = Family::default();
+        registry.register(
+            "pushes",
+            "Resources the server proxy promised to push, by how each ended",
+            pushes.clone(),
+        );
+        let push_bytes = Counter::default();
+        registry.register(
+            "push_bytes",
+            "Decoded bytes of instances pushed whole and verified",
+            push_bytes.clone(),
+        );
+        let push_bytes_already_held = Counter::default();
+        registry.register(
+            "push_bytes_already_held",
+            "Decoded bytes of pushed instances this client proxy already held",
+            push_bytes_already_held.clone(),
+        );
         ClientMetrics {
             registry,
+            pushes,
+            push_bytes,
+            push_bytes_already_held,
             requests,
             link_bytes_received,
             browser_bytes_delivered,
@@ -116,6 +180,15 @@ impl ClientMetrics {
                 outcome: outcome.label(),
             })
             .inc();
+    }
+
+    /// Counts `count` promised resources that ended as `how`.
+    pub fn pushed(&self, how: Pushed, count: usize) {
+        self.pushes
+            .get_or_create(&OutcomeLabels {
+                outcome: how.label(),
+            })
+            .inc_by(count as u64);
     }
 
     /// The OpenMetrics text exposition.

@@ -1,13 +1,14 @@
 //! Measures image ladders on real files: for each image (and the same pixels as a
-//! JPEG at quality 90), the bytes of each rung per output format and the time the
-//! decode and each ladder took. `docs/fidelity.md` quotes its output.
+//! JPEG at quality 90), the bytes of each rung per output format (the later pass's
+//! AVIF too, with `--features avif`) and the time the decode and each ladder took.
+//! `docs/fidelity.md` quotes its output.
 //!
 //!   scripts/fetch-fidelity-images.sh /tmp/images
-//!   cargo run --release -p wirefold-fidelity --example ladder -- /tmp/images/*
+//!   cargo run --release -p wirefold-fidelity --features avif --example ladder -- /tmp/images/*
 
 use std::time::Instant;
 
-use fidelity::image::{decode, encode, ladder, ladder_formats, probe, Pixels};
+use fidelity::image::{decode, encode, ladder, ladder_formats, probe, Pixels, LATER_FORMATS};
 use fidelity::FidelityConfig;
 
 fn main() {
@@ -54,7 +55,8 @@ fn measure(
         pixels.width,
         pixels.height
     );
-    for out in ladder_formats(format, pixels) {
+    let formats = ladder_formats(format, pixels);
+    for out in formats.into_iter().chain(LATER_FORMATS.iter().copied()) {
         let started = Instant::now();
         let rungs = ladder(pixels, bytes.len(), out, 6);
         let seconds = started.elapsed().as_secs_f64();

@@ -28,6 +28,12 @@ pub struct FidelityConfig {
     pub max_image_pixels: u64,
     /// Share of one core the background variant maker may use on average (0 < x ≤ 1).
     pub cpu_share: f64,
+    /// Makes AVIF rungs too, in a pass after the others, for clients whose `Accept`
+    /// names `image/avif` (in a build with the `avif` feature; ignored without).
+    pub avif: bool,
+    /// Larger images get no AVIF rungs: a ladder costs ~10 s of CPU per megapixel,
+    /// and the maker makes one pass at a time.
+    pub avif_max_pixels: u64,
     /// Originals waiting for their variants, at most; more are skipped until a
     /// later request.
     pub queue: usize,
@@ -56,6 +62,8 @@ impl Default for FidelityConfig {
             max_image_side: WEBP_MAX_SIDE,
             max_image_pixels: 40_000_000,
             cpu_share: 0.5,
+            avif: true,
+            avif_max_pixels: 4_000_000,
             queue: 64,
             text_min_saving: 0.03,
             save_data_fraction: 0.35,
@@ -102,6 +110,15 @@ impl FidelityConfig {
             problems.push((
                 "fidelity.max_image_pixels",
                 format!("{} is outside 1..=268435456", self.max_image_pixels),
+            ));
+        }
+        if self.avif_max_pixels == 0 || self.avif_max_pixels > self.max_image_pixels {
+            problems.push((
+                "fidelity.avif_max_pixels",
+                format!(
+                    "{} is outside 1..=fidelity.max_image_pixels ({})",
+                    self.avif_max_pixels, self.max_image_pixels
+                ),
             ));
         }
         if self.max_image_bytes < self.min_image_bytes {
@@ -166,6 +183,7 @@ mod tests {
             egress_low: 0.9,
             egress_high: 0.5,
             max_image_side: 20_000,
+            avif_max_pixels: 50_000_000,
             ..FidelityConfig::default()
         };
         let keys: Vec<_> = bad.problems().into_iter().map(|(k, _)| k).collect();
@@ -174,6 +192,7 @@ mod tests {
             [
                 "fidelity.steps",
                 "fidelity.max_image_side",
+                "fidelity.avif_max_pixels",
                 "fidelity.cpu_share",
                 "fidelity.egress_low"
             ]

@@ -17,13 +17,15 @@ pub const ACCEPT_CH: HeaderName = HeaderName::from_static("accept-ch");
 /// send them retries once with them (draft-davidben-http-client-hint-reliability).
 pub const CRITICAL_CH: HeaderName = HeaderName::from_static("critical-ch");
 
-/// A raster image format wirefold decodes, and encodes variants in.
+/// A raster image format wirefold decodes or encodes variants in (AVIF: encoded
+/// only, in a build with the `avif` feature; never decoded).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ImageFormat {
     Jpeg,
     Png,
     Gif,
     Webp,
+    Avif,
 }
 
 impl ImageFormat {
@@ -34,6 +36,7 @@ impl ImageFormat {
             "image/png" => Some(ImageFormat::Png),
             "image/gif" => Some(ImageFormat::Gif),
             "image/webp" => Some(ImageFormat::Webp),
+            "image/avif" => Some(ImageFormat::Avif),
             _ => None,
         }
     }
@@ -44,6 +47,7 @@ impl ImageFormat {
             ImageFormat::Png => "image/png",
             ImageFormat::Gif => "image/gif",
             ImageFormat::Webp => "image/webp",
+            ImageFormat::Avif => "image/avif",
         }
     }
 
@@ -54,6 +58,7 @@ impl ImageFormat {
             ImageFormat::Png => "png",
             ImageFormat::Gif => "gif",
             ImageFormat::Webp => "webp",
+            ImageFormat::Avif => "avif",
         }
     }
 
@@ -63,6 +68,7 @@ impl ImageFormat {
             ImageFormat::Png,
             ImageFormat::Gif,
             ImageFormat::Webp,
+            ImageFormat::Avif,
         ]
         .into_iter()
         .find(|f| f.extension() == extension)
@@ -100,10 +106,12 @@ impl TextKind {
     }
 }
 
-/// Whether the request's `Accept` names `image/webp` with a non-zero quality.
-/// Only an explicit media type counts: `*/*` from a tool that decodes nothing is no
-/// promise that it can show WebP, and every browser that can names it.
-pub fn accepts_webp(headers: &HeaderMap) -> bool {
+/// Whether the request's `Accept` names `format`'s media type with a non-zero
+/// quality. Only an explicit media type counts: `*/*` from a tool that decodes
+/// nothing is no promise that it can show WebP or AVIF, and every browser that can
+/// names them.
+pub fn accepts_image(headers: &HeaderMap, format: ImageFormat) -> bool {
+    let wanted = format.media_type();
     headers
         .get_all(ACCEPT)
         .iter()
@@ -112,7 +120,7 @@ pub fn accepts_webp(headers: &HeaderMap) -> bool {
         .any(|range| {
             let mut parts = range.split(';');
             let media = parts.next().unwrap_or("").trim();
-            if !media.eq_ignore_ascii_case("image/webp") {
+            if !media.eq_ignore_ascii_case(wanted) {
                 return false;
             }
             parts
@@ -174,14 +182,20 @@ mod tests {
     }
 
     #[test]
-    fn webp_counts_only_when_named_with_a_positive_quality() {
+    fn an_image_format_counts_only_when_named_with_a_positive_quality() {
+        let webp = |h: &HeaderMap| accepts_image(h, ImageFormat::Webp);
+        let avif = |h: &HeaderMap| accepts_image(h, ImageFormat::Avif);
         let chromium = "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8";
-        assert!(accepts_webp(&accept(chromium)));
-        assert!(accepts_webp(&accept("image/WebP;q=0.5")));
-        assert!(!accepts_webp(&accept("image/webp;q=0")));
-        assert!(!accepts_webp(&accept("image/webp;q=nonsense")));
-        assert!(!accepts_webp(&accept("*/*")));
-        assert!(!accepts_webp(&HeaderMap::new()));
+        assert!(webp(&accept(chromium)) && avif(&accept(chromium)));
+        // Safari before 16 and old Firefox name WebP only.
+        let webp_only = "image/webp,*/*";
+        assert!(webp(&accept(webp_only)) && !avif(&accept(webp_only)));
+        assert!(webp(&accept("image/WebP;q=0.5")));
+        assert!(!webp(&accept("image/webp;q=0")));
+        assert!(!avif(&accept("image/webp, image/avif;q=0")));
+        assert!(!webp(&accept("image/webp;q=nonsense")));
+        assert!(!webp(&accept("*/*")) && !avif(&accept("image/*")));
+        assert!(!webp(&HeaderMap::new()));
     }
 
     #[test]
@@ -191,6 +205,7 @@ mod tests {
             ImageFormat::Png,
             ImageFormat::Gif,
             ImageFormat::Webp,
+            ImageFormat::Avif,
         ] {
             assert_eq!(ImageFormat::from_extension(f.extension()), Some(f));
             assert_eq!(ImageFormat::from_media_type(f.media_type()), Some(f));

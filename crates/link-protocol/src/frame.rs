@@ -4,11 +4,15 @@
 //!
 //! ```text
 //! frame    = type:u8  length:u32 (big-endian)  payload[length]
-//! response = [STALE_BEGIN STALE_DATA*] outcome
+//! response = [STALE_BEGIN STALE_DATA*] [PROMISE] outcome pushed*
 //! outcome  = HEADERS CONFIRM
 //!          | HEADERS (DELTA | FULL) DATA* END
 //!          | ERROR                      (may follow any frame)
+//! pushed   = PUSH HEADERS (CONFIRM | FULL DATA* END | ERROR)
 //! ```
+//!
+//! PROMISE may also fall between STALE_DATA frames; PUSH frames only follow a
+//! PROMISE, after the outcome.
 //!
 //! Decoding is bounded: a payload longer than [`MAX_PAYLOAD`], an unknown type or a
 //! malformed payload is an error for that response only.
@@ -37,6 +41,30 @@ pub const WANT_HEADER: &str = "wirefold-want";
 pub const METHOD_HEADER: &str = "wirefold-method";
 /// The most held instances a request may name.
 pub const MAX_HAVE: usize = 16;
+/// The request field by which a client proxy accepts pushed subresources with the
+/// answer to a page request (value `1`).
+pub const PUSH_HEADER: &str = "wirefold-push";
+/// The request field naming the instances the client proxy holds for the page's
+/// origin, so that the server does not push them again: the first
+/// [`HELD_PREFIX_HEX`] hex digits of each SHA-256, comma separated, at most
+/// [`MAX_HELD`].
+pub const HELD_HEADER: &str = "wirefold-held";
+/// Hex digits of a SHA-256 in `wirefold-held`: 64 bits, so that 64 of them cost
+/// about 1 KiB of request. A prefix that matches by chance only makes the server
+/// confirm an instance the client does not hold, which the client refuses.
+pub const HELD_PREFIX_HEX: usize = 16;
+/// The most instances `wirefold-held` may name.
+pub const MAX_HELD: usize = 64;
+
+/// What `wirefold-held` names of an instance: the first 64 bits of its SHA-256,
+/// written as [`HELD_PREFIX_HEX`] hex digits.
+pub fn held_prefix(hash: &Hash) -> u64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash.0[..8]);
+    u64::from_be_bytes(first)
+}
+/// The most URLs one PROMISE may name.
+pub const MAX_PROMISED: usize = 64;
 /// The response content type of a link response.
 pub const CONTENT_TYPE: &str = "application/vnd.wirefold.link";
 
@@ -98,6 +126,16 @@ pub enum Frame {
         status: StatusCode,
         message: String,
     },
+    /// The page's subresources the server will push after the outcome, in this
+    /// order: absolute URLs of the page's own origin, at most [`MAX_PROMISED`].
+    Promise {
+        urls: Vec<String>,
+    },
+    /// The pushed response that follows answers `urls[index]` of the PROMISE.
+    /// Indexes only grow; one skipped is withdrawn.
+    Push {
+        index: u16,
+    },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -129,6 +167,8 @@ const FULL: u8 = 0x06;
 const DATA: u8 = 0x07;
 const END: u8 = 0x08;
 const ERROR: u8 = 0x09;
+const PROMISE: u8 = 0x0a;
+const PUSH: u8 = 0x0b;
 
 impl LinkCoding {
     fn byte(self) -> u8 {
@@ -222,6 +262,20 @@ impl Frame {
                 payload.put_slice(&message.as_bytes()[..message.len().min(4096)]);
                 ERROR
             }
+            Frame::Promise { urls } => {
+                // More URLs than the protocol allows are not sent: the receiver would
+                // refuse the frame.
+                let urls = &urls[..urls.len().min(MAX_PROMISED)];
+                payload.put_u16(urls.len() as u16);
+                for url in urls {
+                    put_string(&mut payload, url.as_bytes());
+                }
+                PROMISE
+            }
+            Frame::Push { index } => {
+                payload.put_u16(*index);
+                PUSH
+            }
         };
         self.framed(kind, &payload)
     }
@@ -301,6 +355,23 @@ impl Frame {
                 p.clear();
                 Frame::Error { status, message }
             }
+            PROMISE => {
+                let name = "PROMISE";
+                let count = take_u16(&mut p, name)? as usize;
+                if count > MAX_PROMISED {
+                    return Err(FrameError::Malformed(name));
+                }
+                let mut urls = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let url = String::from_utf8(take_string(&mut p, name)?.to_vec())
+                        .map_err(|_| FrameError::Malformed(name))?;
+                    urls.push(url);
+                }
+                Frame::Promise { urls }
+            }
+            PUSH => Frame::Push {
+                index: take_u16(&mut p, "PUSH")?,
+            },
             other => return Err(FrameError::UnknownType(other)),
         };
         if p.has_remaining() {
@@ -321,6 +392,8 @@ impl Frame {
             Frame::Data(_) => "DATA",
             Frame::End { .. } => "END",
             Frame::Error { .. } => "ERROR",
+            Frame::Promise { .. } => "PROMISE",
+            Frame::Push { .. } => "PUSH",
         }
     }
 }
@@ -452,6 +525,11 @@ mod tests {
                 status: StatusCode::BAD_GATEWAY,
                 message: "origin unreachable".into(),
             },
+            Frame::Promise {
+                urls: vec!["http://a.test/s.css".into(), "http://a.test/é.js".into()],
+            },
+            Frame::Promise { urls: Vec::new() },
+            Frame::Push { index: 1 },
         ]
     }
 
@@ -494,6 +572,9 @@ mod tests {
             (HEADERS, vec![0, 200, 0, 1, 0, 9, b'a'], "HEADERS"),
             (HEADERS, vec![0, 200, 0, 1, 0, 1, b' ', 0, 0], "HEADERS"),
             (HEADERS, vec![0x03, 0xe8, 0, 0], "HEADERS"),
+            (PROMISE, vec![0, 1, 0, 2, 0xff, 0xfe], "PROMISE"),
+            (PROMISE, vec![0, 65], "PROMISE"),
+            (PUSH, vec![0], "PUSH"),
         ] {
             let mut reader = FrameReader::default();
             reader.push(&with_head(kind, &payload));

@@ -7,12 +7,14 @@
 //! - [`serve`]: one exchange, from the request to the last frame;
 //! - [`stale`]: a held instance streamed while the origin is asked;
 //! - [`levels`]: how much compression the link affords;
-//! - [`waits`]: per-host origin waits, which decide when optimism can pay.
+//! - [`waits`]: per-host origin waits, which decide when optimism can pay;
+//! - [`push`]: a page's subresources pushed with its answer.
 //!
 //! [`start`] runs a server (`wirefold serve`) with this end of the link on its main
 //! listener.
 
 pub mod levels;
+pub mod push;
 pub mod serve;
 pub mod stale;
 pub mod waits;
@@ -88,6 +90,44 @@ impl FrameSender {
         self.reserve().await?.send(Ok(frames));
         Ok(())
     }
+
+    /// Sends encoded frames that are ready together as one body chunk. Each chunk is
+    /// an HTTP/2 write of its own, and on a slow link a lone small frame costs its own
+    /// TLS record and TCP segment (52 bytes of headers are 15 ms at 28.8 kbit/s).
+    pub async fn send_together(
+        &self,
+        frames: impl IntoIterator<Item = bytes::Bytes>,
+    ) -> Result<(), Gone> {
+        let mut pending = Vec::new();
+        for frame in frames {
+            let big = frame.len() >= TOGETHER;
+            pending.push(frame);
+            // A big frame closes a chunk: later ones are not copied onto it.
+            if big {
+                self.send(together(std::mem::take(&mut pending))).await?;
+            }
+        }
+        if pending.is_empty() {
+            return Ok(());
+        }
+        self.send(together(pending)).await
+    }
+}
+
+/// Frames from this size on end the chunk they join.
+const TOGETHER: usize = 16 * 1024;
+
+/// Encoded frames as one body chunk (a lone frame as it is).
+pub fn together(frames: impl IntoIterator<Item = bytes::Bytes>) -> bytes::Bytes {
+    let frames = match <[bytes::Bytes; 1]>::try_from(frames.into_iter().collect::<Vec<_>>()) {
+        Ok([frame]) => return frame,
+        Err(frames) => frames,
+    };
+    let mut chunk = bytes::BytesMut::with_capacity(frames.iter().map(bytes::Bytes::len).sum());
+    for frame in frames {
+        chunk.extend_from_slice(&frame);
+    }
+    chunk.freeze()
 }
 
 /// Unsent bytes the kernel may queue on a link socket. Frames handed to it are

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use codec::cost::NetworkPath;
 use codec::dictionary::DictionaryCoding;
 use codec::Encoder;
@@ -34,10 +34,11 @@ use wirefold_http::cache_control::CacheControl;
 use wirefold_http::ContentCoding;
 
 use crate::levels::{self, Levels};
+use crate::push::{self, PushRequest};
 use crate::stale::StaleStream;
 use crate::waits::OriginWaits;
-use crate::FrameSender;
 use crate::Stopped;
+use crate::{together, FrameSender};
 use delta::{blocking, dictionaries, history};
 use delta::{now_unix, record_version};
 use link_protocol::frame::{self, DeltaFormat, Frame, LinkCoding, OversizedFrame};
@@ -193,6 +194,10 @@ pub async fn handle(
         Ok(have) => have,
         Err(message) => return refuse(StatusCode::BAD_REQUEST, &message),
     };
+    let push = match PushRequest::from_headers(req.headers()) {
+        Ok(push) => push,
+        Err(message) => return refuse(StatusCode::BAD_REQUEST, &message),
+    };
     match req
         .headers()
         .get(frame::METHOD_HEADER)
@@ -217,6 +222,8 @@ pub async fn handle(
         frame::HAVE_HEADER,
         frame::WANT_HEADER,
         frame::METHOD_HEADER,
+        frame::PUSH_HEADER,
+        frame::HELD_HEADER,
     ] {
         headers.remove(name);
     }
@@ -249,6 +256,7 @@ pub async fn handle(
         ctx,
         have: if want_full { Vec::new() } else { have },
         want_full,
+        push,
         link,
         tx: FrameSender::new(
             tx,
@@ -336,6 +344,8 @@ struct Exchange {
     ctx: RequestContext,
     have: Vec<Hash>,
     want_full: bool,
+    /// The client proxy accepts pushes with a page's answer (`wirefold-push`).
+    push: Option<PushRequest>,
     link: NetworkPath,
     tx: FrameSender,
     /// The status sent in HEADERS, for the request metrics.
@@ -345,13 +355,13 @@ struct Exchange {
 }
 
 /// One way to end the answer, and what it costs on the link.
-struct Candidate {
+pub(crate) struct Candidate {
     /// Coded bytes this choice sends from now on.
     cost: u64,
-    ending: Ending,
+    pub(crate) ending: Ending,
 }
 
-enum Ending {
+pub(crate) enum Ending {
     /// Finish the stale stream, then a delta against all of it.
     ContinueStale {
         delta: Vec<u8>,
@@ -374,8 +384,9 @@ enum Ending {
 }
 
 impl Exchange {
-    async fn run(self, req: Request<Body>) -> Result<(), Stopped> {
+    async fn run(mut self, req: Request<Body>) -> Result<(), Stopped> {
         let (p, server) = (self.p.clone(), self.server.clone());
+        let (tx, link) = (self.tx.clone(), self.link);
         self.server.writes.wait_for(&self.ctx.resource).await;
         let mut stale = self.stale_candidate().await;
         // With a stale stream going, watch the origin's answer arrive.
@@ -454,6 +465,22 @@ impl Exchange {
             // less to build on, never anything wrong.
             Some(instance) => {
                 let writing = server.writes.begin(&self.ctx.resource);
+                // Promised before the page's HEADERS, so the client proxy knows what
+                // is coming before the browser asks for it. Not while cutting
+                // through: that HEADERS may already be out.
+                let promising = match self.push.take() {
+                    Some(asked) if watch.cut.is_none() => {
+                        push::promise(&p, &self.ctx, asked, &instance)
+                    }
+                    _ => None,
+                };
+                let promised = match promising {
+                    Some(promising) => promising.await,
+                    None => None,
+                };
+                if let Some(promised) = &promised {
+                    self.send_together([promised.frame().encode()?]).await?;
+                }
                 let answer = async {
                     if let Some(base) = base {
                         self.keep_base(base).await;
@@ -468,7 +495,11 @@ impl Exchange {
                     drop(writing);
                 };
                 let (_, answered) = tokio::join!(remember, answer);
-                answered
+                answered?;
+                if let Some(promised) = promised {
+                    promised.send(&p, &tx, link).await;
+                }
+                Ok(())
             }
             None => {
                 let instance = remember::remember(&p.cache, &p.deltas, &p.metrics, fetched).await;
@@ -674,13 +705,7 @@ impl Exchange {
 
     async fn answer(self, instance: Instance, stale: Option<StaleStream>) -> Result<(), Stopped> {
         let status = instance.status;
-        let mut fields = instance.headers;
-        if let Provenance::Hit { age }
-        | Provenance::Revalidated { age }
-        | Provenance::Stale { age } = instance.provenance
-        {
-            fields.insert(header::AGE, HeaderValue::from(age.as_secs()));
-        }
+        let mut fields = link_fields(&instance);
         if self.ctx.profile.method == Method::HEAD {
             // The representation's length, and no body: nothing to verify.
             if let InstanceBody::Whole { bytes, .. } = &instance.body {
@@ -1033,25 +1058,9 @@ impl Exchange {
         Frame::Headers { status, fields }.encode()
     }
 
-    /// Sends encoded frames that are ready together as one body chunk. Each chunk is
-    /// an HTTP/2 write of its own, and on a slow link a lone small frame costs its own
-    /// TLS record and TCP segment (52 bytes of headers are 15 ms at 28.8 kbit/s).
+    /// Sends encoded frames that are ready together ([`FrameSender::send_together`]).
     async fn send_together(&self, frames: impl IntoIterator<Item = Bytes>) -> Result<(), Stopped> {
-        let mut pending = Vec::new();
-        for frame in frames {
-            let big = frame.len() >= TOGETHER;
-            pending.push(frame);
-            // A big frame closes a chunk: later ones are not copied onto it.
-            if big {
-                let chunk = together(std::mem::take(&mut pending));
-                self.tx.send(chunk).await?;
-            }
-        }
-        if pending.is_empty() {
-            return Ok(());
-        }
-        self.tx.send(together(pending)).await?;
-        Ok(())
+        Ok(self.tx.send_together(frames).await?)
     }
 }
 
@@ -1060,7 +1069,7 @@ impl Exchange {
 /// a delta against the stale prefix already sent, or the whole instance. Deltas are
 /// tried first; once one is below [`SMALL_SHARE`] of the target, dearer candidates
 /// are not computed (each costs a full compression of the target).
-fn best_ending(
+pub(crate) fn best_ending(
     target: &[u8],
     origin_coded: Option<(ContentCoding, Bytes)>,
     held: Option<(Hash, Bytes)>,
@@ -1287,20 +1296,16 @@ fn shares_little(arrived: &[u8], stale: &[u8]) -> bool {
     delta.len() * 2 > plain.finish().len()
 }
 
-/// Frames from this size on end the chunk they join.
-const TOGETHER: usize = 16 * 1024;
-
-/// Encoded frames as one body chunk (a lone frame as it is).
-fn together(frames: impl IntoIterator<Item = Bytes>) -> Bytes {
-    let frames = match <[Bytes; 1]>::try_from(frames.into_iter().collect::<Vec<_>>()) {
-        Ok([frame]) => return frame,
-        Err(frames) => frames,
-    };
-    let mut chunk = BytesMut::with_capacity(frames.iter().map(Bytes::len).sum());
-    for frame in frames {
-        chunk.extend_from_slice(&frame);
+/// The end-to-end fields a link answer's HEADERS carries for `instance`: its own,
+/// with `Age` when it came from the cache, so the client proxy's freshness is right.
+pub(crate) fn link_fields(instance: &Instance) -> HeaderMap {
+    let mut fields = instance.headers.clone();
+    if let Provenance::Hit { age } | Provenance::Revalidated { age } | Provenance::Stale { age } =
+        instance.provenance
+    {
+        fields.insert(header::AGE, HeaderValue::from(age.as_secs()));
     }
-    chunk.freeze()
+    fields
 }
 
 /// A second handle on a `Whole` instance (its bytes are shared, not copied).
@@ -1323,7 +1328,7 @@ fn whole_copy(instance: &Instance) -> Option<Instance> {
 }
 
 /// The metrics' family of the response's media type.
-fn content_type(fields: &HeaderMap) -> &'static str {
+pub(crate) fn content_type(fields: &HeaderMap) -> &'static str {
     proxy::metrics::content_type_family(
         fields
             .get(header::CONTENT_TYPE)

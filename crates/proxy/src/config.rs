@@ -459,7 +459,21 @@ pub struct LinkConfig {
     /// A client proxy that takes no frame of a response for this long is dropped
     /// from that exchange, which frees what it holds.
     pub idle_client_timeout_ms: u64,
+    /// Push a page's subresources into a client proxy that accepts them
+    /// (`wirefold-push`), with the answer to the page (`docs/link-protocol.md`).
+    pub push: bool,
+    /// Subresources pushed with one page, at most: the best-ranked of its manifest.
+    pub push_max_resources: usize,
+    /// Decoded bytes pushed with one page, at most; a resource that would pass it
+    /// is not pushed (a smaller one further down may be).
+    pub push_max_bytes: u64,
 }
+
+/// The most subresources one page may push (`link.push_max_resources`): what one
+/// PROMISE frame can name.
+pub const MAX_PUSH_RESOURCES: usize = link_protocol::frame::MAX_PROMISED;
+/// The most decoded bytes one page may push (`link.push_max_bytes`).
+pub const MAX_PUSH_BYTES: u64 = 64 << 20;
 
 impl Default for LinkConfig {
     fn default() -> Self {
@@ -472,7 +486,60 @@ impl Default for LinkConfig {
             assumed_bandwidth_bps: 10_000_000,
             destinations: Destinations::default(),
             idle_client_timeout_ms: 60_000,
+            push: true,
+            push_max_resources: 16,
+            push_max_bytes: 2 << 20,
         }
+    }
+}
+
+impl LinkConfig {
+    /// Every problem in the section alone, each naming its key (the rules that
+    /// involve other sections, the token a forward server needs and TLS, are
+    /// `Config::problems`').
+    pub fn problems(&self) -> Vec<ConfigError> {
+        let mut problems = Vec::new();
+        let mut invalid =
+            |key, message: String| problems.push(ConfigError::Invalid { key, message });
+        if let Some(token) = &self.token {
+            if token.is_empty() || token == "1" || http::HeaderValue::from_str(token).is_err() {
+                invalid(
+                    "link.token",
+                    "must be a non-empty header-safe string other than `1`".into(),
+                );
+            }
+        }
+        if !(1024..=frame_limit()).contains(&self.stale_chunk_bytes) {
+            invalid(
+                "link.stale_chunk_bytes",
+                format!("must be between 1024 and {}", frame_limit()),
+            );
+        }
+        if self.idle_client_timeout_ms == 0 {
+            invalid(
+                "link.idle_client_timeout_ms",
+                "must be greater than 0".into(),
+            );
+        }
+        if self.assumed_bandwidth_bps == 0 {
+            invalid(
+                "link.assumed_bandwidth_bps",
+                "must be greater than 0".into(),
+            );
+        }
+        if !(1..=MAX_PUSH_RESOURCES).contains(&self.push_max_resources) {
+            invalid(
+                "link.push_max_resources",
+                format!("must be between 1 and {MAX_PUSH_RESOURCES}"),
+            );
+        }
+        if !(1024..=MAX_PUSH_BYTES).contains(&self.push_max_bytes) {
+            invalid(
+                "link.push_max_bytes",
+                format!("must be between 1024 and {MAX_PUSH_BYTES}"),
+            );
+        }
+        problems
     }
 }
 
@@ -714,32 +781,6 @@ impl Config {
                 );
             }
         }
-        if let Some(token) = &self.link.token {
-            if token.is_empty() || token == "1" || http::HeaderValue::from_str(token).is_err() {
-                invalid(
-                    "link.token",
-                    "must be a non-empty header-safe string other than `1`".into(),
-                );
-            }
-        }
-        if !(1024..=frame_limit()).contains(&self.link.stale_chunk_bytes) {
-            invalid(
-                "link.stale_chunk_bytes",
-                format!("must be between 1024 and {}", frame_limit()),
-            );
-        }
-        if self.link.idle_client_timeout_ms == 0 {
-            invalid(
-                "link.idle_client_timeout_ms",
-                "must be greater than 0".into(),
-            );
-        }
-        if self.link.assumed_bandwidth_bps == 0 {
-            invalid(
-                "link.assumed_bandwidth_bps",
-                "must be greater than 0".into(),
-            );
-        }
         for rule in &self.delta.pattern {
             if !rule.prefix.starts_with('/') || !rule.pattern.starts_with('/') {
                 invalid(
@@ -769,6 +810,7 @@ impl Config {
                 .map(|(key, message)| ConfigError::Invalid { key, message }),
         );
         problems.extend(self.hints.problems());
+        problems.extend(self.link.problems());
         problems
     }
 }
@@ -838,6 +880,53 @@ pub enum AccessFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_link_section_checks_its_own_bounds() {
+        assert!(LinkConfig::default().problems().is_empty());
+        let keys = |link: LinkConfig| -> Vec<&'static str> {
+            link.problems()
+                .into_iter()
+                .map(|problem| match problem {
+                    ConfigError::Invalid { key, .. } => key,
+                    other => panic!("{other}"),
+                })
+                .collect()
+        };
+        let bad = LinkConfig {
+            push_max_resources: MAX_PUSH_RESOURCES + 1,
+            push_max_bytes: 10,
+            stale_chunk_bytes: 10,
+            ..LinkConfig::default()
+        };
+        assert_eq!(
+            keys(bad),
+            [
+                "link.stale_chunk_bytes",
+                "link.push_max_resources",
+                "link.push_max_bytes"
+            ]
+        );
+        let none = LinkConfig {
+            push_max_resources: 0,
+            ..LinkConfig::default()
+        };
+        assert_eq!(keys(none), ["link.push_max_resources"]);
+        let config = Config {
+            link: LinkConfig {
+                push_max_bytes: MAX_PUSH_BYTES + 1,
+                ..LinkConfig::default()
+            },
+            ..Config::default()
+        };
+        assert!(
+            config
+                .problems()
+                .iter()
+                .any(|p| p.to_string().contains("link.push_max_bytes")),
+            "the whole document's check includes the section's"
+        );
+    }
 
     #[test]
     fn public_paths_lift_only_paths_in_plain_form() {

@@ -227,6 +227,9 @@ pub struct Metrics {
     pub root_scans: Counter,
     /// Link responses by how they ended (confirm, delta, stale-delta, full, …).
     pub link_outcomes: Family<ResultLabels, Counter>,
+    /// Subresources pushed over the link with a page, by result (`full`, `held`:
+    /// confirmed because the client announced it holds it, `withdrawn`).
+    pub link_pushes: Family<ResultLabels, Counter>,
     /// Decoded bytes whole-body decodes hold in memory now, and the most held at once.
     pub decode_memory: Gauge,
     pub decode_memory_peak: Gauge,
@@ -387,6 +390,12 @@ impl Metrics {
             "Link responses by outcome",
             link_outcomes.clone(),
         );
+        let link_pushes = Family::default();
+        registry.register(
+            "link_pushes",
+            "Subresources pushed over the link with a page, by result",
+            link_pushes.clone(),
+        );
         let decode_memory = Gauge::default();
         registry.register(
             "decode_memory_bytes",
@@ -533,6 +542,7 @@ impl Metrics {
             decodes_unheld,
             root_scans,
             link_outcomes,
+            link_pushes,
             requests,
             bytes_original,
             bytes_sent,
@@ -610,6 +620,13 @@ impl Metrics {
             lookups: self.encoding_cache.clone(),
             store_write_errors: self.store_write_errors.clone(),
         }
+    }
+
+    /// Counts one promised subresource by how its push ended.
+    pub fn link_push(&self, result: &'static str) {
+        self.link_pushes
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     pub fn link_outcome(&self, outcome: &'static str) {

@@ -142,6 +142,19 @@ impl Rung {
         }
     }
 
+    /// An image rung of `len` bytes at `step` below the original, in `format`.
+    #[cfg(test)]
+    pub fn of_image(format: ImageFormat, step: u8, len: u64) -> Rung {
+        Rung {
+            variant: Variant::Image { format, step },
+            hash: Hash([step; 32]),
+            len,
+            media_type: format.media_type().to_string(),
+            sizes: CodedSizes::default(),
+            extension: format.extension(),
+        }
+    }
+
     /// An image rung's format, `None` for text.
     pub fn image_format(&self) -> Option<ImageFormat> {
         match self.variant {
@@ -158,6 +171,9 @@ pub struct Ladder {
     /// A text original's sizes after compression, beside its rungs' (empty for
     /// images).
     pub original_sizes: CodedSizes,
+    /// Image formats still to be made in a later pass ([`images::LATER_FORMATS`]);
+    /// empty once the ladder is complete.
+    pub later: Vec<ImageFormat>,
 }
 
 impl Ladder {
@@ -181,6 +197,9 @@ struct StoredLadder {
     refused: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     original_sizes: Vec<StoredSize>,
+    /// Extensions of the formats still to be made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    later: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -227,9 +246,15 @@ impl StoredLadder {
                 })
             })
             .collect::<Option<Vec<_>>>()?;
+        let later = self
+            .later
+            .iter()
+            .map(|extension| ImageFormat::from_extension(extension))
+            .collect::<Option<Vec<_>>>()?;
         Some(Ladder {
             rungs,
             original_sizes: CodedSizes::of_stored(&self.original_sizes),
+            later,
         })
     }
 
@@ -256,6 +281,11 @@ impl StoredLadder {
             rungs,
             refused,
             original_sizes: ladder.original_sizes.stored(),
+            later: ladder
+                .later
+                .iter()
+                .map(|f| f.extension().to_string())
+                .collect(),
         }
     }
 }
@@ -264,9 +294,15 @@ fn ladder_key(original: &Hash) -> String {
     format!("fidelity:{}", original.to_hex())
 }
 
-/// Whether the store keeps a ladder (perhaps empty) for `original`.
-pub fn has_ladder(store: &Store, original: &Hash) -> Result<bool, store::StoreError> {
-    Ok(store.get_record(&ladder_key(original))?.is_some())
+/// The ladder (perhaps empty) the store keeps for `original`; `None` when there is
+/// none or it cannot be read (it will be made again).
+pub fn kept_ladder(store: &Store, original: &Hash) -> Result<Option<Ladder>, store::StoreError> {
+    let Some(stored) = store.get_record(&ladder_key(original))? else {
+        return Ok(None);
+    };
+    Ok(serde_json::from_slice::<StoredLadder>(&stored)
+        .ok()
+        .and_then(StoredLadder::into_ladder))
 }
 
 /// A client network: the /24 of an IPv4 address, the /48 of an IPv6 one (an
@@ -379,14 +415,11 @@ impl Variants {
             return Some(ladder);
         }
         let store = self.store.clone()?;
-        let key = ladder_key(original);
-        let stored = tokio::task::spawn_blocking(move || store.get_record(&key))
+        let hash = *original;
+        let ladder = tokio::task::spawn_blocking(move || kept_ladder(&store, &hash))
             .await
             .ok()?
             .ok()??;
-        let ladder = serde_json::from_slice::<StoredLadder>(&stored)
-            .ok()?
-            .into_ladder()?;
         let ladder = Arc::new(ladder);
         self.ladders.insert(*original, ladder.clone());
         Some(ladder)
@@ -405,13 +438,16 @@ impl Variants {
             .ok()?
     }
 
-    /// Queues `original` for its variants unless it is queued or the queue is full.
-    /// Returns at once: the variants are made in the background, one original at a
-    /// time, each job followed by a pause of its duration × (1/`cpu_share` − 1), so
-    /// the maker's average use stays within `cpu_share` of a core. Without a store
-    /// there is nowhere to keep variants, and nothing is queued. `codings` are the
-    /// codings (and levels) the compression profile keeps this type in: a text
-    /// variant is measured after each.
+    /// Queues `original` for its variants unless it is queued or the queue is full:
+    /// for its first pass when `so_far` is `None`, else for the formats
+    /// `so_far.later` names. Returns at once: the variants are made in the
+    /// background, one pass of one original at a time, each pass followed by a pause
+    /// of its duration × (1/`cpu_share` − 1), so the maker's average use stays within
+    /// `cpu_share` of a core. A later pass queues behind the first passes waiting
+    /// then: a new image's WebP ladder is worth more than an old one's AVIF. Without
+    /// a store there is nowhere to keep variants, and nothing is queued. `codings`
+    /// are the codings (and levels) the compression profile keeps this type in: a
+    /// text variant is measured after each.
     pub fn schedule(
         &self,
         original: Hash,
@@ -419,6 +455,7 @@ impl Variants {
         content_type: &str,
         config: &FidelityConfig,
         codings: &[(ContentCoding, u32)],
+        so_far: Option<Arc<Ladder>>,
     ) {
         let Some(store) = self.store.clone() else {
             return;
@@ -439,37 +476,38 @@ impl Variants {
         let background = self.background.clone();
         let metrics = self.metrics.clone();
         let ladders = self.ladders.clone();
-        let config = config.clone();
-        let codings = codings.to_vec();
-        let content_type = content_type.to_string();
+        let job = Arc::new(Original {
+            store,
+            hash: original,
+            bytes,
+            content_type: content_type.to_string(),
+            config: config.clone(),
+            codings: codings.to_vec(),
+        });
         tokio::spawn(async move {
-            let Ok(_turn) = maker.acquire_owned().await else {
-                return;
-            };
-            let (done, finished) = tokio::sync::oneshot::channel();
-            let started = Instant::now();
-            let share = config.cpu_share;
-            let maker_metrics = metrics.clone();
-            background.spawn_blocking(move || {
-                let ladder = make_and_count(
-                    &store,
-                    original,
-                    &bytes,
-                    &content_type,
-                    &config,
-                    &codings,
-                    &maker_metrics,
-                );
-                if let Some(ladder) = ladder {
-                    ladders.insert(original, Arc::new(ladder));
-                }
-                let _ = done.send(());
-            });
-            let _ = finished.await;
-            let spent = started.elapsed();
-            // The metric says what the budget bounded: the maker's working time.
-            metrics.maker_seconds.inc_by(spent.as_secs_f64());
-            tokio::time::sleep(spent.mul_f64(1.0 / share - 1.0)).await;
+            let mut so_far = so_far;
+            while so_far.as_ref().is_none_or(|l| !l.later.is_empty()) {
+                let Ok(_turn) = maker.clone().acquire_owned().await else {
+                    break;
+                };
+                let (done, finished) = tokio::sync::oneshot::channel();
+                let started = Instant::now();
+                let (pass_job, pass_metrics, kept) = (job.clone(), metrics.clone(), so_far.clone());
+                background.spawn_blocking(move || {
+                    let _ = done.send(make_and_count(&pass_job, kept.as_deref(), &pass_metrics));
+                });
+                let made = finished.await.ok().flatten().map(Arc::new);
+                let spent = started.elapsed();
+                // The metric says what the budget bounded: the maker's working time.
+                metrics.maker_seconds.inc_by(spent.as_secs_f64());
+                tokio::time::sleep(spent.mul_f64(1.0 / job.config.cpu_share - 1.0)).await;
+                let Some(ladder) = made else {
+                    // Not kept: a later request queues it again.
+                    break;
+                };
+                ladders.insert(original, ladder.clone());
+                so_far = Some(ladder);
+            }
             pending
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -631,10 +669,13 @@ impl Variants {
     }
 }
 
-/// What making an original's variants came to.
+/// What a pass of making an original's variants came to.
 #[derive(Debug)]
 pub struct Made {
+    /// The ladder as kept, with the rungs of earlier passes.
     pub ladder: Ladder,
+    /// Rungs this pass made: the last ones of the ladder.
+    pub new_rungs: usize,
     /// Why there are no rungs (a `wirefold_fidelity_refused_total` reason).
     pub refused: Option<&'static str>,
 }
@@ -651,69 +692,108 @@ impl Made {
     }
 }
 
-/// Makes the variants of `original` (`bytes`, a blob already in the store, served
-/// as `content_type`) and
-/// keeps them and its ladder in the store, where a server's `adapt` stage finds
-/// them. CPU-heavy: run it off the reactor. `codings` are those the compression
-/// profile keeps the original's type in (a text variant is kept only when it saves
-/// `fidelity.text_min_saving` after one of them, or sent whole). Fails only when
-/// the store could not keep them (a later sight tries again).
+/// An original whose variants are to be made, with what making them reads.
+pub struct Original {
+    /// Where its variants and ladder are kept; its body is already there.
+    pub store: Store,
+    pub hash: Hash,
+    pub bytes: Bytes,
+    /// As it is served.
+    pub content_type: String,
+    pub config: FidelityConfig,
+    /// The codings (and levels) the compression profile keeps its type in: a text
+    /// variant is kept only when it saves `fidelity.text_min_saving` after one of
+    /// them, or sent whole.
+    pub codings: Vec<(ContentCoding, u32)>,
+}
+
+/// Makes the next pass of `original`'s variants and keeps them and its ladder in
+/// the store, where a server's `adapt` stage finds them: the first pass when
+/// `so_far` is `None` (text, and images in [`images::ladder_formats`]), else the
+/// formats `so_far.later` names, added to its rungs. The ladder returned says in
+/// `later` whether another pass is due. CPU-heavy: run it off the reactor. Fails
+/// only when the store could not keep them (a later sight tries again).
 pub fn make_and_keep(
-    store: &Store,
-    original: Hash,
-    bytes: &[u8],
-    content_type: &str,
-    config: &FidelityConfig,
-    codings: &[(ContentCoding, u32)],
+    original: &Original,
+    so_far: Option<&Ladder>,
 ) -> Result<Made, store::StoreError> {
+    let Original {
+        store,
+        hash,
+        bytes,
+        content_type,
+        config,
+        codings,
+    } = original;
     let mut ladder = Ladder::default();
-    let made = match OriginalKind::of(content_type) {
-        None => Err("format"),
-        Some(OriginalKind::Image(format)) => image_rungs(bytes, format, config),
-        Some(OriginalKind::Text(text)) => text_rungs(bytes, text, content_type, config, codings)
-            .map(|made| {
+    let made = match (OriginalKind::of(content_type), so_far) {
+        (kind, Some(so_far)) => {
+            ladder.rungs = so_far.rungs.clone();
+            ladder.original_sizes = so_far.original_sizes.clone();
+            match kind {
+                Some(OriginalKind::Image(format)) => {
+                    image_rungs(bytes, format, config, Some(&so_far.later))
+                }
+                // Only image ladders have later passes.
+                _ => Ok(Vec::new()),
+            }
+        }
+        (None, None) => Err("format"),
+        (Some(OriginalKind::Image(format)), None) => {
+            let made = image_rungs(bytes, format, config, None);
+            let avif_sized = images::probe(bytes, &config.image_limits())
+                .is_ok_and(|p| u64::from(p.width) * u64::from(p.height) <= config.avif_max_pixels);
+            if made.is_ok() && config.avif && avif_sized && bytes.len() >= config.min_image_bytes {
+                ladder.later = images::LATER_FORMATS.to_vec();
+            }
+            made
+        }
+        (Some(OriginalKind::Text(text)), None) => {
+            text_rungs(bytes, text, content_type, config, codings).map(|made| {
                 made.map_or_else(Vec::new, |(original_sizes, rung)| {
                     ladder.original_sizes = original_sizes;
                     vec![rung]
                 })
-            }),
+            })
+        }
     };
     let (rungs, refused) = match made {
-        Ok(rungs) if rungs.is_empty() => (rungs, Some("no_saving")),
+        Ok(rungs) if rungs.is_empty() && ladder.rungs.is_empty() => (rungs, Some("no_saving")),
         Ok(rungs) => (rungs, None),
         Err(reason) => (Vec::new(), Some(reason)),
     };
-    let mut refs = vec![original];
+    let new_rungs = rungs.len();
     for (variant, media_type, extension, body, sizes) in rungs {
-        store.put_encoding(&original, &variant.to_string(), &body)?;
-        let hash = Hash::of(&body);
-        refs.push(hash);
+        store.put_encoding(hash, &variant.to_string(), &body)?;
         ladder.rungs.push(Rung {
             variant,
-            hash,
+            hash: Hash::of(&body),
             len: body.len() as u64,
             media_type,
             sizes,
             extension,
         });
     }
+    let refs: Vec<Hash> = std::iter::once(*hash)
+        .chain(ladder.rungs.iter().map(|r| r.hash))
+        .collect();
     let stored = StoredLadder::of(&ladder, refused.map(str::to_string));
     let value = serde_json::to_vec(&stored).unwrap_or_default();
-    store.put_record(&ladder_key(&original), &value, &refs)?;
-    Ok(Made { ladder, refused })
+    store.put_record(&ladder_key(hash), &value, &refs)?;
+    Ok(Made {
+        ladder,
+        new_rungs,
+        refused,
+    })
 }
 
 /// [`make_and_keep`] for the background maker: counts what it made or refused.
 fn make_and_count(
-    store: &Store,
-    original: Hash,
-    bytes: &[u8],
-    content_type: &str,
-    config: &FidelityConfig,
-    codings: &[(ContentCoding, u32)],
+    original: &Original,
+    so_far: Option<&Ladder>,
     metrics: &FidelityMetrics,
 ) -> Option<Ladder> {
-    let made = match make_and_keep(store, original, bytes, content_type, config, codings) {
+    let made = match make_and_keep(original, so_far) {
         Ok(made) => made,
         Err(e) => {
             tracing::debug!(error = %e, "variants not kept");
@@ -726,7 +806,8 @@ fn make_and_count(
             .get_or_create(&ReasonLabels { reason })
             .inc();
     }
-    for rung in &made.ladder.rungs {
+    let first_new = made.ladder.rungs.len() - made.new_rungs;
+    for rung in &made.ladder.rungs[first_new..] {
         let kind = match rung.variant {
             Variant::Image { .. } => "image",
             _ => "text",
@@ -776,10 +857,12 @@ fn text_rungs(
 
 type MadeRung = (Variant, String, &'static str, Vec<u8>, CodedSizes);
 
+/// The rungs of an image in `formats`, or in [`images::ladder_formats`] when `None`.
 fn image_rungs(
     bytes: &[u8],
     format: ImageFormat,
     config: &FidelityConfig,
+    formats: Option<&[ImageFormat]>,
 ) -> Result<Vec<MadeRung>, &'static str> {
     if bytes.len() < config.min_image_bytes {
         return Ok(Vec::new());
@@ -794,7 +877,8 @@ fn image_rungs(
             ImageError::Decode(_) | ImageError::Truncated => "undecodable",
         }
     })?;
-    Ok(images::ladder_formats(format, &pixels)
+    let formats = formats.map_or_else(|| images::ladder_formats(format, &pixels), <[_]>::to_vec);
+    Ok(formats
         .into_iter()
         .flat_map(|out| images::ladder(&pixels, bytes.len(), out, config.steps))
         .map(|r| {
@@ -828,6 +912,54 @@ mod tests {
         assert_eq!(v6.to_string(), "2001:db8:1234::/48");
     }
 
+    /// The first pass leaves AVIF due for images within `avif_max_pixels` (in a build
+    /// with the feature and with `fidelity.avif` on); the later pass adds its rungs
+    /// after the first pass's and leaves nothing due.
+    #[test]
+    fn the_later_pass_is_due_only_for_images_it_is_worth_making() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), store::StoreConfig::default()).unwrap();
+        let photo = images::sample_photo_jpeg(160, 120, 7, 92).unwrap();
+        store.put_blob(&photo).unwrap();
+        let original = |config: FidelityConfig| Original {
+            store: store.clone(),
+            hash: Hash::of(&photo),
+            bytes: Bytes::from(photo.clone()),
+            content_type: "image/jpeg".into(),
+            config,
+            codings: Vec::new(),
+        };
+        let first = |config| make_and_keep(&original(config), None).unwrap().ladder;
+        let defaults = FidelityConfig::default();
+        assert_eq!(first(defaults.clone()).later, images::LATER_FORMATS);
+        for config in [
+            FidelityConfig {
+                avif: false,
+                ..defaults.clone()
+            },
+            FidelityConfig {
+                avif_max_pixels: 160 * 120 - 1,
+                ..defaults.clone()
+            },
+        ] {
+            assert!(first(config).later.is_empty());
+        }
+
+        let so_far = first(defaults.clone());
+        let made = make_and_keep(&original(defaults), Some(&so_far)).unwrap();
+        assert!(made.ladder.later.is_empty());
+        assert_eq!(made.ladder.rungs[..so_far.rungs.len()], so_far.rungs[..]);
+        let added = &made.ladder.rungs[so_far.rungs.len()..];
+        assert_eq!(added.len(), made.new_rungs);
+        assert!(added
+            .iter()
+            .all(|r| images::LATER_FORMATS.contains(&r.image_format().unwrap())));
+        assert_eq!(added.is_empty(), images::LATER_FORMATS.is_empty());
+        // What the next request reads from the store.
+        let kept = kept_ladder(&store, &Hash::of(&photo)).unwrap().unwrap();
+        assert_eq!(kept, made.ladder);
+    }
+
     #[test]
     fn a_stored_ladder_reads_back_typed() {
         let rung = Rung {
@@ -841,16 +973,24 @@ mod tests {
             sizes: CodedSizes::default(),
             extension: "webp",
         };
-        let ladder = Ladder {
+        let mut ladder = Ladder {
             rungs: vec![rung.clone()],
             original_sizes: CodedSizes::default(),
+            later: vec![ImageFormat::Avif],
         };
-        let json = serde_json::to_vec(&StoredLadder::of(&ladder, None)).unwrap();
-        let back = serde_json::from_slice::<StoredLadder>(&json)
-            .unwrap()
-            .into_ladder()
-            .unwrap();
-        assert_eq!(back, ladder);
+        let read_back = |ladder: &Ladder| {
+            let json = serde_json::to_vec(&StoredLadder::of(ladder, None)).unwrap();
+            serde_json::from_slice::<StoredLadder>(&json)
+                .unwrap()
+                .into_ladder()
+                .unwrap()
+        };
+        assert_eq!(read_back(&ladder), ladder);
+        // A complete ladder stores no `later`, as ladders did before AVIF.
+        ladder.later.clear();
+        let json = serde_json::to_string(&StoredLadder::of(&ladder, None)).unwrap();
+        assert!(!json.contains("later"), "{json}");
+        assert_eq!(read_back(&ladder), ladder);
         let original = Hash([9; 32]);
         assert_eq!(
             rung.url(&original),

@@ -67,7 +67,8 @@ async fn until_negotiable(proxy: &Proxy, path: &str, tries: usize) -> bool {
 async fn slow_links_get_smaller_variants_and_fast_ones_the_original() {
     let root = tempfile::tempdir().unwrap();
     let photo = site(root.path());
-    let proxy = start_root(root.path(), |_| {}).await;
+    // WebP for Chromium's `Accept` (AVIF's later pass is tested on its own).
+    let proxy = start_root(root.path(), |c| c.fidelity.avif = false).await;
     let url = proxy.url("/photo.jpg");
 
     // First sight: the original, whole; its ladder is made in the background.
@@ -196,6 +197,95 @@ async fn slow_links_get_smaller_variants_and_fast_ones_the_original() {
         .metric("wirefold_fidelity_decisions_total{reason=\"slow_link\"}")
         .await;
     assert!(slow_decisions >= 2.0, "{slow_decisions}");
+    proxy.running.shutdown().await;
+}
+
+/// AVIF rungs (feature `avif`) come in a pass after the WebP and JPEG ones, and a
+/// restart between the passes only delays them: the server that finds the ladder
+/// unfinished makes the rest. Then a client naming `image/avif` gets an AVIF rung, one
+/// naming only WebP still gets WebP.
+#[cfg(feature = "avif")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avif_rungs_come_after_the_first_pass_even_across_a_restart() {
+    let root = tempfile::tempdir().unwrap();
+    let photo = site(root.path());
+    let data = tempfile::tempdir().unwrap();
+    let config = |cpu_share: f64| {
+        let mut config = test_config(data.path());
+        config.root = Some(root.path().to_path_buf());
+        config.fidelity.cpu_share = cpu_share;
+        config
+    };
+    let slow = ["-H", "Downlink: 0.2", "-H", "RTT: 300"];
+
+    // The first server makes the first pass, then pauses 99 times as long (its CPU
+    // share is 1%) and is stopped in the pause, its runtime with it.
+    let first = config(0.01);
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let running = proxy::start(first).await.expect("server starts");
+            let proxy = Proxy {
+                running,
+                data: tempfile::tempdir().unwrap(),
+            };
+            assert!(until_negotiable(&proxy, "/photo.jpg", 600).await);
+            let r = curl(&proxy.url("/photo.jpg"), &["-H", CHROMIUM_ACCEPT]).await;
+            let alternates = r.header("alternates").expect("alternates");
+            assert!(!alternates.contains("image/avif"), "{alternates}");
+            proxy.running.shutdown().await;
+        });
+        runtime.shutdown_timeout(Duration::from_secs(30));
+    })
+    .join()
+    .unwrap();
+
+    let running = proxy::start(config(0.5)).await.expect("server restarts");
+    let proxy = Proxy {
+        running,
+        data: tempfile::tempdir().unwrap(),
+    };
+    let url = proxy.url("/photo.jpg");
+    let mut complete = false;
+    for _ in 0..1200 {
+        let r = curl(&url, &["-H", CHROMIUM_ACCEPT]).await;
+        if r.header("alternates")
+            .is_some_and(|a| a.contains("image/avif"))
+        {
+            complete = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(complete, "the AVIF pass was not made after the restart");
+
+    let mut args = vec!["-H", CHROMIUM_ACCEPT];
+    args.extend_from_slice(&slow);
+    let avif = curl(&url, &args).await;
+    assert_eq!(avif.header("content-type"), Some("image/avif"));
+    assert_eq!(&avif.body[4..12], b"ftypavif");
+    assert!(
+        avif.body.len() * 10 < photo.len() * 7,
+        "{}",
+        avif.body.len()
+    );
+    let location = avif.header("content-location").expect("content-location");
+    assert!(location.ends_with(".avif"), "{location}");
+    let own = curl(&proxy.url(location), &[]).await;
+    assert_eq!(own.header("content-type"), Some("image/avif"));
+    assert_eq!(own.body, avif.body);
+
+    let mut args = vec!["-H", "Accept: image/webp,*/*"];
+    args.extend_from_slice(&slow);
+    let webp = curl(&url, &args).await;
+    assert_eq!(webp.header("content-type"), Some("image/webp"));
+    let made = proxy
+        .metric("wirefold_fidelity_variants_made_total{kind=\"image\"}")
+        .await;
+    assert!(
+        made >= 1.0,
+        "the second server counts the AVIF rungs it made: {made}"
+    );
     proxy.running.shutdown().await;
 }
 

@@ -108,6 +108,59 @@ fn a_translucent_png_gets_webp_and_png_rungs() {
     check_ladder(original.len(), &rungs, ImageFormat::Png);
 }
 
+/// An AVIF file as libavif's `avifdec` (dav1d: none of rav1e's code) decodes it,
+/// as PNG.
+#[cfg(feature = "avif")]
+fn avifdec(avif: &[u8]) -> Vec<u8> {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (input, output) = (dir.path().join("in.avif"), dir.path().join("out.png"));
+    std::fs::write(&input, avif).expect("written");
+    let run = std::process::Command::new("avifdec")
+        .arg(&input)
+        .arg(&output)
+        .output()
+        .expect("avifdec runs (Debian package libavif-bin)");
+    assert!(
+        run.status.success(),
+        "avifdec: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    std::fs::read(&output).expect("avifdec wrote a PNG")
+}
+
+/// AVIF rungs (the later pass): ISO-BMFF files of brand `avif`, each at most 70% of
+/// the one above, which a decoder other than ours shows at the rung's size, with
+/// the original's transparency.
+#[cfg(feature = "avif")]
+#[test]
+fn avif_rungs_decode_in_libavif_at_their_size() {
+    assert_eq!(LATER_FORMATS, [ImageFormat::Avif]);
+    for (original, format, alpha) in [
+        (jpeg(&photo(480, 320, false), 92), ImageFormat::Jpeg, false),
+        (png(&photo(200, 150, true)), ImageFormat::Png, true),
+    ] {
+        let pixels = decode(&original, format, &LIMITS).expect("decodes");
+        let rungs = ladder(&pixels, original.len(), ImageFormat::Avif, 6);
+        assert!(rungs.len() >= 3, "{format:?}: {} rungs", rungs.len());
+        let mut previous = original.len() as f64;
+        for rung in &rungs {
+            assert_eq!(rung.format, ImageFormat::Avif);
+            assert_eq!(
+                &rung.bytes[4..12],
+                b"ftypavif",
+                "{format:?} step {}",
+                rung.step
+            );
+            assert!(rung.bytes.len() as f64 <= previous * STEP_RATIO);
+            previous = rung.bytes.len() as f64;
+            let shown = avifdec(&rung.bytes);
+            let back = decode(&shown, ImageFormat::Png, &LIMITS).expect("a PNG");
+            assert_eq!((back.width, back.height), (rung.width, rung.height));
+            assert_eq!(back.opaque, !alpha, "{format:?} step {}", rung.step);
+        }
+    }
+}
+
 /// A PNG signature and an IHDR chunk naming `width` × `height`, with a valid CRC,
 /// then an IDAT of a few bytes: what a decompression bomb looks like from outside.
 fn png_header(width: u32, height: u32) -> Vec<u8> {

@@ -28,7 +28,7 @@ use store::Hash;
 use wirefold_http::cache_control::CacheControl;
 use wirefold_http::client_hints::{DOWNLINK, ECT, RTT, SAVE_DATA, SEC_CH_PREFERS_REDUCED_DATA};
 use wirefold_http::fidelity::{
-    accepts_webp, alternates, wants_variant_list, ImageFormat, TextKind, VariantDescription,
+    accepts_image, alternates, wants_variant_list, ImageFormat, TextKind, VariantDescription,
     ACCEPT_CH, ALTERNATES, CRITICAL_CH, TCN,
 };
 use wirefold_http::vary::add_field;
@@ -119,9 +119,27 @@ pub async fn adapt(
         OriginalKind::Image(_) => &[],
     };
     let Some(ladder) = variants.ladder(&original).await else {
-        variants.schedule(original, bytes.clone(), &content_type, config, codings);
+        variants.schedule(
+            original,
+            bytes.clone(),
+            &content_type,
+            config,
+            codings,
+            None,
+        );
         return instance;
     };
+    if !ladder.later.is_empty() {
+        // Served from the rungs there are until the later pass (AVIF) is made.
+        variants.schedule(
+            original,
+            bytes.clone(),
+            &content_type,
+            config,
+            codings,
+            Some(ladder.clone()),
+        );
+    }
     if ladder.rungs.is_empty() {
         return instance;
     }
@@ -162,7 +180,7 @@ pub async fn adapt(
     let usable = usable_rungs(
         &ladder,
         own_format,
-        accepts_webp(&request.headers),
+        &request.headers,
         coding,
         config.text_min_saving,
     );
@@ -271,26 +289,30 @@ fn client_coding(
     accept.negotiate(&preference)
 }
 
-/// The variants a client can show: WebP when it accepts it (or the original is
-/// WebP), else the rungs in a universally shown format; for text, the rungs that
+/// Image formats that not every client shows, most compact first.
+const COMPACT_FORMATS: [ImageFormat; 2] = [ImageFormat::Avif, ImageFormat::Webp];
+
+/// The variants a client can show: for an image, the rungs in the most compact
+/// format the ladder has and the client shows (its `Accept` names it, or the
+/// original is in it), else in the universally shown one; for text, the rungs that
 /// save at least `text_min_saving` after the client's `coding`.
-fn usable_rungs(
-    ladder: &Ladder,
+fn usable_rungs<'a>(
+    ladder: &'a Ladder,
     own: Option<ImageFormat>,
-    webp: bool,
+    request: &HeaderMap,
     coding: Option<ContentCoding>,
     text_min_saving: f64,
-) -> Vec<&Rung> {
-    let has_webp = ladder
-        .rungs
-        .iter()
-        .any(|r| r.image_format() == Some(ImageFormat::Webp));
-    let want_webp = (webp || own == Some(ImageFormat::Webp)) && has_webp;
+) -> Vec<&'a Rung> {
+    let formats = || ladder.rungs.iter().filter_map(Rung::image_format);
+    let image_format = COMPACT_FORMATS
+        .into_iter()
+        .find(|&f| formats().any(|r| r == f) && (own == Some(f) || accepts_image(request, f)))
+        .or_else(|| formats().find(|f| !COMPACT_FORMATS.contains(f)));
     ladder
         .rungs
         .iter()
         .filter(|r| match r.image_format() {
-            Some(format) => (format == ImageFormat::Webp) == want_webp,
+            Some(format) => Some(format) == image_format,
             None => ladder
                 .saving(r, coding)
                 .is_some_and(|saving| saving >= text_min_saving),
@@ -462,4 +484,54 @@ pub async fn variant_at(variants: &Variants, rest: &str) -> Option<Instance> {
         last_modified: None,
         origin_coded: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The formats of the rungs a client with `accept` is offered.
+    fn offered(ladder: &Ladder, own: ImageFormat, accept: &'static str) -> Vec<ImageFormat> {
+        let mut request = HeaderMap::new();
+        request.insert(header::ACCEPT, HeaderValue::from_static(accept));
+        usable_rungs(ladder, Some(own), &request, None, 0.03)
+            .into_iter()
+            .filter_map(Rung::image_format)
+            .collect()
+    }
+
+    #[test]
+    fn each_client_gets_the_most_compact_format_it_names() {
+        use ImageFormat::{Avif, Jpeg, Webp};
+        let chromium = "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8";
+        let first_pass = Ladder {
+            rungs: vec![
+                Rung::of_image(Webp, 1, 700),
+                Rung::of_image(Webp, 2, 490),
+                Rung::of_image(Jpeg, 1, 690),
+            ],
+            later: vec![Avif],
+            ..Ladder::default()
+        };
+        // Until the AVIF pass is made, a client naming AVIF gets WebP.
+        assert_eq!(offered(&first_pass, Jpeg, chromium), [Webp, Webp]);
+        let mut complete = Ladder {
+            later: Vec::new(),
+            ..first_pass
+        };
+        complete.rungs.push(Rung::of_image(Avif, 1, 400));
+        assert_eq!(offered(&complete, Jpeg, chromium), [Avif]);
+        assert_eq!(offered(&complete, Jpeg, "image/webp,*/*"), [Webp, Webp]);
+        assert_eq!(
+            offered(&complete, Jpeg, "image/avif;q=0, image/webp"),
+            [Webp, Webp]
+        );
+        assert_eq!(offered(&complete, Jpeg, "*/*"), [Jpeg]);
+        // A WebP original's own format is shown by whoever asked for it.
+        let webp_original = Ladder {
+            rungs: vec![Rung::of_image(Webp, 1, 700)],
+            ..Ladder::default()
+        };
+        assert_eq!(offered(&webp_original, Webp, "*/*"), [Webp]);
+    }
 }
