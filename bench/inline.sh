@@ -12,8 +12,12 @@
 #   HINTS_CONFIG  more `[hints]` lines for the hints arm (e.g. "early_hints = false")
 #
 # Two servers run side by side from one binary and one origin, differing only in
-# `hints.enabled`; each is asked for the page once first (it learns the manifest).
+# `hints.enabled`; in each cell, each is first asked for the page from behind the link,
+# by the name the browser uses (a manifest belongs to the page's URL, host included).
 # Each load is a fresh Chromium profile (cold cache); loads of the two arms alternate.
+# Both servers keep a JSON access log; after each cell the bench counts, per load, the
+# requests that reached the server before the page's head went out: Chromium acting
+# on the 103 (the hints arm), or nothing (the other), with the link's timing.
 # The page's own script records `loadEventEnd - startTime` (navigation timing) into
 # the title, read back with --dump-dom. The last line is JSON:
 # {"chromium": {"0": {"hints": MS, "none": MS}, "200": {…}, "1000": {…}}, "pair": {"push": MS, "none": MS}}
@@ -56,7 +60,8 @@ declare -A PORT
 for arm in hints none; do
   PORT[$arm]=$(free_port)
   enabled=true; [[ $arm == none ]] && enabled=false
-  printf '[hints]\nenabled = %s\n' "$enabled" > "$TMP/$arm.toml"
+  printf '[log]\naccess = "%s"\naccess_format = "json"\n[hints]\nenabled = %s\n' \
+    "$TMP/$arm-access.jsonl" "$enabled" > "$TMP/$arm.toml"
   [[ $arm == hints ]] && printf '%s\n' "${HINTS_CONFIG:-}" >> "$TMP/$arm.toml"
   "$WIREFOLD" serve --origin "http://127.0.0.1:$ORIGIN_PORT" --listen "0.0.0.0:${PORT[$arm]}" \
     --admin "127.0.0.1:$(free_port)" --data-dir "$TMP/$arm" --config "$TMP/$arm.toml" \
@@ -69,6 +74,9 @@ SPKI_NONE=$(openssl x509 -in "$TMP/none/self-signed-cert.pem" -pubkey -noout | o
 # One cell: LOADS alternating loads per arm behind the link; prints "arm ms" lines.
 cat > "$TMP/loads.sh" <<'SH'
 set -u
+for port in "$PORT_HINTS" "$PORT_NONE"; do
+  curl -sk -o /dev/null -H 'accept: text/html' "https://$WIREFOLD_LINK_HOST:$port/index.html"
+done
 for i in $(seq "$LOADS"); do
   for arm in hints none; do
     port=$([ "$arm" = hints ] && echo "$PORT_HINTS" || echo "$PORT_NONE")
@@ -83,14 +91,39 @@ for i in $(seq "$LOADS"); do
   done
 done
 SH
+# Per load (a browser's connection, after the warm-up request): the requests that
+# arrived before the page's head went out (the page's arrival plus its origin wait).
+cat > "$TMP/early.py" <<'PY'
+import json, statistics, sys
+def arrival(record):  # seconds into the day, from "…THH:MM:SS.mmmZ"
+    h, m, s = record["time"][11:-1].split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+loads = {}
+for line in open(sys.argv[1]):
+    record = json.loads(line)
+    loads.setdefault((record["client"], record["client_port"]), []).append(record)
+early, most = [], 0
+for requests in loads.values():
+    page = next((r for r in requests if r["target"].endswith("/index.html")), None)
+    assets = [r for r in requests if r is not page]
+    if page is None or not assets:
+        continue  # the warm-up: a page alone
+    head_out = arrival(page) + (page["origin_seconds"] or 0)
+    early.append(sum(arrival(r) < head_out for r in assets))
+    most = max(most, len(assets))
+if early:
+    print(f"{len(early)} loads; requests before the page's head: median {statistics.median(early)}, "
+          f"min {min(early)}, max {max(early)} (of up to {most} subresources)")
+else:
+    print("no loads logged")
+PY
 export LOADS TMP SPKI SPKI_NONE PORT_HINTS=${PORT[hints]} PORT_NONE=${PORT[none]}
 median() { sort -n | awk '{v[NR]=$1} END {if (NR==0) print "null"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 json='{"chromium": {'
 sep=""
 for think in $THINK; do
   echo "$think" > "$TMP/think"
-  # Each server learns the page (and its manifest) before the measured loads.
-  for arm in hints none; do curl -sk -o /dev/null "https://127.0.0.1:${PORT[$arm]}/index.html"; done
+  for arm in hints none; do : > "$TMP/$arm-access.jsonl"; done
   log "think $think ms: $LOADS loads per arm over $RATE, $DELAY each way"
   "$WIREFOLD" lab link --rate "$RATE" --delay "$DELAY" -- sh "$TMP/loads.sh" > "$TMP/cell-$think.txt" 2>"$TMP/link-$think.log" \
     || die "lab link failed: $(tail -3 "$TMP/link-$think.log")"
@@ -99,6 +132,10 @@ for think in $THINK; do
   hints=$(awk '$1=="hints" && $2!="fail" {print $2}' "$TMP/cell-$think.txt" | median)
   none=$(awk '$1=="none" && $2!="fail" {print $2}' "$TMP/cell-$think.txt" | median)
   log "think $think ms: median loadEventEnd hints $hints ms, none $none ms"
+  sleep 1 # the access logs reach their files within one batch interval
+  for arm in hints none; do
+    log "think $think ms, $arm: $(python3 "$TMP/early.py" "$TMP/$arm-access.jsonl")"
+  done
   json+="$sep\"$think\": {\"hints\": $hints, \"none\": $none}"
   sep=", "
 done

@@ -1563,7 +1563,9 @@ fn certificate(dir: &Path) -> (PathBuf, PathBuf, String) {
 #[derive(Default)]
 struct HeldPage {
     page_requests: std::sync::atomic::AtomicUsize,
-    /// Set by the stylesheet's request; awaited by a held page request.
+    /// Set by the browser's request for the stylesheet (not wirefold's own reading of
+    /// it after the first page: that would leave a permit which a later held page
+    /// takes at once, whatever the browser does); awaited by a held page request.
     stylesheet_requested: tokio::sync::Notify,
     /// For each held page request: whether the stylesheet was requested before the
     /// page's answer left the origin.
@@ -1606,7 +1608,14 @@ async fn held_page_origin(state: Arc<HeldPage>, limit: Duration) -> SocketAddr {
                                 ordinary("text/html", "no-cache", HINTED_PAGE)
                             }
                             "/hinted.css" => {
-                                state.stylesheet_requested.notify_one();
+                                let from_browser = req
+                                    .headers()
+                                    .get(hyper::header::USER_AGENT)
+                                    .and_then(|ua| ua.to_str().ok())
+                                    .is_some_and(|ua| ua.contains("Chrome"));
+                                if from_browser {
+                                    state.stylesheet_requested.notify_one();
+                                }
                                 ordinary("text/css", "no-store", "#done { color: green }")
                             }
                             _ => ordinary("text/plain", "no-store", "not here"),

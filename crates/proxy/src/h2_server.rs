@@ -153,12 +153,19 @@ async fn answer<R: Responder>(
             done: false,
         })
     });
+    // For the debug lines that time an exchange's heads (when a browser acts on a 103
+    // is found by comparing them with its requests' arrivals); a cheap clone (`Bytes`).
+    let uri = request.uri().clone();
     if let Some(fields) = responder.early_hints(&request, conn).await {
+        let links = fields.len();
         let mut early = Response::new(());
         *early.status_mut() = StatusCode::EARLY_HINTS;
         *early.headers_mut() = fields;
-        if let Err(e) = respond.send_informational(early) {
-            tracing::debug!(error = %e, "103 Early Hints not sent");
+        match respond.send_informational(early) {
+            Ok(()) => {
+                tracing::debug!(peer = %conn.peer, path = uri.path(), links, "103 Early Hints sent")
+            }
+            Err(e) => tracing::debug!(error = %e, "103 Early Hints not sent"),
         }
     }
     // What a pushed request carries over from the page's: how the client decodes,
@@ -174,8 +181,12 @@ async fn answer<R: Responder>(
         .remove::<crate::pipeline::hint::PushPromises>()
         .unwrap_or_default();
     let end = body.is_end_stream();
+    let status = parts.status;
     let send = match respond.send_response(Response::from_parts(parts, ()), end) {
-        Ok(send) => send,
+        Ok(send) => {
+            tracing::debug!(peer = %conn.peer, path = uri.path(), %status, "response head sent");
+            send
+        }
         // The client reset the stream or left: the body is dropped unread.
         Err(e) => return tracing::debug!(error = %e, "h2 response not sent"),
     };

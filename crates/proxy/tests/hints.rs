@@ -216,10 +216,18 @@ async fn early_hints_over_http2_for_a_known_page_before_the_origin_answers() {
     let second = heads(&curl_verbose(&url, &page).await);
     assert_eq!(second.len(), 2, "a 103, then the page: {second:?}");
     assert_eq!(second[0].0, 103);
+    // Without `nopush`: Chromium ignores a 103's link carrying an attribute it does
+    // not know.
+    let early_links = |links: &[String]| -> Vec<String> {
+        links
+            .iter()
+            .map(|l| l.strip_suffix("; nopush").unwrap_or(l).to_string())
+            .collect()
+    };
     assert_eq!(
         second[0].1,
-        first[0].1[..3],
-        "the latest manifest's render-blocking links"
+        early_links(&first[0].1),
+        "the latest manifest's links"
     );
     assert_eq!(second[1], first[0]);
 
@@ -232,19 +240,22 @@ async fn early_hints_over_http2_for_a_known_page_before_the_origin_answers() {
     assert_eq!(metric(&metrics, "wirefold_early_hints_total"), 1.0);
     assert_eq!(
         metric(&metrics, "wirefold_hint_links_total{response=\"early\"}"),
-        3.0
+        5.0
     );
     proxy.running.shutdown().await;
 
-    let everything = start_proxy(&origin.url(""), |c| {
+    let render_blocking = start_proxy(&origin.url(""), |c| {
         c.tls.self_signed = true;
-        c.hints.early_hints_render_blocking_only = false;
+        c.hints.early_hints_render_blocking_only = true;
     })
     .await;
-    curl_verbose(&everything.url("/"), &page).await;
-    let all = heads(&curl_verbose(&everything.url("/"), &page).await);
-    assert_eq!((all[0].0, &all[0].1), (103, &first[0].1));
-    everything.running.shutdown().await;
+    curl_verbose(&render_blocking.url("/"), &page).await;
+    let blocking = heads(&curl_verbose(&render_blocking.url("/"), &page).await);
+    assert_eq!(
+        (blocking[0].0, &blocking[0].1),
+        (103, &early_links(&first[0].1[..3]))
+    );
+    render_blocking.running.shutdown().await;
 
     let off = start_proxy(&origin.url(""), |c| {
         c.tls.self_signed = true;

@@ -23,10 +23,11 @@ pub struct HintConfig {
     /// origin answers (browsers act on 103 over HTTP/2 and HTTP/3 only).
     pub early_hints: bool,
     /// A 103 announces only render-blocking entries (stylesheets, head scripts,
-    /// fonts: what the page's head asks for first anyway); the rest waits for the
-    /// final response's `Link`. Preloads started from a 103 compete with the page
-    /// itself for the client's link, and the HTTP/2 listener does not prioritise
-    /// streams (docs/benchmarks.md, inline download).
+    /// fonts); the rest waits for the final response's `Link`. Off by default: with
+    /// Chromium acting on the 103, naming images too cost nothing when the origin
+    /// answers at once and saved the most when it thinks (docs/benchmarks.md, inline
+    /// download); on, for links where preloads would compete with the page itself
+    /// (the HTTP/2 listener does not prioritise streams).
     pub early_hints_render_blocking_only: bool,
     /// Links per response, at most: the best-ranked entries of the manifest.
     pub max_links: usize,
@@ -52,7 +53,7 @@ impl Default for HintConfig {
         HintConfig {
             enabled: true,
             early_hints: true,
-            early_hints_render_blocking_only: true,
+            early_hints_render_blocking_only: false,
             max_links: 8,
             max_link_bytes: 2048,
             cross_site: false,
@@ -176,7 +177,8 @@ pub fn hint(
         .map(str::to_string)
         .collect();
     let pushing = config.push && !ctx.profile.client_hints.save_data;
-    let links = preload_links(config, &origin, entries, pushing, |target| {
+    let carrier = Carrier::FinalResponse { pushing };
+    let links = preload_links(config, &origin, entries, carrier, |target| {
         named.iter().any(|n| n.contains(&format!("<{target}>")))
     });
     let added = links.len();
@@ -215,7 +217,9 @@ pub fn early_hints(
     } else {
         entries
     };
-    let links = preload_links(config, &ctx.origin(), entries, false, |_| false);
+    let links = preload_links(config, &ctx.origin(), entries, Carrier::EarlyHints, |_| {
+        false
+    });
     if links.is_empty() {
         return None;
     }
@@ -226,6 +230,20 @@ pub fn early_hints(
     Some(fields)
 }
 
+/// The response a preload link goes out in, which decides its push attribute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Carrier {
+    /// The final response: links to what is not pushed say `nopush`, so that an
+    /// intermediary that pushes from `Link` fields (h2o, nghttpx) leaves them alone;
+    /// with `pushing`, same-origin resources are pushed and their links lose it.
+    FinalResponse { pushing: bool },
+    /// A 103 Early Hints response: no `nopush`. Chromium acts on a 103's link only
+    /// when it knows each of its attributes, and ignores the whole link otherwise
+    /// (`nopush` made it ignore every preload wirefold hinted; docs/benchmarks.md,
+    /// inline download). A 103 is never a push, so there is nothing to say.
+    EarlyHints,
+}
+
 /// One announced resource: its `Link` value, and its path when it is to be pushed.
 struct PreloadLink {
     value: HeaderValue,
@@ -234,12 +252,12 @@ struct PreloadLink {
 
 /// The preload links for `entries`, best first, skipping what a browser would not
 /// use (frames, speculative resources) and what `already_named`, within the bounds.
-/// With `pushing`, same-origin resources are marked to be pushed.
+/// Their push attributes are those of `carrier`.
 fn preload_links(
     config: &HintConfig,
     origin: &str,
     entries: &[ManifestEntry],
-    pushing: bool,
+    carrier: Carrier,
     already_named: impl Fn(&str) -> bool,
 ) -> Vec<PreloadLink> {
     let mut links = Vec::new();
@@ -248,7 +266,7 @@ fn preload_links(
         if links.len() == config.max_links {
             break;
         }
-        let Some(link) = preload_link(origin, entry, pushing, &already_named) else {
+        let Some(link) = preload_link(origin, entry, carrier, &already_named) else {
             continue;
         };
         if bytes + link.value.len() > config.max_link_bytes {
@@ -263,13 +281,13 @@ fn preload_links(
 
 /// One `Link` value: `</app.css>; rel=preload; as=style; nopush`, with `crossorigin`
 /// when the page fetches it with CORS (fonts, modules, `crossorigin` elements) and
-/// `type` for fonts; `nopush` unless it is pushed (`pushing`, same origin). Same-origin
-/// URLs are written as paths (right whatever name the client used for us); a URL
-/// that cannot be a field value is skipped.
+/// `type` for fonts; in a final response, `nopush` unless it is pushed (`pushing`,
+/// same origin). Same-origin URLs are written as paths (right whatever name the
+/// client used for us); a URL that cannot be a field value is skipped.
 fn preload_link(
     origin: &str,
     entry: &ManifestEntry,
-    pushing: bool,
+    carrier: Carrier,
     already_named: impl Fn(&str) -> bool,
 ) -> Option<PreloadLink> {
     let preloadable =
@@ -302,8 +320,9 @@ fn preload_link(
         Some(_) if !entry.module => link.push_str("; crossorigin"),
         _ => {}
     }
+    let pushing = carrier == Carrier::FinalResponse { pushing: true };
     let pushed = same_origin.filter(|_| pushing).map(str::to_string);
-    if pushed.is_none() {
+    if pushed.is_none() && carrier != Carrier::EarlyHints {
         link.push_str("; nopush");
     }
     Some(PreloadLink {
@@ -315,6 +334,8 @@ fn preload_link(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const FINAL: Carrier = Carrier::FinalResponse { pushing: false };
 
     fn entry(url: &str, destination: Destination, priority: Priority) -> ManifestEntry {
         ManifestEntry {
@@ -389,7 +410,7 @@ mod tests {
             &HintConfig::default(),
             "https://e.com",
             &entries,
-            false,
+            FINAL,
             |_| false,
         );
         assert_eq!(
@@ -417,7 +438,7 @@ mod tests {
             ..HintConfig::default()
         };
         assert_eq!(
-            preload_links(&count, "https://e.com", &entries, false, |_| false).len(),
+            preload_links(&count, "https://e.com", &entries, FINAL, |_| false).len(),
             3
         );
         let bytes = HintConfig {
@@ -425,7 +446,7 @@ mod tests {
             max_link_bytes: 300,
             ..HintConfig::default()
         };
-        let links = preload_links(&bytes, "https://e.com", &entries, false, |_| false);
+        let links = preload_links(&bytes, "https://e.com", &entries, FINAL, |_| false);
         assert!(links.iter().map(|l| l.value.len()).sum::<usize>() <= 300);
         assert!(links.len() >= 2, "short links further down still fit");
     }
@@ -453,7 +474,7 @@ mod tests {
             &HintConfig::default(),
             "https://e.com",
             &entries,
-            false,
+            FINAL,
             |t| t == "/a.css",
         );
         assert_eq!(values(&links), ["</c.css>; rel=preload; as=style; nopush"]);
@@ -477,7 +498,7 @@ mod tests {
             &HintConfig::default(),
             "https://e.com",
             &entries,
-            true,
+            Carrier::FinalResponse { pushing: true },
             |_| false,
         );
         assert_eq!(
@@ -489,6 +510,45 @@ mod tests {
         );
         let pushed: Vec<_> = links.iter().map(|l| l.pushed.as_deref()).collect();
         assert_eq!(pushed, [Some("/a.css"), None]);
+    }
+
+    #[test]
+    fn early_hints_links_carry_only_attributes_chromium_knows() {
+        let font = ManifestEntry {
+            crossorigin: Some("anonymous".into()),
+            media_type: Some("font/woff2".into()),
+            ..entry(
+                "https://e.com/f.woff2",
+                Destination::Font,
+                Priority::RenderBlocking,
+            )
+        };
+        let entries = [
+            entry(
+                "https://e.com/a.css",
+                Destination::Style,
+                Priority::RenderBlocking,
+            ),
+            font,
+        ];
+        let links = preload_links(
+            &HintConfig::default(),
+            "https://e.com",
+            &entries,
+            Carrier::EarlyHints,
+            |_| false,
+        );
+        assert_eq!(
+            values(&links),
+            [
+                "</a.css>; rel=preload; as=style",
+                "</f.woff2>; rel=preload; as=font; type=\"font/woff2\"; crossorigin",
+            ]
+        );
+        assert!(
+            links.iter().all(|l| l.pushed.is_none()),
+            "a 103 pushes nothing"
+        );
     }
 
     #[test]
