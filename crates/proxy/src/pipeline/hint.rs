@@ -54,7 +54,7 @@ impl Default for HintConfig {
             enabled: true,
             early_hints: true,
             early_hints_render_blocking_only: false,
-            max_links: 8,
+            max_links: 16,
             max_link_bytes: 2048,
             cross_site: false,
             push: false,
