@@ -2,7 +2,6 @@
 //! the link request, its frames, verification, keeping the instance, the answer.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -20,11 +19,12 @@ use wirefold_http::conditional::{evaluate, last_modified, EntityTag, Preconditio
 use wirefold_http::hop_by_hop::remove_hop_by_hop;
 
 use crate::connection::LinkError;
+use crate::frames::{feed, Frames, FramesError};
 use crate::instances::{may_keep, Received};
-use crate::metrics::{Answered, ClientMetrics, Pushed};
+use crate::metrics::{Answered, Pushed};
 use crate::push::{Promised, Receiver};
 use crate::Client;
-use link_protocol::frame::{self, Frame, FrameError, FrameReader};
+use link_protocol::frame::{self, Frame};
 use link_protocol::reassemble::{
     referenced_instance, Current, Delivery, Outcome, ReassembleError, Reassembler,
 };
@@ -324,12 +324,8 @@ async fn attempt(client: &Client, request: &Proxied, asked: &Asked<'_>) -> Attem
             ),
         ));
     }
-    let mut frames = Frames {
-        body: body::boxed(IdleTimeout::new(response.into_body(), idle)),
-        reader: FrameReader::default(),
-        ended: false,
-        metrics: client.metrics.clone(),
-    };
+    let body = body::boxed(IdleTimeout::new(response.into_body(), idle));
+    let mut frames = Frames::new(body, client.metrics.clone());
     match read_outcome(client, request, asked, &mut frames).await {
         Read::Done(attempt) => attempt,
         Read::Delivered(response, None) => Attempt::Answer(response),
@@ -420,24 +416,6 @@ enum Read {
     /// A full body longer than the buffer limit: stream the rest.
     Stream(Box<Reassembler>),
     LinkFailed(String),
-}
-
-/// Feeds `frame` to `reassembler` and gives it back with the result. The frames that
-/// end an outcome decode deltas and hash whole bodies: that work runs off the reactor.
-pub(crate) async fn feed(
-    mut reassembler: Box<Reassembler>,
-    frame: Frame,
-    held: &HashMap<Hash, Bytes>,
-) -> (Result<Option<Outcome>, ReassembleError>, Box<Reassembler>) {
-    if !matches!(frame, Frame::End { .. } | Frame::Confirm { .. }) {
-        return (reassembler.push(frame, held), reassembler);
-    }
-    let held = held.clone();
-    proxy::blocking::run(move || {
-        let result = reassembler.push(frame, &held);
-        (result, reassembler)
-    })
-    .await
 }
 
 async fn read_outcome(
@@ -745,44 +723,4 @@ fn finish(client: &Client, response: Response<Body>) -> Response<Body> {
         metrics.browser_bytes_delivered.inc_by(sent.bytes);
     });
     Response::from_parts(parts, body)
-}
-
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum FramesError {
-    #[error("{0}")]
-    Frame(FrameError),
-    #[error("{0}")]
-    Link(String),
-}
-
-/// A link response body split into frames.
-pub(crate) struct Frames {
-    body: Body,
-    reader: FrameReader,
-    ended: bool,
-    metrics: Arc<ClientMetrics>,
-}
-
-impl Frames {
-    pub(crate) async fn next(&mut self) -> Result<Option<Frame>, FramesError> {
-        loop {
-            if let Some(frame) = self.reader.next_frame().map_err(FramesError::Frame)? {
-                return Ok(Some(frame));
-            }
-            if self.ended {
-                self.reader.finish().map_err(FramesError::Frame)?;
-                return Ok(None);
-            }
-            match self.body.frame().await {
-                Some(Ok(piece)) => {
-                    if let Ok(data) = piece.into_data() {
-                        self.metrics.link_bytes_received.inc_by(data.len() as u64);
-                        self.reader.push(&data);
-                    }
-                }
-                Some(Err(e)) => return Err(FramesError::Link(e.to_string())),
-                None => self.ended = true,
-            }
-        }
-    }
 }

@@ -13,6 +13,7 @@
 pub mod config;
 mod connection;
 mod exchange;
+mod frames;
 pub mod instances;
 mod listener;
 pub mod metrics;

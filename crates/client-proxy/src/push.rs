@@ -13,8 +13,7 @@ use http::{HeaderMap, Method, StatusCode, Uri};
 use store::Hash;
 use tokio::sync::watch;
 
-use crate::exchange::feed;
-use crate::exchange::Frames;
+use crate::frames::{feed, Frames};
 use crate::instances::{may_keep, Instances, Received};
 use crate::metrics::{ClientMetrics, Pushed};
 use link_protocol::frame::{Frame, MAX_PROMISED};

@@ -13,6 +13,7 @@
 //! [`start`] runs a server (`wirefold serve`) with this end of the link on its main
 //! listener.
 
+mod ending;
 pub mod levels;
 pub mod push;
 pub mod serve;

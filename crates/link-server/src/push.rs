@@ -28,7 +28,7 @@ use wirefold_http::caching::{reuse, Freshness, Reuse};
 use wirefold_http::ContentCoding;
 use wirefold_page::manifest::{Destination, ManifestEntry, Priority};
 
-use crate::serve::{best_ending, link_fields, Ending};
+use crate::ending::{best_ending, link_fields, Ending};
 use crate::{levels, FrameSender, Stopped};
 use link_protocol::frame::{self, Frame, LinkCoding};
 use proxy::model::{ConnInfo, Instance, InstanceBody, RequestContext};
@@ -249,7 +249,7 @@ impl Promised {
                 p.metrics.link_push("withdrawn");
                 continue;
             };
-            let content_type = crate::serve::content_type(&pushed.fields);
+            let content_type = crate::ending::content_type(&pushed.fields);
             let length = pushed.bytes.len() as u64;
             let sent = if self.request.holds(&pushed.hash) {
                 push_confirm(tx, index, pushed.fields, pushed.hash)
