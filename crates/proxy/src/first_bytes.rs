@@ -271,6 +271,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_head_that_arrived_whole_is_read_whole_in_the_first_read() {
+        // hyper's first read: 8 KiB of room. Given only the sniffed bytes, its next
+        // read would double its buffer for the connection's life.
+        let request = b"GET /a/longer/path HTTP/1.1\r\nHost: example.test\r\n\r\n";
+        let (mut client, server) = tokio::io::duplex(1024);
+        client.write_all(request).await.unwrap();
+        let (_, mut replay) = sniff(server, LONG).await.unwrap();
+        let mut first_read = vec![0; 8192];
+        let n = replay.read(&mut first_read).await.unwrap();
+        assert_eq!(&first_read[..n], request);
+    }
+
+    #[tokio::test]
     async fn the_http2_preface_is_told_even_in_pieces_and_replayed() {
         let frames = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00";
         let (protocol, seen) = sniff_and_read(&[

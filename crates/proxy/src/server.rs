@@ -355,6 +355,9 @@ async fn serve_with_hyper<I>(
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)
                 .max_buf_size(limits.max_header_bytes)
+                // The head's own limit, exact: `max_buf_size` alone lets a head through
+                // when the buffer, grown by doubling, happens to hold it whole.
+                .max_header_size(limits.max_header_bytes)
                 .serve_connection(TokioIo::new(io), service)
                 .with_upgrades());
             tokio::select! {
