@@ -389,10 +389,8 @@ async fn serve_with_hyper<I>(
 /// to shut down gracefully, and still driven, so the request in flight gets its answer.
 // Not inlined into its caller, which is generic: there, proving the wait `Send` trips
 // over the compiler's higher-ranked lifetimes ("not general enough").
-fn stop_requested(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Send {
-    async move {
-        let _ = stop.wait_for(|&stopping| stopping).await;
-    }
+async fn stop_requested(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|&stopping| stopping).await;
 }
 
 /// What answers requests on the main listener: the pipeline, and the server proxy's
