@@ -20,7 +20,7 @@ struct State {
 }
 
 /// Marks one piece of work; dropping it (even by a panic) ends that work.
-struct Pending(Arc<State>);
+pub struct Pending(Arc<State>);
 
 impl Drop for Pending {
     fn drop(&mut self) {
@@ -31,7 +31,11 @@ impl Drop for Pending {
 }
 
 impl Background {
-    fn pending(&self) -> Pending {
+    /// Marks work that the caller spawns itself and that holds the mark until it ends.
+    /// For a task that must be small: [`Background::spawn`]'s wrapping `async` block
+    /// keeps the wrapped future twice over (rustc keeps both the captured future and
+    /// the one being awaited).
+    pub fn pending(&self) -> Pending {
         self.state.pending.fetch_add(1, Ordering::AcqRel);
         Pending(self.state.clone())
     }

@@ -12,8 +12,6 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -21,10 +19,11 @@ use tokio::task::JoinHandle;
 use wirefold_http::host::request_host;
 
 use crate::access_log::{AccessLog, AccessLogError};
+use crate::background::{Background, Pending};
 use crate::body::{self, Body};
 use crate::config::Config;
 use crate::files::FileSource;
-use crate::first_bytes::FirstBytesDeadline;
+use crate::first_bytes::{self, FirstBytesDeadline, Protocol};
 use crate::h2_server::H2Settings;
 use crate::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
@@ -75,7 +74,7 @@ pub struct Running {
     pipeline: Arc<Pipeline>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
-    background: crate::background::Background,
+    background: Background,
     grace: Duration,
 }
 
@@ -293,19 +292,105 @@ pub async fn start_with(
     })
 }
 
-fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_millis(config.limits.header_timeout_ms))
-        .max_buf_size(config.limits.max_header_bytes);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(config.limits.max_header_bytes as u32)
-        .keep_alive_interval(Duration::from_secs(30));
-    builder
+/// What hyper needs of the configuration for one connection, taken when it arrives (a
+/// reload applies to new connections).
+#[derive(Clone, Copy)]
+struct ConnectionLimits {
+    header_timeout: Duration,
+    max_header_bytes: usize,
+}
+
+impl ConnectionLimits {
+    fn of(config: &Config) -> Self {
+        ConnectionLimits {
+            header_timeout: Duration::from_millis(config.limits.header_timeout_ms),
+            max_header_bytes: config.limits.max_header_bytes,
+        }
+    }
+}
+
+/// Serves, with hyper, a connection that did not choose `h2` by ALPN: HTTP/1.1 (with
+/// upgrades), or HTTP/2 when it opens with the preface (h2c by prior knowledge). Once
+/// `stop` turns true, the request in flight finishes and the connection closes.
+///
+/// Spawned as the task itself, not wrapped in another `async` block: rustc would keep
+/// the wrapped future twice over (the captured one and the one being awaited).
+async fn serve_with_hyper<I>(
+    io: I,
+    front: Arc<Front>,
+    conn: ConnInfo,
+    limits: ConnectionLimits,
+    stop: watch::Receiver<bool>,
+    // Held until the connection ends: shutdown waits for it.
+    _pending: Pending,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req: Request<Incoming>| {
+        let front = front.clone();
+        // Boxed: hyper keeps the service's future inside the connection's task, so
+        // unboxed, every idle keep-alive connection would hold the space of a whole
+        // pipeline run (docs/benchmarks.md, "Idle connections").
+        Box::pin(
+            async move { Ok::<_, Infallible>(dispatch(&front, req.map(body::boxed), conn).await) },
+        )
+    });
+    let mut stopping = std::pin::pin!(stop_requested(stop));
+    // Boxed: its state (the timer and the first bytes) is needed only until the
+    // protocol is told, and inline it would stay in the connection's task for good.
+    let sniffing = Box::pin(first_bytes::sniff(io, limits.header_timeout));
+    let sniffed = tokio::select! {
+        sniffed = sniffing => sniffed,
+        () = stopping.as_mut() => return,
+    };
+    let (protocol, io) = match sniffed {
+        Ok(told) => told,
+        Err(e) => return tracing::debug!(error = %e, "connection ended before its first request"),
+    };
+    match protocol {
+        Protocol::Http1 => {
+            // Made in place: bound to a name first, then moved into the pin, it would
+            // take its room in the task twice (rustc keeps both places).
+            let mut connection = std::pin::pin!(hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .max_buf_size(limits.max_header_bytes)
+                // The head's own limit, exact: `max_buf_size` alone lets a head through
+                // when the buffer, grown by doubling, happens to hold it whole.
+                .max_header_size(limits.max_header_bytes)
+                .serve_connection(TokioIo::new(io), service)
+                .with_upgrades());
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                () = stopping.as_mut() => connection.as_mut().graceful_shutdown(),
+            }
+            let _ = connection.await;
+        }
+        Protocol::Http2 => {
+            // Boxed: inline, HTTP/2's larger state would size the task of every
+            // HTTP/1.1 connection too.
+            let mut connection = Box::pin(
+                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .timer(TokioTimer::new())
+                    .max_header_list_size(limits.max_header_bytes as u32)
+                    .keep_alive_interval(Duration::from_secs(30))
+                    .serve_connection(TokioIo::new(io), service),
+            );
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                () = stopping.as_mut() => connection.as_mut().graceful_shutdown(),
+            }
+            let _ = connection.await;
+        }
+    }
+}
+
+/// Resolves once `stop` turns true (or its sender is gone): then a connection is asked
+/// to shut down gracefully, and still driven, so the request in flight gets its answer.
+// Not inlined into its caller, which is generic: there, proving the wait `Send` trips
+// over the compiler's higher-ranked lifetimes ("not general enough").
+async fn stop_requested(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|&stopping| stopping).await;
 }
 
 /// What answers requests on the main listener: the pipeline, and the server proxy's
@@ -322,9 +407,8 @@ async fn accept_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let pipeline = &front.pipeline;
-    let graceful = GracefulShutdown::new();
-    // TLS connections (HTTP/2 ones are served outside hyper, so outside `graceful`).
-    let h2_connections = crate::background::Background::default();
+    // Every connection's task; shutdown waits for them (each stops on `stop`).
+    let connections = Background::default();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -342,8 +426,8 @@ async fn accept_loop(
         // Each connection takes the limits in force when it arrives (a reload applies
         // to new connections).
         let config = pipeline.config();
-        let builder = connection_builder(&config);
-        let handshake_timeout = Duration::from_millis(config.limits.header_timeout_ms);
+        let limits = ConnectionLimits::of(&config);
+        let handshake_timeout = limits.header_timeout;
         let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
         if let Some(link) = &front.link {
             link.accepted(socket);
@@ -353,34 +437,27 @@ async fn accept_loop(
             tls: tls.is_some(),
             socket: Some(socket),
         };
-        let service = {
-            let front = front.clone();
-            service_fn(move |req: Request<Incoming>| {
-                let front = front.clone();
-                // Boxed: hyper keeps the service's future inside the connection's task,
-                // so unboxed, every idle keep-alive connection would hold the space of
-                // a whole pipeline run (docs/benchmarks.md, "Idle connections").
-                Box::pin(async move {
-                    Ok::<_, Infallible>(dispatch(&front, req.map(body::boxed), conn).await)
-                })
-            })
-        };
         match &tls {
             None => {
-                let stream = FirstBytesDeadline::new(stream, handshake_timeout);
-                let connection = builder
-                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                    .into_owned();
-                tokio::spawn(graceful.watch(connection));
+                let pending = connections.pending();
+                tokio::spawn(serve_with_hyper(
+                    stream,
+                    front.clone(),
+                    conn,
+                    limits,
+                    stop.clone(),
+                    pending,
+                ));
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
-                let watcher = graceful.watcher();
                 let (front, stop) = (front.clone(), stop.clone());
                 let h2_settings = H2Settings {
                     max_header_list_size: config.limits.max_header_bytes as u32,
                 };
-                h2_connections.spawn(async move {
+                // Shutdown waits for the task while it holds `pending` (to its end).
+                let pending = connections.pending();
+                tokio::spawn(async move {
                     let stream = match tokio::time::timeout(
                         handshake_timeout,
                         acceptor.accept(stream),
@@ -393,16 +470,12 @@ async fn accept_loop(
                         }
                         Err(_) => return tracing::debug!(%peer, "tls handshake timed out"),
                     };
-                    let h2 = stream.get_ref().1.alpn_protocol() == Some(&b"h2"[..]);
-                    let stream = FirstBytesDeadline::new(stream, handshake_timeout);
-                    if h2 {
+                    if stream.get_ref().1.alpn_protocol() == Some(&b"h2"[..]) {
                         // HTTP/2 on the `h2` crate's server: it can send 103 Early Hints.
+                        let stream = FirstBytesDeadline::new(stream, handshake_timeout);
                         crate::h2_server::serve(stream, h2_settings, front, conn, stop).await;
                     } else {
-                        let connection = builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                            .into_owned();
-                        let _ = watcher.watch(connection).await;
+                        serve_with_hyper(stream, front, conn, limits, stop, pending).await;
                     }
                 });
             }
@@ -410,11 +483,10 @@ async fn accept_loop(
     }
     drop(listener);
     let grace = Duration::from_millis(pipeline.config().limits.shutdown_grace_ms);
-    let drained = async {
-        graceful.shutdown().await;
-        h2_connections.idle().await;
-    };
-    if tokio::time::timeout(grace, drained).await.is_err() {
+    if tokio::time::timeout(grace, connections.idle())
+        .await
+        .is_err()
+    {
         tracing::warn!("shutdown grace period over; dropping the remaining connections");
     }
 }
