@@ -497,6 +497,10 @@ impl Variants {
                     let _ = done.send(make_and_count(&pass_job, kept.as_deref(), &pass_metrics));
                 });
                 let made = finished.await.ok().flatten().map(Arc::new);
+                if let Some(ladder) = &made {
+                    // Served from memory during the pause already.
+                    ladders.insert(original, ladder.clone());
+                }
                 let spent = started.elapsed();
                 // The metric says what the budget bounded: the maker's working time.
                 metrics.maker_seconds.inc_by(spent.as_secs_f64());
@@ -505,7 +509,6 @@ impl Variants {
                     // Not kept: a later request queues it again.
                     break;
                 };
-                ladders.insert(original, ladder.clone());
                 so_far = Some(ladder);
             }
             pending
