@@ -50,8 +50,12 @@ pub enum OriginalKind {
 }
 
 impl OriginalKind {
+    /// The kind of original a `Content-Type` names, if it may have variants. AVIF
+    /// originals may not: no AVIF decoder is built in, so they weigh in a page as
+    /// fixed bytes and are never queued.
     pub fn of(content_type: &str) -> Option<OriginalKind> {
         ImageFormat::from_media_type(content_type)
+            .filter(|format| *format != ImageFormat::Avif)
             .map(OriginalKind::Image)
             .or_else(|| TextKind::from_media_type(content_type).map(OriginalKind::Text))
     }
@@ -903,6 +907,15 @@ fn image_rungs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn avif_originals_have_no_variants() {
+        assert_eq!(OriginalKind::of("image/avif"), None);
+        assert_eq!(
+            OriginalKind::of("image/webp"),
+            Some(OriginalKind::Image(ImageFormat::Webp))
+        );
+    }
 
     #[test]
     fn networks_are_slash_24_and_slash_48() {
