@@ -5,9 +5,10 @@
 //! Used by `encode` (plain compression) and the delta engine (dictionary codings and
 //! VCDIFF), and named the same way by the root scanner that precomputes them.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use bytes::Bytes;
 use codec::dictionary::DictionaryCoding;
@@ -84,6 +85,22 @@ impl Variant {
         }
     }
 
+    /// Its store name (see the `Display` impl), without formatting it for the coded
+    /// variants a cached response looks up on every request.
+    pub fn name(&self) -> Cow<'static, str> {
+        match self {
+            Variant::Coded { coding, level } if *level <= MAX_NAMED_LEVEL => {
+                let coding = ContentCoding::ALL.iter().position(|c| c == coding);
+                let index = coding.map(|c| c * (MAX_NAMED_LEVEL as usize + 1) + *level as usize);
+                index.map_or_else(
+                    || self.to_string().into(),
+                    |i| CODED_NAMES[i].as_str().into(),
+                )
+            }
+            _ => self.to_string().into(),
+        }
+    }
+
     /// The level it was made at, `None` for the variants with one form.
     pub fn level(&self) -> Option<u32> {
         match self {
@@ -92,6 +109,20 @@ impl Variant {
         }
     }
 }
+
+/// The highest level of any coding (zstd's).
+const MAX_NAMED_LEVEL: u32 = 22;
+
+/// The names of coded variants at every level (`br-0` … `zstd-22`), by coding (in
+/// `ContentCoding::ALL`'s order), then level.
+static CODED_NAMES: LazyLock<Vec<String>> = LazyLock::new(|| {
+    ContentCoding::ALL
+        .into_iter()
+        .flat_map(|coding| {
+            (0..=MAX_NAMED_LEVEL).map(move |level| Variant::Coded { coding, level }.to_string())
+        })
+        .collect()
+});
 
 /// The store's name of a variant: `br-11`, `dcz:<dictionary hex>-19`,
 /// `vcdiff:<base hex>`, `image:webp-2`, `minified`. Stores written by earlier
@@ -145,10 +176,9 @@ impl DerivedBodies {
 
     /// Whether the body of `variant` is in memory now (it costs nothing to send).
     pub fn in_memory(&self, hash: &Hash, variant: &Variant) -> bool {
-        self.store.as_ref().is_some_and(|s| {
-            s.get_encoding_in_memory(hash, &variant.to_string())
-                .is_some()
-        })
+        self.store
+            .as_ref()
+            .is_some_and(|s| s.get_encoding_in_memory(hash, &variant.name()).is_some())
     }
 
     /// The body derived from the content `hash` as `variant` at level `best`: kept
@@ -168,7 +198,7 @@ impl DerivedBodies {
             return produce_off_reactor(&produce, quick.unwrap_or(best), input_len).await;
         };
         let wanted = variant.at_level(best);
-        let wanted_name = wanted.to_string();
+        let wanted_name = wanted.name();
         if let Some(hit) = store.get_encoding_in_memory(&hash, &wanted_name) {
             self.counters.lookup("hit");
             return hit;
@@ -178,7 +208,7 @@ impl DerivedBodies {
             .map(|q| (q, variant.at_level(q)));
         let (wanted_hit, quick_hit) = tokio::task::spawn_blocking({
             let store = store.clone();
-            let quick_name = quick.as_ref().map(|(_, v)| v.to_string());
+            let quick_name = quick.as_ref().map(|(_, v)| v.name());
             move || {
                 let wanted_hit = store.get_encoding(&hash, &wanted_name).ok().flatten();
                 let quick_hit = match (&wanted_hit, quick_name) {
@@ -279,6 +309,12 @@ mod tests {
             level: 11,
         };
         assert_eq!(coded.to_string(), "br-11");
+        for coding in ContentCoding::ALL {
+            for level in [0, 9, 22, 23] {
+                let variant = Variant::Coded { coding, level };
+                assert_eq!(variant.name(), variant.to_string());
+            }
+        }
         assert_eq!(coded.at_level(5).to_string(), "br-5");
         let dictionary = Variant::DictionaryCoded {
             coding: DictionaryCoding::Dcz,

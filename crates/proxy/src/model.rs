@@ -3,7 +3,7 @@
 //! service, so every stage and every caller of the pipeline may use it.
 
 use std::net::SocketAddr;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -85,25 +85,54 @@ pub struct RequestContext {
     pub started: Instant,
     /// How long the origin took to answer, set by `fetch` for the request's record.
     pub origin_wait: OriginWait,
+    /// [`RequestContext::url`], made on first use (a page asks for it in several
+    /// stages, most requests never), with the length of its origin.
+    url: OnceLock<(Arc<str>, usize)>,
 }
 
 impl RequestContext {
+    pub fn new(
+        profile: ClientProfile,
+        site: String,
+        resource: String,
+        conn: ConnInfo,
+        started: Instant,
+    ) -> RequestContext {
+        RequestContext {
+            profile,
+            site,
+            resource,
+            conn,
+            started,
+            origin_wait: OriginWait::default(),
+            url: OnceLock::new(),
+        }
+    }
+
     /// The URL of the resource asked for, as the client named it: what a page's
     /// relative references resolve against, what its manifest is found by, and what
     /// a page's subresources are named by in it.
-    pub fn url(&self) -> String {
-        format!("{}{}", self.origin(), self.profile.path_and_query())
+    pub fn url(&self) -> Arc<str> {
+        self.url_and_origin_len().0.clone()
     }
 
     /// `scheme://host[:port]` as the client reached us.
-    pub fn origin(&self) -> String {
-        let scheme = if self.conn.tls { "https" } else { "http" };
-        let host = self
-            .profile
-            .host
-            .as_ref()
-            .map_or(self.site.as_str(), |h| h.as_str());
-        format!("{scheme}://{host}")
+    pub fn origin(&self) -> &str {
+        let (url, origin_len) = self.url_and_origin_len();
+        &url[..*origin_len]
+    }
+
+    fn url_and_origin_len(&self) -> &(Arc<str>, usize) {
+        self.url.get_or_init(|| {
+            let scheme = if self.conn.tls { "https" } else { "http" };
+            let host = self
+                .profile
+                .host
+                .as_ref()
+                .map_or(self.site.as_str(), |h| h.as_str());
+            let url = format!("{scheme}://{host}{}", self.profile.path_and_query());
+            (url.into(), scheme.len() + "://".len() + host.len())
+        })
     }
 }
 

@@ -4,12 +4,17 @@
 //! answers (sent by the HTTP/2 listener, `crate::h2_server`). Owns the `[hints]`
 //! configuration.
 
+use std::sync::Arc;
+
 use http::header::LINK;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
+use store::memo::Bounded;
+use store::Hash;
 use wirefold_page::manifest::{Destination, ManifestEntry, ManifestRules, Priority};
 
 use crate::config_error::ConfigError;
+use crate::manifests::PageManifest;
 use crate::model::{Instance, InstanceBody, RequestContext};
 
 /// The `[hints]` section.
@@ -147,6 +152,82 @@ pub struct Hinted {
 #[derive(Clone, Debug, Default)]
 pub struct PushPromises(pub Vec<String>);
 
+/// Preload links of pages answered lately, so that a page served again is not
+/// formatted again: by content, carrier and the bounds that shaped them. A hit must
+/// be of the very manifest (its stylesheets read since, or rebuilt under other rules,
+/// a page's content has a new one) and origin (the same content may be served under
+/// two names).
+pub struct PreloadMemo(Bounded<PreloadKey, Arc<Preloads>>);
+
+/// Page contents whose links are remembered.
+const PAGES_MEMOIZED: usize = 4096;
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct PreloadKey {
+    content: Hash,
+    carrier: Carrier,
+    max_links: usize,
+    max_link_bytes: usize,
+    render_blocking_only: bool,
+}
+
+struct Preloads {
+    /// What the links were made from.
+    manifest: Arc<PageManifest>,
+    origin: Box<str>,
+    links: Vec<PreloadLink>,
+}
+
+impl Default for PreloadMemo {
+    fn default() -> Self {
+        PreloadMemo(Bounded::with_entries(PAGES_MEMOIZED))
+    }
+}
+
+impl PreloadMemo {
+    /// The links `carrier` announces for `manifest`'s page reached at `origin`.
+    fn links(
+        &self,
+        config: &HintConfig,
+        origin: &str,
+        manifest: &Arc<PageManifest>,
+        carrier: Carrier,
+    ) -> Arc<Preloads> {
+        let render_blocking_only =
+            carrier == Carrier::EarlyHints && config.early_hints_render_blocking_only;
+        let key = PreloadKey {
+            content: manifest.hash,
+            carrier,
+            max_links: config.max_links,
+            max_link_bytes: config.max_link_bytes,
+            render_blocking_only,
+        };
+        let same = |p: &Arc<Preloads>| Arc::ptr_eq(&p.manifest, manifest) && *p.origin == *origin;
+        if let Some(hit) = self.0.get(&key).filter(same) {
+            return hit;
+        }
+        let render_blocking: Vec<ManifestEntry>;
+        let entries = if render_blocking_only {
+            render_blocking = manifest
+                .entries
+                .iter()
+                .filter(|e| e.priority == Priority::RenderBlocking)
+                .cloned()
+                .collect();
+            &render_blocking
+        } else {
+            &manifest.entries
+        };
+        let made = Arc::new(Preloads {
+            manifest: manifest.clone(),
+            origin: origin.into(),
+            links: preload_links(config, origin, entries, carrier, |_| false),
+        });
+        self.0.insert(key, made.clone());
+        made
+    }
+}
+
 /// Runs on every instance, after `adapt`. For a page with a manifest (of this very
 /// content: a changed page never announces what it no longer references), appends
 /// `Link: rel=preload` fields for its best-ranked entries, within `config`'s bounds,
@@ -157,11 +238,12 @@ pub struct PushPromises(pub Vec<String>);
 /// `hints.enabled` off.
 pub fn hint(
     config: &HintConfig,
+    memo: &PreloadMemo,
     ctx: &RequestContext,
-    entries: Option<&[ManifestEntry]>,
+    manifest: Option<&Arc<PageManifest>>,
     mut instance: Instance,
 ) -> Hinted {
-    let Some(entries) = entries.filter(|_| config.enabled) else {
+    let Some(manifest) = manifest.filter(|_| config.enabled) else {
         return Hinted {
             instance,
             links: 0,
@@ -169,69 +251,64 @@ pub fn hint(
         };
     };
     let origin = ctx.origin();
-    let named: Vec<String> = instance
+    let pushing = config.push && !ctx.profile.client_hints.save_data;
+    let carrier = Carrier::FinalResponse { pushing };
+    let named: Vec<&str> = instance
         .headers
         .get_all(LINK)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .map(str::to_string)
         .collect();
-    let pushing = config.push && !ctx.profile.client_hints.save_data;
-    let carrier = Carrier::FinalResponse { pushing };
-    let links = preload_links(config, &origin, entries, carrier, |target| {
-        named.iter().any(|n| n.contains(&format!("<{target}>")))
-    });
-    let added = links.len();
+    let links = if named.is_empty() {
+        memo.links(config, origin, manifest, carrier)
+    } else {
+        let links = preload_links(config, origin, &manifest.entries, carrier, |target| {
+            named.iter().any(|n| n.contains(&format!("<{target}>")))
+        });
+        Arc::new(Preloads {
+            manifest: manifest.clone(),
+            origin: origin.into(),
+            links,
+        })
+    };
     let mut pushes = Vec::new();
-    for link in links {
-        if let Some(path) = link.pushed {
-            pushes.push(path);
+    for link in &links.links {
+        if let Some(path) = &link.pushed {
+            pushes.push(path.clone());
         }
-        instance.headers.append(LINK, link.value);
+        instance.headers.append(LINK, link.value.clone());
     }
     Hinted {
         instance,
-        links: added,
+        links: links.links.len(),
         pushes,
     }
 }
 
 /// The fields of a 103 Early Hints response for a page whose latest manifest is
-/// `entries`, or `None` when there is nothing to announce or hints are off.
+/// `manifest`, or `None` when there is nothing to announce or hints are off.
 pub fn early_hints(
     config: &HintConfig,
+    memo: &PreloadMemo,
     ctx: &RequestContext,
-    entries: &[ManifestEntry],
+    manifest: &Arc<PageManifest>,
 ) -> Option<HeaderMap> {
     if !(config.enabled && config.early_hints) {
         return None;
     }
-    let render_blocking: Vec<ManifestEntry>;
-    let entries = if config.early_hints_render_blocking_only {
-        render_blocking = entries
-            .iter()
-            .filter(|e| e.priority == Priority::RenderBlocking)
-            .cloned()
-            .collect();
-        &render_blocking
-    } else {
-        entries
-    };
-    let links = preload_links(config, &ctx.origin(), entries, Carrier::EarlyHints, |_| {
-        false
-    });
-    if links.is_empty() {
+    let preloads = memo.links(config, ctx.origin(), manifest, Carrier::EarlyHints);
+    if preloads.links.is_empty() {
         return None;
     }
     let mut fields = HeaderMap::new();
-    for link in links {
-        fields.append(LINK, link.value);
+    for link in &preloads.links {
+        fields.append(LINK, link.value.clone());
     }
     Some(fields)
 }
 
 /// The response a preload link goes out in, which decides its push attribute.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Carrier {
     /// The final response: links to what is not pushed say `nopush`, so that an
     /// intermediary that pushes from `Link` fields (h2o, nghttpx) leaves them alone;
@@ -548,6 +625,78 @@ mod tests {
         assert!(
             links.iter().all(|l| l.pushed.is_none()),
             "a 103 pushes nothing"
+        );
+    }
+
+    #[test]
+    fn remembered_links_follow_the_origin_the_bounds_and_the_carrier() {
+        let manifest = Arc::new(PageManifest {
+            hash: Hash::of(b"page"),
+            entries: vec![
+                entry(
+                    "https://e.com/a.css",
+                    Destination::Style,
+                    Priority::RenderBlocking,
+                ),
+                entry(
+                    "https://e.com/b.js",
+                    Destination::Script,
+                    Priority::RenderBlocking,
+                ),
+            ],
+            stylesheets_read: false,
+        });
+        let memo = PreloadMemo::default();
+        let config = HintConfig::default();
+        let first = memo.links(&config, "https://e.com", &manifest, FINAL);
+        assert_eq!(
+            values(&first.links),
+            [
+                "</a.css>; rel=preload; as=style; nopush",
+                "</b.js>; rel=preload; as=script; nopush"
+            ]
+        );
+        assert!(Arc::ptr_eq(
+            &first,
+            &memo.links(&config, "https://e.com", &manifest, FINAL)
+        ));
+        // The same content under another name: its own links, absolute.
+        let other = memo.links(&config, "https://f.org", &manifest, FINAL);
+        assert_eq!(
+            values(&other.links)[0],
+            "<https://e.com/a.css>; rel=preload; as=style; nopush"
+        );
+        let one = HintConfig {
+            max_links: 1,
+            ..HintConfig::default()
+        };
+        assert_eq!(
+            memo.links(&one, "https://e.com", &manifest, FINAL)
+                .links
+                .len(),
+            1
+        );
+        assert_eq!(
+            values(
+                &memo
+                    .links(&config, "https://e.com", &manifest, Carrier::EarlyHints)
+                    .links
+            )[0],
+            "</a.css>; rel=preload; as=style"
+        );
+        // The same content's manifest with its stylesheets read: its own links.
+        let read = Arc::new(PageManifest {
+            entries: vec![entry(
+                "https://e.com/f.woff2",
+                Destination::Font,
+                Priority::RenderBlocking,
+            )],
+            stylesheets_read: true,
+            ..(*manifest).clone()
+        });
+        assert_eq!(
+            values(&memo.links(&config, "https://e.com", &read, FINAL).links),
+            ["</f.woff2>; rel=preload; as=font; nopush"]
         );
     }
 

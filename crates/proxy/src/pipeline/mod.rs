@@ -63,6 +63,8 @@ pub struct Pipeline {
     pub metrics: Arc<Metrics>,
     /// Pages' manifests, for the hint stage and for 103 Early Hints.
     pub manifests: Arc<Manifests>,
+    /// The `Link` values made from those manifests lately.
+    preloads: hint::PreloadMemo,
     /// Adaptive fidelity's variants, network estimates and egress fraction.
     pub variants: Arc<Variants>,
     /// Where each request's record goes: the access log and the status page.
@@ -110,6 +112,7 @@ impl Pipeline {
             bodies,
             metrics,
             manifests,
+            preloads: hint::PreloadMemo::default(),
             variants,
             records,
             background,
@@ -235,12 +238,17 @@ impl Pipeline {
         if let Some(manifest) = &manifest {
             self.read_stylesheets(&config.hints, &ctx, manifest);
         }
-        let entries = manifest.as_ref().map(|m| m.entries.as_slice());
         let hint::Hinted {
             instance,
             links,
             pushes,
-        } = hint::hint(&config.hints, &ctx, entries, instance);
+        } = hint::hint(
+            &config.hints,
+            &self.preloads,
+            &ctx,
+            manifest.as_ref(),
+            instance,
+        );
         self.metrics.hinted("final", links);
         let representation =
             encode::encode(&config, &self.bodies, &self.deltas, &ctx, instance).await;
@@ -420,7 +428,7 @@ impl Pipeline {
     /// to announce.
     pub async fn early_hints(&self, ctx: RequestContext) -> Option<http::HeaderMap> {
         let manifest = self.manifests.latest(&ctx.url()).await?;
-        let fields = hint::early_hints(&self.config().hints, &ctx, &manifest.entries)?;
+        let fields = hint::early_hints(&self.config().hints, &self.preloads, &ctx, &manifest)?;
         self.metrics.early_hints.inc();
         self.metrics.hinted("early", fields.len());
         Some(fields)
@@ -437,14 +445,7 @@ impl Pipeline {
         let profile = classify::classify(req).map_err(|e| e.to_string())?;
         let site = self.fetcher.source().site_for(&profile)?;
         let resource = format!("{site}{}", profile.path_and_query());
-        Ok(RequestContext {
-            profile,
-            site,
-            resource,
-            conn,
-            started,
-            origin_wait: Default::default(),
-        })
+        Ok(RequestContext::new(profile, site, resource, conn, started))
     }
 }
 
