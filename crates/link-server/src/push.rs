@@ -402,15 +402,7 @@ mod tests {
     use super::*;
 
     fn entry(url: &str, destination: Destination, priority: Priority) -> ManifestEntry {
-        ManifestEntry {
-            url: url.into(),
-            destination,
-            priority,
-            module: false,
-            crossorigin: None,
-            media_type: None,
-            depth: 0,
-        }
+        ManifestEntry::new(url, destination, priority)
     }
 
     #[test]

@@ -338,15 +338,7 @@ mod tests {
     const FINAL: Carrier = Carrier::FinalResponse { pushing: false };
 
     fn entry(url: &str, destination: Destination, priority: Priority) -> ManifestEntry {
-        ManifestEntry {
-            url: url.into(),
-            destination,
-            priority,
-            module: false,
-            crossorigin: None,
-            media_type: None,
-            depth: 0,
-        }
+        ManifestEntry::new(url, destination, priority)
     }
 
     fn values(links: &[PreloadLink]) -> Vec<&str> {
