@@ -457,3 +457,47 @@ async fn a_pushed_instance_past_its_freshness_is_revalidated_over_the_link() {
         "revalidated over the link: the pushed instance is confirmed"
     );
 }
+
+#[tokio::test]
+async fn a_stylesheets_imports_and_fonts_are_pushed_from_the_next_load_on() {
+    let page = "<!doctype html><html><head><link rel=stylesheet href=/s.css></head>\
+                <body>text</body></html>";
+    let css = "@import url(/base.css);\n\
+               @font-face { font-family: F; src: url(/f.woff2) format(\"woff2\"); }\n\
+               body { font-family: F }\n";
+    let font: &[(&str, &str)] = &[
+        ("content-type", "font/woff2"),
+        ("cache-control", "max-age=3600"),
+    ];
+    let resources = HashMap::from([
+        ("/page.html".to_string(), (PAGE, page.as_bytes().to_vec())),
+        ("/s.css".to_string(), (STATIC_CSS, css.as_bytes().to_vec())),
+        ("/base.css".to_string(), (STATIC_CSS, text("base", 3_000))),
+        ("/f.woff2".to_string(), (font, vec![9u8; 4_000])),
+    ]);
+    let site = site(resources.clone()).await;
+    let pair = start_pair(|_| {}, |_| {}).await;
+    let first = navigate(&pair, &site.origin.url("/page.html")).await;
+    assert_eq!(first.body, page.as_bytes());
+    pushes_ended(&pair, 1.0).await;
+    assert_eq!(
+        server_pushes(&pair, "full").await,
+        1.0,
+        "the first load pushes what the page itself names: /s.css"
+    );
+    // The page's one entry, then the import and the font its stylesheet adds once
+    // read in the background (counted once the manifest with them is in force).
+    metric_reaches(&pair.server, "wirefold_manifest_entries_total", 3.0).await;
+    let pair = pair.with_fresh_client().await;
+    let read_resources = ["/s.css", "/base.css", "/f.woff2"];
+    load_page(&pair, &site, &resources, &read_resources).await;
+    // The stylesheet, its import and its font.
+    all_pushed_whole_and_answered_locally(&pair, 4.0, 3.0).await;
+    for path in read_resources {
+        assert_eq!(
+            site.hits(path),
+            1,
+            "{path}: fetched once, then from the cache"
+        );
+    }
+}

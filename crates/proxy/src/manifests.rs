@@ -139,7 +139,6 @@ impl Manifests {
     /// Puts `manifest` (the same page version, its stylesheets read) in place of the
     /// one kept for the page at `page_url`, in memory and in the store.
     pub async fn replace(&self, page_url: &str, manifest: PageManifest, added_entries: usize) {
-        self.metrics.manifest_entries.inc_by(added_entries as u64);
         let manifest = Arc::new(manifest);
         let still_latest = self
             .latest
@@ -150,6 +149,9 @@ impl Manifests {
             self.latest
                 .insert(page_url.to_string(), Some(manifest.clone()));
         }
+        // Counted once the replacement is in force: a watcher of the count (a test)
+        // finds it served from then on.
+        self.metrics.manifest_entries.inc_by(added_entries as u64);
         if let Some(store) = self.store.clone() {
             let url = page_url.to_string();
             delta::blocking::run(move || write(&store, &url, &manifest)).await;

@@ -233,7 +233,7 @@ impl Pipeline {
             None => None,
         };
         if let Some(manifest) = &manifest {
-            self.read_stylesheets(&config.hints, &ctx, manifest);
+            self.read_stylesheets(&config.hints, ctx.url(), ctx.conn, manifest);
         }
         let entries = manifest.as_ref().map(|m| m.entries.as_slice());
         let hint::Hinted {
@@ -284,13 +284,17 @@ impl Pipeline {
     /// any request. Same-origin stylesheets only (the page's own site is the one
     /// served), at most [`MAX_STYLESHEETS_READ`] per page, `hints.stylesheet_depth`
     /// deep, each once (an import cycle ends). The manifest is then replaced.
-    fn read_stylesheets(
+    ///
+    /// Runs after a shared page is served, on the normal path and over the link (where
+    /// `page_url` is the URL the link request named), so that later loads announce and
+    /// push what the stylesheets need. `conn` is the page request's connection.
+    pub fn read_stylesheets(
         self: &Arc<Self>,
         hints: &hint::HintConfig,
-        ctx: &RequestContext,
+        page_url: String,
+        conn: ConnInfo,
         manifest: &Arc<crate::manifests::PageManifest>,
     ) {
-        let page_url = ctx.url();
         if hints.stylesheet_depth == 0 || !self.manifests.claim_stylesheets(&page_url, manifest) {
             return;
         }
@@ -300,7 +304,6 @@ impl Pipeline {
             hints.manifest_rules(),
             hints.stylesheet_depth,
         );
-        let (host, conn) = (ctx.profile.host.clone(), ctx.conn);
         self.background.spawn(async move {
             let origin = match url::Url::parse(&page_url) {
                 Ok(url) => url.origin(),
@@ -325,8 +328,12 @@ impl Pipeline {
                     continue;
                 }
                 let Some(css) = pipeline
-                    .fetch_stylesheet(&sheet.url, host.as_ref(), conn)
+                    .fetch_without_credentials(&sheet.url, stylesheet_request_fields(), conn)
                     .await
+                    .and_then(|instance| match instance.body {
+                        crate::model::InstanceBody::Whole { bytes, .. } => Some(bytes),
+                        _ => None,
+                    })
                 else {
                     continue;
                 };
@@ -362,40 +369,30 @@ impl Pipeline {
         });
     }
 
-    /// A stylesheet's decoded content, fetched (or found in the cache) the way a
-    /// request for it would be, without credentials; `None` unless a whole 200.
-    async fn fetch_stylesheet(
+    /// The resource at the absolute `url`, fetched (or found in the cache) the way a
+    /// request for it without credentials would be, with `fields` as its request
+    /// fields, and remembered like one; `None` unless it is a whole `200`. For the
+    /// work a page's answer starts: its stylesheets read, its subresources pushed over
+    /// the link. `conn` is the page request's connection.
+    pub async fn fetch_without_credentials(
         self: &Arc<Self>,
         url: &str,
-        host: Option<&http::uri::Authority>,
+        fields: http::HeaderMap,
         conn: ConnInfo,
-    ) -> Option<bytes::Bytes> {
-        let url = url::Url::parse(url).ok()?;
-        let path_and_query = match url.query() {
-            Some(query) => format!("{}?{query}", url.path()),
-            None => url.path().to_string(),
-        };
-        let mut request = Request::builder()
-            .method(Method::GET)
-            .uri(path_and_query)
-            .header(http::header::ACCEPT, "text/css,*/*;q=0.1");
-        if let Some(host) = host {
-            request = request.header(http::header::HOST, host.as_str());
-        }
-        let request = request.body(crate::body::empty()).ok()?;
+    ) -> Option<crate::model::Instance> {
+        let mut request = Request::get(url).body(crate::body::empty()).ok()?;
+        // HTTP/2, whose target names the host: the absolute URL is the request's
+        // whole address, on every source (a server proxy's forward one needs it).
+        *request.version_mut() = http::Version::HTTP_2;
+        *request.headers_mut() = fields;
         let ctx = self.context(&request, conn, Instant::now()).ok()?;
         let fetched = fetch::fetch(&self.fetcher, &ctx, request, None)
             .await
             .ok()?;
         let instance = remember::remember(&self.cache, &self.deltas, &self.metrics, fetched).await;
-        match instance.body {
-            crate::model::InstanceBody::Whole { bytes, .. }
-                if instance.status == StatusCode::OK =>
-            {
-                Some(bytes)
-            }
-            _ => None,
-        }
+        (instance.status == StatusCode::OK
+            && matches!(instance.body, crate::model::InstanceBody::Whole { .. }))
+        .then_some(instance)
     }
 
     /// Whether `req` may get 103 Early Hints, and its context if so: hints and early
@@ -446,6 +443,17 @@ impl Pipeline {
             origin_wait: Default::default(),
         })
     }
+}
+
+/// The fields of a stylesheet's request when a page's stylesheets are read: what a
+/// browser's asks for.
+fn stylesheet_request_fields() -> http::HeaderMap {
+    let mut fields = http::HeaderMap::new();
+    fields.insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static("text/css,*/*;q=0.1"),
+    );
+    fields
 }
 
 /// Stylesheets read per page version, at most: a page linking a thousand costs no
