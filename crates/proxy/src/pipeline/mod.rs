@@ -228,6 +228,7 @@ impl Pipeline {
                 .await
             }
         };
+        let instance = self.scan_streamed_page(&config.hints, &ctx, instance);
         let manifest = match self.manifest_of(&config.hints, &ctx, &instance) {
             Some(building) => Some(building.await),
             None => None,
@@ -267,15 +268,95 @@ impl Pipeline {
         if !hints.enabled || !hint::is_page(instance) {
             return None;
         }
-        let public_path = self.config().cache.is_public_path(ctx.profile.uri.path());
-        let shared =
-            wirefold_http::audience::audience(&ctx.profile.headers, &instance.headers, public_path)
-                .may_derive();
+        let shared = self.shared_page(ctx, instance);
         let (manifests, url, rules) = (self.manifests.clone(), ctx.url(), hints.manifest_rules());
         let (bytes, hash) = (bytes.clone(), *hash);
         // Built here, awaited by the caller: no borrow of the instance (whose body
         // is not `Sync`) lives across the await.
         Some(async move { manifests.of_page(&url, hash, &bytes, &rules, shared).await })
+    }
+
+    /// For a page too large to buffer (a streamed `200` HTML body) the same for
+    /// everyone, with hints on: taps its body so that its manifest is read as it
+    /// passes to the client ([`crate::page_stream`], the first
+    /// `hints.stream_scan_bytes`), then kept as a buffered page's is, and its
+    /// stylesheets read. The client's bytes are not held back; this response gets no
+    /// `Link` fields (they precede a body not yet read), later ones their 103s.
+    /// Every other instance, and a body in a coding wirefold does not decode, is
+    /// returned as it came.
+    fn scan_streamed_page(
+        self: &Arc<Self>,
+        hints: &hint::HintConfig,
+        ctx: &RequestContext,
+        mut instance: crate::model::Instance,
+    ) -> crate::model::Instance {
+        use crate::model::{InstanceBody, StreamCoding};
+        let streamed = matches!(
+            instance.body,
+            InstanceBody::Stream {
+                coding: StreamCoding::Identity | StreamCoding::Known(_),
+                ..
+            }
+        );
+        let scanned = hints.enabled
+            && hints.stream_scan_bytes > 0
+            && streamed
+            && ctx.profile.method == Method::GET
+            && hint::is_html_200(&instance)
+            && self.shared_page(ctx, &instance);
+        if !scanned {
+            return instance;
+        }
+        let InstanceBody::Stream {
+            body,
+            coding,
+            length,
+        } = std::mem::replace(&mut instance.body, InstanceBody::Empty)
+        else {
+            unreachable!("matched as a stream above")
+        };
+        let decoded = match &coding {
+            StreamCoding::Known(c) => Some(*c),
+            _ => None,
+        };
+        let page_url = ctx.url();
+        let bound = crate::page_stream::ScanBound {
+            bytes: hints.stream_scan_bytes,
+            // Room to rank from: a manifest keeps the best of what is found.
+            references: hints.max_manifest_entries.saturating_mul(16),
+        };
+        let (body, scanning) = crate::page_stream::scan(body, decoded, page_url.clone(), bound);
+        instance.body = InstanceBody::Stream {
+            body,
+            coding,
+            length,
+        };
+        let (pipeline, conn) = (self.clone(), ctx.conn);
+        self.background.spawn(async move {
+            let Some(scanned) = scanning.await else {
+                return;
+            };
+            let hints = pipeline.config().hints.clone();
+            let manifest = pipeline
+                .manifests
+                .keep_streamed(
+                    &page_url,
+                    scanned.hash,
+                    scanned.references,
+                    &hints.manifest_rules(),
+                )
+                .await;
+            pipeline.read_stylesheets(&hints, page_url, conn, &manifest);
+        });
+        instance
+    }
+
+    /// Whether the page `instance` answering the request of `ctx` is the same for
+    /// everyone, so its manifest may serve other clients.
+    fn shared_page(&self, ctx: &RequestContext, instance: &crate::model::Instance) -> bool {
+        let public_path = self.config().cache.is_public_path(ctx.profile.uri.path());
+        wirefold_http::audience::audience(&ctx.profile.headers, &instance.headers, public_path)
+            .may_derive()
     }
 
     /// Reads the stylesheets of a page's manifest for their imports and fonts, once
