@@ -118,15 +118,30 @@ async fn server_pushes(pair: &Pair, result: &str) -> f64 {
         .await
 }
 
+/// The promised pushes the server proxy has ended so far, however each ended.
+async fn pushes_ended_in_all(pair: &Pair) -> f64 {
+    let mut ended = 0.0;
+    for result in ["full", "held", "withdrawn"] {
+        ended += server_pushes(pair, result).await;
+    }
+    ended
+}
+
+/// Browser requests the client proxy answered from what it held, fresh: without a
+/// round trip over the link.
+fn answered_locally(pair: &Pair) -> f64 {
+    client_metric(
+        pair,
+        "wirefold_client_requests_total{outcome=\"local_fresh\"}",
+    )
+}
+
 /// Waits until the server proxy has ended `expected` promised pushes in all (it
 /// counts each as it hands it to the link, which may be just after the client proxy
 /// has it); fails after ten seconds.
 async fn pushes_ended(pair: &Pair, expected: f64) {
     for _ in 0..200 {
-        let mut ended = 0.0;
-        for result in ["full", "held", "withdrawn"] {
-            ended += server_pushes(pair, result).await;
-        }
+        let ended = pushes_ended_in_all(pair).await;
         if ended >= expected {
             assert_eq!(ended, expected, "more pushes than promised");
             return;
@@ -136,45 +151,65 @@ async fn pushes_ended(pair: &Pair, expected: f64) {
     panic!("the server proxy did not end {expected} pushes");
 }
 
-/// Loads the page, then its resources as a browser would, checking every body.
-async fn load_page(pair: &Pair, site: &Site, resources: &HashMap<String, Resource>) {
+/// Waits for the server proxy to end `pushed` promised pushes in all, checks that it
+/// sent each whole, and that the client proxy answered `local` browser requests from
+/// what it held: without a round trip over the link.
+async fn all_pushed_whole_and_answered_locally(pair: &Pair, pushed: f64, local: f64) {
+    pushes_ended(pair, pushed).await;
+    assert_eq!(server_pushes(pair, "full").await, pushed);
+    assert_eq!(
+        answered_locally(pair),
+        local,
+        "each pushed resource was held when the browser asked"
+    );
+}
+
+/// The paths of the three resources of `three_resource_site`'s page.
+const THREE: [&str; 3] = ["/s.css", "/a.js", "/i.png"];
+
+/// Loads /page.html, then its resources at `paths` as a browser would, checking every
+/// body.
+async fn load_page(
+    pair: &Pair,
+    site: &Site,
+    resources: &HashMap<String, Resource>,
+    paths: &[&str],
+) {
     let page = navigate(pair, &site.origin.url("/page.html")).await;
     assert_eq!(page.status, 200);
     assert_eq!(page.body, resources["/page.html"].1);
-    for path in ["/s.css", "/a.js", "/i.png"] {
+    for &path in paths {
         let got = get(pair, &site.origin.url(path)).await;
         assert_eq!(got.status, 200, "{path}");
         assert_eq!(got.body, resources[path].1, "{path}");
     }
 }
 
-#[tokio::test]
-async fn a_pages_resources_are_pushed_and_then_answered_without_the_link() {
+/// The three-resource site behind a pair (tweaked as `start_pair` takes it), its page
+/// loaded once with its resources.
+async fn three_resources_loaded(
+    tweak_server: impl FnOnce(&mut proxy::Config),
+    tweak_client: impl FnOnce(&mut client_proxy::ClientConfig),
+) -> (HashMap<String, Resource>, Site, Pair) {
     let resources = three_resource_site();
     let site = site(resources.clone()).await;
-    let pair = start_pair(|_| {}, |_| {}).await;
-    load_page(&pair, &site, &resources).await;
-    pushes_ended(&pair, 3.0).await;
-    assert_eq!(server_pushes(&pair, "full").await, 3.0);
-    assert_eq!(
-        client_metric(
-            &pair,
-            "wirefold_client_requests_total{outcome=\"local_fresh\"}"
-        ),
-        3.0,
-        "each resource was held when the browser asked: no round trip over the link"
-    );
+    let pair = start_pair(tweak_server, tweak_client).await;
+    load_page(&pair, &site, &resources, &THREE).await;
+    (resources, site, pair)
+}
+
+#[tokio::test]
+async fn a_pages_resources_are_pushed_and_then_answered_without_the_link() {
+    let (resources, site, pair) = three_resources_loaded(|_| {}, |_| {}).await;
+    all_pushed_whole_and_answered_locally(&pair, 3.0, 3.0).await;
     assert_eq!(
         client_metric(&pair, "wirefold_client_pushes_total{outcome=\"kept\"}"),
         3.0
     );
-    for path in ["/s.css", "/a.js", "/i.png"] {
+    for path in THREE {
         assert_eq!(site.hits(path), 1, "{path}: fetched once, for the push");
     }
-    let pushed: usize = ["/s.css", "/a.js", "/i.png"]
-        .iter()
-        .map(|p| resources[*p].1.len())
-        .sum();
+    let pushed: usize = THREE.iter().map(|p| resources[*p].1.len()).sum();
     assert_eq!(
         client_metric(&pair, "wirefold_client_push_bytes_total"),
         pushed as f64
@@ -192,10 +227,7 @@ async fn a_request_for_a_resource_still_being_pushed_waits_for_it() {
     let last = get(&pair, &site.origin.url("/i.png")).await;
     assert_eq!(last.body, resources["/i.png"].1);
     assert_eq!(
-        client_metric(
-            &pair,
-            "wirefold_client_requests_total{outcome=\"local_fresh\"}"
-        ),
+        answered_locally(&pair),
         1.0,
         "answered from the push it waited for"
     );
@@ -204,26 +236,14 @@ async fn a_request_for_a_resource_still_being_pushed_waits_for_it() {
 
 #[tokio::test]
 async fn without_push_the_resources_cross_the_link_as_before() {
-    let resources = three_resource_site();
-    let site = site(resources.clone()).await;
-    let pair = start_pair(|c| c.link.push = false, |_| {}).await;
-    load_page(&pair, &site, &resources).await;
+    let (_, _, pair) = three_resources_loaded(|c| c.link.push = false, |_| {}).await;
     assert_eq!(server_pushes(&pair, "full").await, 0.0);
-    assert_eq!(
-        client_metric(
-            &pair,
-            "wirefold_client_requests_total{outcome=\"local_fresh\"}"
-        ),
-        0.0
-    );
+    assert_eq!(answered_locally(&pair), 0.0);
 }
 
 #[tokio::test]
 async fn what_the_client_proxy_holds_is_confirmed_not_pushed_again() {
-    let resources = three_resource_site();
-    let site = site(resources.clone()).await;
-    let pair = start_pair(|_| {}, |_| {}).await;
-    load_page(&pair, &site, &resources).await;
+    let (resources, site, pair) = three_resources_loaded(|_| {}, |_| {}).await;
     // The page again (it is no-cache): its resources are announced as held.
     assert_eq!(
         navigate(&pair, &site.origin.url("/page.html")).await.body,
@@ -249,18 +269,12 @@ async fn what_the_client_proxy_holds_is_confirmed_not_pushed_again() {
 
 #[tokio::test]
 async fn a_client_proxy_that_announces_nothing_gets_what_it_holds_again_and_counts_it() {
-    let resources = three_resource_site();
-    let site = site(resources.clone()).await;
-    let pair = start_pair(|_| {}, |c| c.announce_held = false).await;
-    load_page(&pair, &site, &resources).await;
+    let (resources, site, pair) = three_resources_loaded(|_| {}, |c| c.announce_held = false).await;
     navigate(&pair, &site.origin.url("/page.html")).await;
     get(&pair, &site.origin.url("/i.png")).await;
     pushes_ended(&pair, 6.0).await;
     assert_eq!(server_pushes(&pair, "full").await, 6.0);
-    let wasted: usize = ["/s.css", "/a.js", "/i.png"]
-        .iter()
-        .map(|p| resources[*p].1.len())
-        .sum();
+    let wasted: usize = THREE.iter().map(|p| resources[*p].1.len()).sum();
     assert_eq!(
         client_metric(&pair, "wirefold_client_push_bytes_already_held_total"),
         wasted as f64
@@ -332,10 +346,7 @@ async fn nothing_private_personal_or_unfit_to_reuse_is_pushed() {
         resources["/ok.css"].1
     );
     assert_eq!(
-        client_metric(
-            &pair,
-            "wirefold_client_requests_total{outcome=\"local_fresh\"}"
-        ),
+        answered_locally(&pair),
         1.0,
         "only the pushed /ok.css was answered here"
     );
@@ -347,12 +358,11 @@ async fn nothing_private_personal_or_unfit_to_reuse_is_pushed() {
         1,
         "fetched by the browser's request only"
     );
-    let pushes = ["full", "held", "withdrawn"];
-    let mut total = 0.0;
-    for result in pushes {
-        total += server_pushes(&pair, result).await;
-    }
-    assert_eq!(total, 6.0, "nothing promised for the personalised page");
+    assert_eq!(
+        pushes_ended_in_all(&pair).await,
+        6.0,
+        "nothing promised for the personalised page"
+    );
     // Nor does a page asked for with credentials.
     let authorized = curl(
         &site.origin.url("/page.html"),
@@ -369,12 +379,9 @@ async fn nothing_private_personal_or_unfit_to_reuse_is_pushed() {
     )
     .await;
     assert_eq!(authorized.status, 200);
-    let mut after = 0.0;
-    for result in pushes {
-        after += server_pushes(&pair, result).await;
-    }
     assert_eq!(
-        after, 6.0,
+        pushes_ended_in_all(&pair).await,
+        6.0,
         "nothing promised for a request with credentials"
     );
 }
@@ -436,27 +443,61 @@ async fn a_pushed_instance_past_its_freshness_is_revalidated_over_the_link() {
     navigate(&pair, &site.origin.url("/page.html")).await;
     assert_eq!(get(&pair, &site.origin.url("/brief.css")).await.body, brief);
     assert_eq!(
-        client_metric(
-            &pair,
-            "wirefold_client_requests_total{outcome=\"local_fresh\"}"
-        ),
+        answered_locally(&pair),
         1.0,
         "fresh: answered from the push"
     );
     // Past its three seconds of freshness (and the server's copy's too).
     tokio::time::sleep(std::time::Duration::from_millis(4100)).await;
     assert_eq!(get(&pair, &site.origin.url("/brief.css")).await.body, brief);
-    assert_eq!(
-        client_metric(
-            &pair,
-            "wirefold_client_requests_total{outcome=\"local_fresh\"}"
-        ),
-        1.0,
-        "stale: not answered locally"
-    );
+    assert_eq!(answered_locally(&pair), 1.0, "stale: not answered locally");
     assert_eq!(
         client_metric(&pair, "wirefold_client_requests_total{outcome=\"confirm\"}"),
         1.0,
         "revalidated over the link: the pushed instance is confirmed"
     );
+}
+
+#[tokio::test]
+async fn a_stylesheets_imports_and_fonts_are_pushed_from_the_next_load_on() {
+    let page = "<!doctype html><html><head><link rel=stylesheet href=/s.css></head>\
+                <body>text</body></html>";
+    let css = "@import url(/base.css);\n\
+               @font-face { font-family: F; src: url(/f.woff2) format(\"woff2\"); }\n\
+               body { font-family: F }\n";
+    let font: &[(&str, &str)] = &[
+        ("content-type", "font/woff2"),
+        ("cache-control", "max-age=3600"),
+    ];
+    let resources = HashMap::from([
+        ("/page.html".to_string(), (PAGE, page.as_bytes().to_vec())),
+        ("/s.css".to_string(), (STATIC_CSS, css.as_bytes().to_vec())),
+        ("/base.css".to_string(), (STATIC_CSS, text("base", 3_000))),
+        ("/f.woff2".to_string(), (font, vec![9u8; 4_000])),
+    ]);
+    let site = site(resources.clone()).await;
+    let pair = start_pair(|_| {}, |_| {}).await;
+    let first = navigate(&pair, &site.origin.url("/page.html")).await;
+    assert_eq!(first.body, page.as_bytes());
+    pushes_ended(&pair, 1.0).await;
+    assert_eq!(
+        server_pushes(&pair, "full").await,
+        1.0,
+        "the first load pushes what the page itself names: /s.css"
+    );
+    // The page's one entry, then the import and the font its stylesheet adds once
+    // read in the background (counted once the manifest with them is in force).
+    metric_reaches(&pair.server, "wirefold_manifest_entries_total", 3.0).await;
+    let pair = pair.with_fresh_client().await;
+    let read_resources = ["/s.css", "/base.css", "/f.woff2"];
+    load_page(&pair, &site, &resources, &read_resources).await;
+    // The stylesheet, its import and its font.
+    all_pushed_whole_and_answered_locally(&pair, 4.0, 3.0).await;
+    for path in read_resources {
+        assert_eq!(
+            site.hits(path),
+            1,
+            "{path}: fetched once, then from the cache"
+        );
+    }
 }

@@ -14,12 +14,12 @@
 //! the client proxy resets the stream.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use codec::cost::NetworkPath;
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Method, Request, StatusCode};
+use http::{Method, StatusCode};
 use store::Hash;
 use tokio::sync::mpsc;
 use wirefold_http::audience::audience;
@@ -31,9 +31,9 @@ use wirefold_page::manifest::{Destination, ManifestEntry, Priority};
 use crate::ending::{best_ending, link_fields, Ending};
 use crate::{levels, FrameSender, Stopped};
 use link_protocol::frame::{self, Frame, LinkCoding};
-use proxy::model::{ConnInfo, Instance, InstanceBody, RequestContext};
+use proxy::model::{Instance, InstanceBody, RequestContext};
 use proxy::pipeline::hint::is_page;
-use proxy::pipeline::{fetch, remember, Pipeline};
+use proxy::pipeline::Pipeline;
 
 /// Pushed resources fetched ahead of the one being sent: bounds the instances held in
 /// memory at once, and the origin requests made for a client that goes away.
@@ -134,6 +134,11 @@ pub fn promise(
             .manifests
             .of_page(&page_url, hash, &bytes, &rules, true)
             .await;
+        // As after a page served on the normal path: its stylesheets are read in the
+        // background, so later loads push their imports and fonts too. This load does
+        // not wait for them (each is a fetch, one after another, for up to 16): it
+        // pushes what the page itself names.
+        p.read_stylesheets(&config.hints, page_url.clone(), conn, &manifest);
         let urls = pushed_urls(
             &manifest.entries,
             &origin,
@@ -147,7 +152,9 @@ pub fn promise(
         let fetching = urls.clone();
         tokio::spawn(async move {
             for url in fetching {
-                let instance = fetch_pushed(&p, &url, &fields, conn).await;
+                let instance = p
+                    .fetch_without_credentials(&url, fields.clone(), conn)
+                    .await;
                 // The exchange stopped pushing (the client proxy went away): stop too.
                 if tx.send(instance).await.is_err() {
                     return;
@@ -201,25 +208,6 @@ fn pushed_request_fields(page_request: &HeaderMap) -> HeaderMap {
     }
     fields.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
     fields
-}
-
-/// A promised resource fetched (or found in the cache) as a request without
-/// credentials would be, and remembered like one; `None` unless it is a whole 200.
-async fn fetch_pushed(
-    p: &Arc<Pipeline>,
-    url: &str,
-    fields: &HeaderMap,
-    conn: ConnInfo,
-) -> Option<Instance> {
-    let mut request = Request::get(url).body(proxy::body::empty()).ok()?;
-    // As the page's link request came: HTTP/2, whose target names the host.
-    *request.version_mut() = http::Version::HTTP_2;
-    *request.headers_mut() = fields.clone();
-    let ctx = p.context(&request, conn, Instant::now()).ok()?;
-    let fetched = fetch::fetch(&p.fetcher, &ctx, request, None).await.ok()?;
-    let instance = remember::remember(&p.cache, &p.deltas, &p.metrics, fetched).await;
-    (instance.status == StatusCode::OK && matches!(instance.body, InstanceBody::Whole { .. }))
-        .then_some(instance)
 }
 
 impl Promised {
@@ -402,15 +390,7 @@ mod tests {
     use super::*;
 
     fn entry(url: &str, destination: Destination, priority: Priority) -> ManifestEntry {
-        ManifestEntry {
-            url: url.into(),
-            destination,
-            priority,
-            module: false,
-            crossorigin: None,
-            media_type: None,
-            depth: 0,
-        }
+        ManifestEntry::new(url, destination, priority)
     }
 
     #[test]

@@ -18,11 +18,10 @@ pub mod manifest;
 mod sizes;
 mod srcset;
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use lol_html::html_content::Element;
-use lol_html::{element, HtmlRewriter, Settings};
+use lol_html::element;
+use lol_html::send::{Element, HtmlRewriter, Settings};
 use url::Url;
 
 /// What a reference is, as far as fetching goes.
@@ -129,9 +128,11 @@ pub fn inline_references(html: &[u8], base: &str) -> Vec<InlineReference> {
 }
 
 /// Streaming form of [`inline_references`]: feed the document in chunks as it arrives.
+/// It is `Send`, so a scan of a page streaming to a client may move between the
+/// threads that feed it.
 pub struct InlineScanner {
     rewriter: HtmlRewriter<'static, fn(&[u8])>,
-    state: Rc<RefCell<ScanState>>,
+    state: Arc<Mutex<ScanState>>,
     /// Set once lol_html reports an error; the rest of the input is then ignored.
     stopped: bool,
 }
@@ -139,22 +140,25 @@ pub struct InlineScanner {
 impl InlineScanner {
     /// A scanner for the page at `base`.
     pub fn new(base: &str) -> Self {
-        let state = Rc::new(RefCell::new(ScanState {
+        let state = Arc::new(Mutex::new(ScanState {
             base: Url::parse(base).ok(),
             saw_base_element: false,
             in_head: true,
             picture: None,
             found: Vec::new(),
         }));
-        let on_element = Rc::clone(&state);
-        let settings = Settings::new()
+        let on_element = Arc::clone(&state);
+        let settings = Settings::new_send()
             // Best effort over ambiguous markup instead of an error: a browser renders it too.
             .with_strict(false)
             .append_element_content_handler(element!(
                 "base[href], link[href], script[src], img, source, iframe[src], video, \
                  audio[src], object[data], embed[src], input[src], body, picture",
                 move |el| {
-                    on_element.borrow_mut().visit(el);
+                    on_element
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .visit(el);
                     Ok(())
                 }
             ));
@@ -174,6 +178,16 @@ impl InlineScanner {
         }
     }
 
+    /// How many references were found so far: a caller bounding its memory may stop
+    /// feeding past a count.
+    pub fn found(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .found
+            .len()
+    }
+
     /// Ends the document (a truncated one included) and returns the references found.
     pub fn finish(self) -> Vec<InlineReference> {
         if !self.stopped {
@@ -181,7 +195,13 @@ impl InlineScanner {
             // found before it stands.
             let _ = self.rewriter.end();
         }
-        std::mem::take(&mut self.state.borrow_mut().found)
+        std::mem::take(
+            &mut self
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .found,
+        )
     }
 }
 
@@ -209,7 +229,7 @@ const SUPPORTED_IMAGE_TYPES: [&str; 8] = [
 ];
 
 impl ScanState {
-    fn visit(&mut self, el: &Element) {
+    fn visit(&mut self, el: &Element<'_, '_>) {
         let tag = el.tag_name();
         let head_element = matches!(tag.as_str(), "base" | "link" | "script");
         if !head_element {

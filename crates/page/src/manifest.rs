@@ -93,6 +93,22 @@ pub struct ManifestEntry {
     pub depth: u8,
 }
 
+impl ManifestEntry {
+    /// An entry found in the page itself (depth 0), fetched without CORS, with no
+    /// declared type and not a module; the other fields are set where they differ.
+    pub fn new(url: impl Into<String>, destination: Destination, priority: Priority) -> Self {
+        ManifestEntry {
+            url: url.into(),
+            destination,
+            priority,
+            module: false,
+            crossorigin: None,
+            media_type: None,
+            depth: 0,
+        }
+    }
+}
+
 /// What the manifest keeps.
 #[derive(Clone, Debug)]
 pub struct ManifestRules {

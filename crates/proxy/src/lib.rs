@@ -20,6 +20,7 @@ pub mod manifests;
 pub mod metrics;
 pub mod model;
 pub mod origin;
+pub mod page_stream;
 pub mod page_weight;
 pub mod pipeline;
 pub mod record;

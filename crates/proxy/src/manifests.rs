@@ -122,6 +122,37 @@ impl Manifests {
         manifest
     }
 
+    /// The manifest of a streamed page at `page_url` the same for everyone, read from
+    /// `references` as it passed (`crate::page_stream`; `hash` names the bytes read),
+    /// kept as the page's latest like a buffered page's; the one already kept when it
+    /// is of the same bytes (its stylesheets may have been read since).
+    pub async fn keep_streamed(
+        &self,
+        page_url: &str,
+        hash: Hash,
+        references: Vec<wirefold_page::InlineReference>,
+        rules: &ManifestRules,
+    ) -> Arc<PageManifest> {
+        if let Some(known) = self.latest(page_url).await.filter(|m| m.hash == hash) {
+            return known;
+        }
+        let (url, rules) = (page_url.to_string(), rules.clone());
+        let entries = delta::blocking::run(move || page_manifest(&references, &url, &rules)).await;
+        let manifest = Arc::new(PageManifest {
+            hash,
+            entries,
+            stylesheets_read: false,
+        });
+        self.metrics.manifest_built(manifest.entries.len());
+        self.latest
+            .insert(page_url.to_string(), Some(manifest.clone()));
+        if let Some(store) = self.store.clone() {
+            let (url, kept) = (page_url.to_string(), manifest.clone());
+            delta::blocking::run(move || write(&store, &url, &kept)).await;
+        }
+        manifest
+    }
+
     /// Claims the reading of `manifest`'s stylesheets for the page at `page_url`:
     /// true for the first caller, false when read or being read.
     pub fn claim_stylesheets(&self, page_url: &str, manifest: &PageManifest) -> bool {
@@ -139,7 +170,6 @@ impl Manifests {
     /// Puts `manifest` (the same page version, its stylesheets read) in place of the
     /// one kept for the page at `page_url`, in memory and in the store.
     pub async fn replace(&self, page_url: &str, manifest: PageManifest, added_entries: usize) {
-        self.metrics.manifest_entries.inc_by(added_entries as u64);
         let manifest = Arc::new(manifest);
         let still_latest = self
             .latest
@@ -150,6 +180,9 @@ impl Manifests {
             self.latest
                 .insert(page_url.to_string(), Some(manifest.clone()));
         }
+        // Counted once the replacement is in force: a watcher of the count (a test)
+        // finds it served from then on.
+        self.metrics.manifest_entries.inc_by(added_entries as u64);
         if let Some(store) = self.store.clone() {
             let url = page_url.to_string();
             delta::blocking::run(move || write(&store, &url, &manifest)).await;
@@ -182,11 +215,20 @@ fn latest_key(page_url: &str) -> String {
 
 /// Writes a version's manifest and points the page's latest at it. A failed write
 /// only costs the next start a parse.
+///
+/// Both records reference the page's body, so evicting it removes them. A streamed
+/// page's body is not in the store: its records reference the manifest itself, kept
+/// as a blob, so they are evicted like anything else rather than kept for ever.
 fn write(store: &Store, page_url: &str, manifest: &PageManifest) {
     let written = serde_json::to_vec(manifest)
         .map_err(|e| e.to_string())
         .and_then(|value| {
-            let refs = [manifest.hash];
+            let anchor = if store.has_blob(&manifest.hash) {
+                manifest.hash
+            } else {
+                store.put_blob(&value).map_err(|e| e.to_string())?
+            };
+            let refs = [anchor];
             store
                 .put_record(&version_key(&manifest.hash, page_url), &value, &refs)
                 .and_then(|()| {

@@ -84,15 +84,7 @@ mod tests {
     use wirefold_page::manifest::{Destination, ManifestEntry, Priority};
 
     fn entry(url: &str) -> ManifestEntry {
-        ManifestEntry {
-            url: url.to_owned(),
-            destination: Destination::Image,
-            priority: Priority::EagerImage,
-            module: false,
-            crossorigin: None,
-            media_type: None,
-            depth: 0,
-        }
+        ManifestEntry::new(url, Destination::Image, Priority::EagerImage)
     }
 
     #[test]

@@ -474,3 +474,106 @@ async fn push_sends_the_announced_resources_to_clients_that_enable_it() {
     assert!(promised_paths(&save_data).is_empty(), "{save_data}");
     proxy.running.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_page_too_large_to_buffer_gets_its_manifest_as_it_streams() {
+    let big: &'static str =
+        Box::leak(format!("{PAGE}{}", "<p>more of the page</p>\n".repeat(10_000)).into_boxed_str());
+    let origin = page_origin(big).await;
+    let proxy = start_proxy(&origin.url(""), |c| {
+        c.tls.self_signed = true;
+        c.limits.max_buffered_body = 64 * 1024;
+    })
+    .await;
+    let url = proxy.url("/");
+    let page = ["--http2", "-H", "accept: text/html"];
+    // Streamed: its head went out before its body was read, so it names nothing.
+    let first = heads(&curl_verbose(&url, &page).await);
+    assert_eq!(first, [(200, Vec::new())]);
+    metric_reaches(&proxy, "wirefold_manifests_built_total", 1.0).await;
+    let second = heads(&curl_verbose(&url, &page).await);
+    assert_eq!(second.len(), 2, "a 103, then the page: {second:?}");
+    assert_eq!(
+        second[0],
+        (
+            103,
+            vec![
+                "</site.css>; rel=preload; as=style".to_string(),
+                "</f.woff2>; rel=preload; as=font; type=\"font/woff2\"; crossorigin".to_string(),
+                "</head.js>; rel=preload; as=script".to_string(),
+                "</hero.jpg>; rel=preload; as=image".to_string(),
+                "</late.js>; rel=preload; as=script".to_string(),
+            ]
+        ),
+        "the streamed page's manifest, as a buffered one's"
+    );
+    proxy.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_page_that_never_ends_is_served_while_its_scan_stops_at_its_bound() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An endless page: a head naming a stylesheet, then new images for ever, in
+    // chunks of a few KiB.
+    let origin = raw_origin(|mut stream| async move {
+        if read_head(&mut stream).await.is_none() {
+            return;
+        }
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\n\
+                    transfer-encoding: chunked\r\n\r\n";
+        let start = "<html><head><link rel=stylesheet href=/s.css></head><body>";
+        let mut sent = stream.write_all(head.as_bytes()).await.is_ok()
+            && write_chunk(&mut stream, start.as_bytes()).await;
+        let mut image = 0;
+        while sent {
+            let mut chunk = String::new();
+            for _ in 0..200 {
+                chunk.push_str(&format!("<img src=/i{image}.png>"));
+                image += 1;
+            }
+            sent = write_chunk(&mut stream, chunk.as_bytes()).await;
+        }
+    })
+    .await;
+    let proxy = start_proxy(&format!("http://{origin}"), |c| {
+        c.limits.max_buffered_body = 64 * 1024;
+        c.hints.stream_scan_bytes = 256 * 1024;
+    })
+    .await;
+    let mut client = tokio::net::TcpStream::connect(proxy.running.addr)
+        .await
+        .unwrap();
+    client
+        .write_all(b"GET / HTTP/1.1\r\nhost: x\r\naccept: text/html\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut client).await.expect("a response head");
+    assert!(head.starts_with(b"HTTP/1.1 200"));
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut received = 0;
+    // Well past the scan's bound: the page goes on flowing.
+    while received < 4 << 20 {
+        let read = client.read(&mut buffer).await.unwrap();
+        assert!(read > 0, "the page goes on");
+        received += read;
+    }
+    // The scan ended at its bound while the page went on, and kept what a buffered
+    // page with thousands of references keeps: its best-ranked 64.
+    metric_reaches(&proxy, "wirefold_manifests_built_total", 1.0).await;
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(metric(&metrics, "wirefold_manifest_entries_total"), 64.0);
+    while received < 8 << 20 {
+        let read = client.read(&mut buffer).await.unwrap();
+        assert!(read > 0, "the page goes on after the scan stopped");
+        received += read;
+    }
+}
+
+/// Writes `data` as one chunk of a chunked body; false once the peer is gone.
+async fn write_chunk(stream: &mut tokio::net::TcpStream, data: &[u8]) -> bool {
+    use tokio::io::AsyncWriteExt;
+    let size = format!("{:x}\r\n", data.len());
+    stream.write_all(size.as_bytes()).await.is_ok()
+        && stream.write_all(data).await.is_ok()
+        && stream.write_all(b"\r\n").await.is_ok()
+}

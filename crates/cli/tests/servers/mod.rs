@@ -49,6 +49,19 @@ pub async fn start_pair(
         .await
         .expect("server proxy starts");
     let server = Proxy { running, data };
+    let (client, client_data) = start_client(&server, tweak_client).await;
+    Pair {
+        server,
+        client,
+        client_data,
+    }
+}
+
+/// A client proxy linked to `server`, with a store of its own (empty).
+async fn start_client(
+    server: &Proxy,
+    tweak_client: impl FnOnce(&mut client_proxy::ClientConfig),
+) -> (client_proxy::RunningClient, tempfile::TempDir) {
     let client_data = tempfile::tempdir().unwrap();
     let mut client_config = client_proxy::ClientConfig {
         upstream: format!("https://localhost:{}", server.running.addr.port()),
@@ -63,9 +76,19 @@ pub async fn start_pair(
     let client = client_proxy::start(client_config)
         .await
         .expect("client proxy starts");
-    Pair {
-        server,
-        client,
-        client_data,
+    (client, client_data)
+}
+
+impl Pair {
+    /// The same server proxy with a new client proxy, which holds nothing yet (the
+    /// old one stops): a second browser, or the first one after a fresh start.
+    pub async fn with_fresh_client(self) -> Pair {
+        let (client, client_data) = start_client(&self.server, |_| {}).await;
+        self.client.shutdown().await;
+        Pair {
+            server: self.server,
+            client,
+            client_data,
+        }
     }
 }

@@ -51,6 +51,10 @@ pub struct HintConfig {
     /// through the cache like any request, after the page is served): 0 reads none,
     /// 1 the page's own stylesheets, 2 also what they import.
     pub stylesheet_depth: u8,
+    /// Bytes of a streamed page (one over `limits.max_buffered_body`) read for its
+    /// manifest as it passes to the client (`crate::page_stream`): its first this
+    /// many, decoded. 0 reads none.
+    pub stream_scan_bytes: usize,
 }
 
 impl Default for HintConfig {
@@ -65,6 +69,7 @@ impl Default for HintConfig {
             push: false,
             max_manifest_entries: 64,
             stylesheet_depth: 2,
+            stream_scan_bytes: 1024 * 1024,
         }
     }
 }
@@ -78,6 +83,9 @@ pub const MAX_LINK_BYTES: usize = 16 * 1024;
 pub const MAX_STYLESHEET_DEPTH: u8 = 4;
 /// The most manifest entries per page.
 pub const MAX_MANIFEST_ENTRIES: usize = 1024;
+/// The most of a streamed page read for its manifest: twice what a buffered page may
+/// be, so a stream costs no more parsing than the pages that are read whole.
+pub const MAX_STREAM_SCAN_BYTES: usize = 16 * 1024 * 1024;
 
 impl HintConfig {
     /// Every problem in the section, each naming its key.
@@ -110,6 +118,12 @@ impl HintConfig {
             0,
             MAX_STYLESHEET_DEPTH.into(),
         );
+        bound(
+            "hints.stream_scan_bytes",
+            self.stream_scan_bytes,
+            0,
+            MAX_STREAM_SCAN_BYTES,
+        );
         problems
     }
 
@@ -125,6 +139,11 @@ impl HintConfig {
 /// Whether `instance` is a page whose manifest hints are made from: a whole 200
 /// HTML body.
 pub fn is_page(instance: &Instance) -> bool {
+    is_html_200(instance) && matches!(instance.body, InstanceBody::Whole { .. })
+}
+
+/// Whether `instance` is a 200 HTML answer, whatever form its body has.
+pub fn is_html_200(instance: &Instance) -> bool {
     let html = instance
         .headers
         .get(http::header::CONTENT_TYPE)
@@ -133,7 +152,7 @@ pub fn is_page(instance: &Instance) -> bool {
             let essence = wirefold_http::media_type_essence(t);
             essence == "text/html" || essence == "application/xhtml+xml"
         });
-    html && instance.status == StatusCode::OK && matches!(instance.body, InstanceBody::Whole { .. })
+    html && instance.status == StatusCode::OK
 }
 
 /// What the hint stage did to a response.
@@ -415,15 +434,7 @@ mod tests {
     const FINAL: Carrier = Carrier::FinalResponse { pushing: false };
 
     fn entry(url: &str, destination: Destination, priority: Priority) -> ManifestEntry {
-        ManifestEntry {
-            url: url.into(),
-            destination,
-            priority,
-            module: false,
-            crossorigin: None,
-            media_type: None,
-            depth: 0,
-        }
+        ManifestEntry::new(url, destination, priority)
     }
 
     fn values(links: &[PreloadLink]) -> Vec<&str> {
@@ -707,10 +718,12 @@ mod tests {
             max_links: 0,
             max_link_bytes: 1 << 20,
             max_manifest_entries: 0,
+            stream_scan_bytes: MAX_STREAM_SCAN_BYTES + 1,
             ..HintConfig::default()
         };
         let keys: Vec<String> = bad.problems().iter().map(|p| p.to_string()).collect();
-        assert_eq!(keys.len(), 3, "{keys:?}");
+        assert_eq!(keys.len(), 4, "{keys:?}");
+        assert!(keys[3].starts_with("`hints.stream_scan_bytes`"));
         assert!(keys[0].starts_with("`hints.max_links`"));
     }
 }

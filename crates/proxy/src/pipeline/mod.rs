@@ -231,12 +231,13 @@ impl Pipeline {
                 .await
             }
         };
+        let instance = self.scan_streamed_page(&config.hints, &ctx, instance);
         let manifest = match self.manifest_of(&config.hints, &ctx, &instance) {
             Some(building) => Some(building.await),
             None => None,
         };
         if let Some(manifest) = &manifest {
-            self.read_stylesheets(&config.hints, &ctx, manifest);
+            self.read_stylesheets(&config.hints, ctx.url(), ctx.conn, manifest);
         }
         let hint::Hinted {
             instance,
@@ -275,15 +276,95 @@ impl Pipeline {
         if !hints.enabled || !hint::is_page(instance) {
             return None;
         }
-        let public_path = self.config().cache.is_public_path(ctx.profile.uri.path());
-        let shared =
-            wirefold_http::audience::audience(&ctx.profile.headers, &instance.headers, public_path)
-                .may_derive();
+        let shared = self.shared_page(ctx, instance);
         let (manifests, url, rules) = (self.manifests.clone(), ctx.url(), hints.manifest_rules());
         let (bytes, hash) = (bytes.clone(), *hash);
         // Built here, awaited by the caller: no borrow of the instance (whose body
         // is not `Sync`) lives across the await.
         Some(async move { manifests.of_page(&url, hash, &bytes, &rules, shared).await })
+    }
+
+    /// For a page too large to buffer (a streamed `200` HTML body) the same for
+    /// everyone, with hints on: taps its body so that its manifest is read as it
+    /// passes to the client ([`crate::page_stream`], the first
+    /// `hints.stream_scan_bytes`), then kept as a buffered page's is, and its
+    /// stylesheets read. The client's bytes are not held back; this response gets no
+    /// `Link` fields (they precede a body not yet read), later ones their 103s.
+    /// Every other instance, and a body in a coding wirefold does not decode, is
+    /// returned as it came.
+    fn scan_streamed_page(
+        self: &Arc<Self>,
+        hints: &hint::HintConfig,
+        ctx: &RequestContext,
+        mut instance: crate::model::Instance,
+    ) -> crate::model::Instance {
+        use crate::model::{InstanceBody, StreamCoding};
+        let streamed = matches!(
+            instance.body,
+            InstanceBody::Stream {
+                coding: StreamCoding::Identity | StreamCoding::Known(_),
+                ..
+            }
+        );
+        let scanned = hints.enabled
+            && hints.stream_scan_bytes > 0
+            && streamed
+            && ctx.profile.method == Method::GET
+            && hint::is_html_200(&instance)
+            && self.shared_page(ctx, &instance);
+        if !scanned {
+            return instance;
+        }
+        let InstanceBody::Stream {
+            body,
+            coding,
+            length,
+        } = std::mem::replace(&mut instance.body, InstanceBody::Empty)
+        else {
+            unreachable!("matched as a stream above")
+        };
+        let decoded = match &coding {
+            StreamCoding::Known(c) => Some(*c),
+            _ => None,
+        };
+        let page_url = ctx.url();
+        let bound = crate::page_stream::ScanBound {
+            bytes: hints.stream_scan_bytes,
+            // Room to rank from: a manifest keeps the best of what is found.
+            references: hints.max_manifest_entries.saturating_mul(16),
+        };
+        let (body, scanning) = crate::page_stream::scan(body, decoded, page_url.clone(), bound);
+        instance.body = InstanceBody::Stream {
+            body,
+            coding,
+            length,
+        };
+        let (pipeline, conn) = (self.clone(), ctx.conn);
+        self.background.spawn(async move {
+            let Some(scanned) = scanning.await else {
+                return;
+            };
+            let hints = pipeline.config().hints.clone();
+            let manifest = pipeline
+                .manifests
+                .keep_streamed(
+                    &page_url,
+                    scanned.hash,
+                    scanned.references,
+                    &hints.manifest_rules(),
+                )
+                .await;
+            pipeline.read_stylesheets(&hints, page_url, conn, &manifest);
+        });
+        instance
+    }
+
+    /// Whether the page `instance` answering the request of `ctx` is the same for
+    /// everyone, so its manifest may serve other clients.
+    fn shared_page(&self, ctx: &RequestContext, instance: &crate::model::Instance) -> bool {
+        let public_path = self.config().cache.is_public_path(ctx.profile.uri.path());
+        wirefold_http::audience::audience(&ctx.profile.headers, &instance.headers, public_path)
+            .may_derive()
     }
 
     /// Reads the stylesheets of a page's manifest for their imports and fonts, once
@@ -292,13 +373,17 @@ impl Pipeline {
     /// any request. Same-origin stylesheets only (the page's own site is the one
     /// served), at most [`MAX_STYLESHEETS_READ`] per page, `hints.stylesheet_depth`
     /// deep, each once (an import cycle ends). The manifest is then replaced.
-    fn read_stylesheets(
+    ///
+    /// Runs after a shared page is served, on the normal path and over the link (where
+    /// `page_url` is the URL the link request named), so that later loads announce and
+    /// push what the stylesheets need. `conn` is the page request's connection.
+    pub fn read_stylesheets(
         self: &Arc<Self>,
         hints: &hint::HintConfig,
-        ctx: &RequestContext,
+        page_url: String,
+        conn: ConnInfo,
         manifest: &Arc<crate::manifests::PageManifest>,
     ) {
-        let page_url = ctx.url();
         if hints.stylesheet_depth == 0 || !self.manifests.claim_stylesheets(&page_url, manifest) {
             return;
         }
@@ -308,7 +393,6 @@ impl Pipeline {
             hints.manifest_rules(),
             hints.stylesheet_depth,
         );
-        let (host, conn) = (ctx.profile.host.clone(), ctx.conn);
         self.background.spawn(async move {
             let origin = match url::Url::parse(&page_url) {
                 Ok(url) => url.origin(),
@@ -333,8 +417,12 @@ impl Pipeline {
                     continue;
                 }
                 let Some(css) = pipeline
-                    .fetch_stylesheet(&sheet.url, host.as_ref(), conn)
+                    .fetch_without_credentials(&sheet.url, stylesheet_request_fields(), conn)
                     .await
+                    .and_then(|instance| match instance.body {
+                        crate::model::InstanceBody::Whole { bytes, .. } => Some(bytes),
+                        _ => None,
+                    })
                 else {
                     continue;
                 };
@@ -370,40 +458,30 @@ impl Pipeline {
         });
     }
 
-    /// A stylesheet's decoded content, fetched (or found in the cache) the way a
-    /// request for it would be, without credentials; `None` unless a whole 200.
-    async fn fetch_stylesheet(
+    /// The resource at the absolute `url`, fetched (or found in the cache) the way a
+    /// request for it without credentials would be, with `fields` as its request
+    /// fields, and remembered like one; `None` unless it is a whole `200`. For the
+    /// work a page's answer starts: its stylesheets read, its subresources pushed over
+    /// the link. `conn` is the page request's connection.
+    pub async fn fetch_without_credentials(
         self: &Arc<Self>,
         url: &str,
-        host: Option<&http::uri::Authority>,
+        fields: http::HeaderMap,
         conn: ConnInfo,
-    ) -> Option<bytes::Bytes> {
-        let url = url::Url::parse(url).ok()?;
-        let path_and_query = match url.query() {
-            Some(query) => format!("{}?{query}", url.path()),
-            None => url.path().to_string(),
-        };
-        let mut request = Request::builder()
-            .method(Method::GET)
-            .uri(path_and_query)
-            .header(http::header::ACCEPT, "text/css,*/*;q=0.1");
-        if let Some(host) = host {
-            request = request.header(http::header::HOST, host.as_str());
-        }
-        let request = request.body(crate::body::empty()).ok()?;
+    ) -> Option<crate::model::Instance> {
+        let mut request = Request::get(url).body(crate::body::empty()).ok()?;
+        // HTTP/2, whose target names the host: the absolute URL is the request's
+        // whole address, on every source (a server proxy's forward one needs it).
+        *request.version_mut() = http::Version::HTTP_2;
+        *request.headers_mut() = fields;
         let ctx = self.context(&request, conn, Instant::now()).ok()?;
         let fetched = fetch::fetch(&self.fetcher, &ctx, request, None)
             .await
             .ok()?;
         let instance = remember::remember(&self.cache, &self.deltas, &self.metrics, fetched).await;
-        match instance.body {
-            crate::model::InstanceBody::Whole { bytes, .. }
-                if instance.status == StatusCode::OK =>
-            {
-                Some(bytes)
-            }
-            _ => None,
-        }
+        (instance.status == StatusCode::OK
+            && matches!(instance.body, crate::model::InstanceBody::Whole { .. }))
+        .then_some(instance)
     }
 
     /// Whether `req` may get 103 Early Hints, and its context if so: hints and early
@@ -447,6 +525,17 @@ impl Pipeline {
         let resource = format!("{site}{}", profile.path_and_query());
         Ok(RequestContext::new(profile, site, resource, conn, started))
     }
+}
+
+/// The fields of a stylesheet's request when a page's stylesheets are read: what a
+/// browser's asks for.
+fn stylesheet_request_fields() -> http::HeaderMap {
+    let mut fields = http::HeaderMap::new();
+    fields.insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static("text/css,*/*;q=0.1"),
+    );
+    fields
 }
 
 /// Stylesheets read per page version, at most: a page linking a thousand costs no

@@ -323,6 +323,20 @@ pub fn status_of(reply: &[u8]) -> Option<u16> {
 }
 
 /// The admin listener's `/metrics` text.
+/// Waits until `proxy`'s metric `name` (with its labels) reaches `expected`, for what
+/// a server does in the background; fails past it or after ten seconds.
+pub async fn metric_reaches(proxy: &Proxy, name: &str, expected: f64) {
+    for _ in 0..200 {
+        let value = proxy.metric(name).await;
+        if value >= expected {
+            assert_eq!(value, expected, "{name}: more than expected");
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{name} did not reach {expected}");
+}
+
 pub async fn metrics_text(proxy: &Proxy) -> String {
     let fetched = curl(&proxy.admin_url("/metrics"), &[]).await;
     assert_eq!(fetched.status, 200);
