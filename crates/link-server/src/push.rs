@@ -138,7 +138,7 @@ pub fn promise(
         // background, so later loads push their imports and fonts too. This load does
         // not wait for them (each is a fetch, one after another, for up to 16): it
         // pushes what the page itself names.
-        p.read_stylesheets(&config.hints, page_url.clone(), conn, &manifest);
+        p.read_stylesheets(&config.hints, &page_url, conn, &manifest);
         let urls = pushed_urls(
             &manifest.entries,
             &origin,

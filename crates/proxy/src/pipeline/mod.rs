@@ -237,7 +237,7 @@ impl Pipeline {
             None => None,
         };
         if let Some(manifest) = &manifest {
-            self.read_stylesheets(&config.hints, ctx.url(), ctx.conn, manifest);
+            self.read_stylesheets(&config.hints, &ctx.url(), ctx.conn, manifest);
         }
         let hint::Hinted {
             instance,
@@ -333,7 +333,7 @@ impl Pipeline {
             // Room to rank from: a manifest keeps the best of what is found.
             references: hints.max_manifest_entries.saturating_mul(16),
         };
-        let (body, scanning) = crate::page_stream::scan(body, decoded, page_url.clone(), bound);
+        let (body, scanning) = crate::page_stream::scan(body, decoded, page_url.to_string(), bound);
         instance.body = InstanceBody::Stream {
             body,
             coding,
@@ -354,7 +354,7 @@ impl Pipeline {
                     &hints.manifest_rules(),
                 )
                 .await;
-            pipeline.read_stylesheets(&hints, page_url, conn, &manifest);
+            pipeline.read_stylesheets(&hints, &page_url, conn, &manifest);
         });
         instance
     }
@@ -380,14 +380,15 @@ impl Pipeline {
     pub fn read_stylesheets(
         self: &Arc<Self>,
         hints: &hint::HintConfig,
-        page_url: String,
+        page_url: &str,
         conn: ConnInfo,
         manifest: &Arc<crate::manifests::PageManifest>,
     ) {
-        if hints.stylesheet_depth == 0 || !self.manifests.claim_stylesheets(&page_url, manifest) {
+        if hints.stylesheet_depth == 0 || !self.manifests.claim_stylesheets(page_url, manifest) {
             return;
         }
-        let (pipeline, manifest, rules, max_depth) = (
+        let (page_url, pipeline, manifest, rules, max_depth) = (
+            page_url.to_string(),
             self.clone(),
             manifest.clone(),
             hints.manifest_rules(),
