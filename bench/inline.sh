@@ -10,6 +10,7 @@
 #   WIREFOLD=PATH a wirefold binary to use (default: cargo build --release --locked)
 #   LOADS=N       loads per cell (default 10); THINK="0 200 1000" (ms); RATE=10mbit; DELAY=50ms (one way)
 #   HINTS_CONFIG  more `[hints]` lines for the hints arm (e.g. "early_hints = false")
+#   CONFIG        more config lines for both arms, sections included (e.g. $'[http2]\nprioritize = false')
 #
 # Two servers run side by side from one binary and one origin, differing only in
 # `hints.enabled`; in each cell, each is first asked for the page from behind the link,
@@ -63,6 +64,7 @@ for arm in hints none; do
   printf '[log]\naccess = "%s"\naccess_format = "json"\n[hints]\nenabled = %s\n' \
     "$TMP/$arm-access.jsonl" "$enabled" > "$TMP/$arm.toml"
   [[ $arm == hints ]] && printf '%s\n' "${HINTS_CONFIG:-}" >> "$TMP/$arm.toml"
+  printf '%s\n' "${CONFIG:-}" >> "$TMP/$arm.toml"
   "$WIREFOLD" serve --origin "http://127.0.0.1:$ORIGIN_PORT" --listen "0.0.0.0:${PORT[$arm]}" \
     --admin "127.0.0.1:$(free_port)" --data-dir "$TMP/$arm" --config "$TMP/$arm.toml" \
     --tls-self-signed >"$TMP/$arm.log" 2>&1 & PIDS+=($!)

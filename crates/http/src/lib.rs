@@ -22,6 +22,8 @@
 //!   images, RFC 2295 `Alternates`, `TCN`, `Negotiate`.
 //! - [`delta`], [`dictionary`], [`digest`]: RFC 3229 and RFC 9842 fields, and the
 //!   digest that lets a client verify a reconstructed instance.
+//! - [`priority`]: RFC 9218 `Priority` and the urgency a request gets by its
+//!   destination, for ordering responses on one connection.
 //!
 //! Every parser accepts any header bytes (including non-UTF-8) and never
 //! panics; where input is ambiguous it takes the reading that cannot serve
@@ -41,6 +43,7 @@ pub mod fidelity;
 mod fields;
 pub mod hop_by_hop;
 pub mod host;
+pub mod priority;
 pub mod range;
 pub mod url_pattern;
 pub mod vary;

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 pub use crate::config_error::ConfigError;
 use serde::{Deserialize, Serialize};
+// The `[http2]` section is the HTTP/2 listener's own.
+pub use crate::h2_server::Http2Config;
 // The `[hints]` section is the hint stage's own.
 pub use crate::pipeline::hint::HintConfig;
 // The `[delta]` section is the delta engine's own.
@@ -48,6 +50,7 @@ pub struct Config {
     pub log_format: LogFormat,
     pub tls: TlsConfig,
     pub limits: Limits,
+    pub http2: Http2Config,
     pub upstream: UpstreamConfig,
     pub cache: CacheConfig,
     pub compression: CompressionConfig,
@@ -73,6 +76,7 @@ impl Default for Config {
             log_format: LogFormat::Human,
             tls: TlsConfig::default(),
             limits: Limits::default(),
+            http2: Http2Config::default(),
             upstream: UpstreamConfig::default(),
             cache: CacheConfig::default(),
             compression: CompressionConfig::default(),
@@ -809,6 +813,7 @@ impl Config {
                 .into_iter()
                 .map(|(key, message)| ConfigError::Invalid { key, message }),
         );
+        problems.extend(self.http2.problems());
         problems.extend(self.hints.problems());
         problems.extend(self.link.problems());
         problems
