@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod model;
 pub mod origin;
 pub mod page_weight;
+mod park;
 pub mod pipeline;
 pub mod record;
 pub mod recorder;
