@@ -349,7 +349,9 @@ async fn an_upgrade_after_a_park_is_passed_through_and_never_parked() {
         .await;
     let (status, _) = client.response().await;
     assert_eq!(status, 101);
-    for message in [&b"hello"[..], b"after a pause longer than the quiet period"] {
+    // Messages that end as a head does, each followed by a pause longer than the quiet
+    // period: the upgraded stream reads through the same IO.
+    for message in [&b"hello\r\n\r\n"[..], b"after a pause\r\n\r\n"] {
         client.send(message).await;
         assert_eq!(client.take(message.len()).await, message);
         tokio::time::sleep(PARKING_PAUSE).await;
@@ -360,7 +362,11 @@ async fn an_upgrade_after_a_park_is_passed_through_and_never_parked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_closes_parked_connections_at_once() {
-    let proxy = proxy_of(echo_origin().await, |_| {}).await;
+    // Idle connections would be closed by the header timeout only long after.
+    let proxy = proxy_of(echo_origin().await, |c| {
+        c.limits.header_timeout_ms = 120_000
+    })
+    .await;
     let mut clients = Vec::new();
     for n in 0..3 {
         let mut client = Client::connect(&proxy).await;
@@ -387,5 +393,47 @@ async fn shutdown_closes_parked_connections_at_once() {
         .expect("shutdown with parked connections completes");
     for mut client in clients {
         assert!(client.closed().await);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_the_client_reads_late_is_sent_whole() {
+    // More than the socket buffers take while the client does not read: long past the
+    // quiet period, the server still holds part of the response (its body still
+    // being read, or in hyper's write buffer).
+    let big: Bytes = (0..6u32 << 20).map(|i| (i % 251) as u8).collect();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    let served = big.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let served = served.clone();
+            let service = service_fn(move |_: Request<Incoming>| {
+                let response = Response::builder()
+                    .header("cache-control", "max-age=600")
+                    .header("content-type", "application/octet-stream")
+                    .body(Full::new(served.clone()))
+                    .unwrap();
+                async move { Ok::<_, Infallible>(response) }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service),
+            );
+        }
+    });
+    let proxy = proxy_of(origin, |_| {}).await;
+    let mut client = Client::connect(&proxy).await;
+    for _ in 0..3 {
+        client.send(get("/big.bin").as_bytes()).await;
+        tokio::time::sleep(PARKING_PAUSE * 2).await;
+        let (status, body) = client.response().await;
+        assert_eq!(status, 200);
+        assert!(
+            body == big,
+            "the body was cut: {} of {} bytes",
+            body.len(),
+            big.len()
+        );
     }
 }
