@@ -413,10 +413,13 @@ async fn serve_with_hyper<I: Transport>(
         let Some((parked, idle_since)) = parts.io.into_inner().into_parked() else {
             return; // the client closed, or hyper closed (`Connection: close`)
         };
-        (io, read_ahead) = (parked, parts.read_buf);
-        if !read_ahead.is_empty() {
+        io = parked;
+        if !parts.read_buf.is_empty() {
+            read_ahead = parts.read_buf;
             continue; // bytes hyper had read go to the next hyper connection at once
         }
+        // Empty, it still holds hyper's 8 KiB read buffer.
+        read_ahead = bytes::Bytes::new();
         let _parked = park::ParkedMark::new(metrics);
         // The same idle limit as hyper's header timer, counted from the same moment.
         tokio::select! {
