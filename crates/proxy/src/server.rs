@@ -407,18 +407,22 @@ async fn serve_with_hyper<I: Transport>(
                 return;
             }
         }
-        let Some(parts) = (*connection).into_parts() else {
-            return; // upgraded: the upgrade's copy owns the stream now
+        // `parts` ends with this `match`: its service and read buffer are not to be
+        // held while parked.
+        let (parked, read_buf) = match (*connection).into_parts() {
+            None => return, // upgraded: the upgrade's copy owns the stream now
+            Some(parts) => (parts.io.into_inner().into_parked(), parts.read_buf),
         };
-        let Some((parked, idle_since)) = parts.io.into_inner().into_parked() else {
+        let Some((parked, idle_since)) = parked else {
             return; // the client closed, or hyper closed (`Connection: close`)
         };
         io = parked;
-        if !parts.read_buf.is_empty() {
-            read_ahead = parts.read_buf;
+        if !read_buf.is_empty() {
+            read_ahead = read_buf;
             continue; // bytes hyper had read go to the next hyper connection at once
         }
         // Empty, it still holds hyper's 8 KiB read buffer.
+        drop(read_buf);
         read_ahead = bytes::Bytes::new();
         let _parked = park::ParkedMark::new(metrics);
         // The same idle limit as hyper's header timer, counted from the same moment.
