@@ -2,7 +2,7 @@
 //!
 //! hyper keeps, for each connection, an 8 KiB read buffer, an 8 KiB write buffer, the
 //! last response's `HeaderMap` and its connection state for as long as the connection
-//! lives, idle or not (docs/benchmarks.md, "Parking idle connections"). A connection
+//! lives, idle or not (docs/benchmarks.md, "idle connections parked outside hyper"). A connection
 //! that stays idle for [`PARK_AFTER`] is therefore ended inside hyper and kept as its
 //! bare socket: [`Parking`], the IO hyper is given, answers hyper's next read with an
 //! end of stream, which hyper takes for a client that closed between requests and
