@@ -2,12 +2,12 @@
 //!
 //! hyper keeps, for each connection, an 8 KiB read buffer, an 8 KiB write buffer, the
 //! last response's `HeaderMap` and its connection state for as long as the connection
-//! lives, idle or not (docs/benchmarks.md, "idle connections parked outside hyper"). A connection
-//! that stays idle for [`PARK_AFTER`] is therefore ended inside hyper and kept as its
-//! bare socket: [`Parking`], the IO hyper is given, answers hyper's next read with an
-//! end of stream, which hyper takes for a client that closed between requests and
-//! ends with `Ok`, its socket untouched; the server then waits for the socket to be
-//! readable and starts a new hyper connection on it.
+//! lives, idle or not (docs/benchmarks.md, "idle connections parked outside hyper").
+//! A connection that stays idle for [`PARK_AFTER`] is therefore ended inside hyper and
+//! kept as its bare socket: [`Parking`], the IO hyper is given, answers hyper's next
+//! read with an end of stream, which hyper takes for a client that closed between
+//! requests and ends with `Ok`, its socket untouched; the server then waits for the
+//! socket to be readable and starts a new hyper connection on it.
 //!
 //! The end of stream is a lie to hyper, safe only when hyper holds nothing of the
 //! client's and owes it nothing. [`Parking`] tells it so only when ALL of these hold:
