@@ -407,9 +407,10 @@ async fn serve_with_hyper<I: Transport>(
                 return;
             }
         }
-        // `parts` ends with this `match`: its service and read buffer are not to be
-        // held while parked.
-        let (parked, read_buf) = match (*connection).into_parts() {
+        // Neither the box hyper's connection was in (a box moved out of is freed only
+        // with its binding) nor `parts` (its service, its read buffer) is to be held
+        // while parked: both end here.
+        let (parked, read_buf) = match unbox(connection).into_parts() {
             None => return, // upgraded: the upgrade's copy owns the stream now
             Some(parts) => (parts.io.into_inner().into_parked(), parts.read_buf),
         };
@@ -436,6 +437,15 @@ async fn serve_with_hyper<I: Transport>(
             () = stopping.as_mut() => return,
         }
     }
+}
+
+/// The value in `boxed`, its box freed at once.
+#[allow(
+    clippy::boxed_local,
+    reason = "the point: the box is freed when this returns, not with the caller's binding"
+)]
+fn unbox<T>(boxed: Box<T>) -> T {
+    *boxed
 }
 
 /// Resolves once `stop` turns true (or its sender is gone): then a connection is asked
