@@ -207,6 +207,21 @@ impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Replay<I> {
 
 write_through!(Replay);
 
+/// A replayed connection parks as its transport does; with sniffed bytes still to
+/// replay, it has bytes to read.
+impl<I: crate::park::Transport> crate::park::Transport for Replay<I> {
+    const PARKS: bool = I::PARKS;
+    fn poll_read_ready(
+        &self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.replayed < self.len {
+            return std::task::Poll::Ready(Ok(()));
+        }
+        self.inner.poll_read_ready(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

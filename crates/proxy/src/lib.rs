@@ -22,6 +22,7 @@ pub mod model;
 pub mod origin;
 pub mod page_stream;
 pub mod page_weight;
+mod park;
 pub mod pipeline;
 pub mod record;
 pub mod recorder;

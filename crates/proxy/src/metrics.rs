@@ -246,6 +246,10 @@ pub struct Metrics {
     pub hint_links: Family<ResponseLabels, Counter>,
     /// 103 Early Hints responses sent.
     pub early_hints: Counter,
+    /// Idle HTTP/1.1 connections held outside hyper now, and how often one was
+    /// parked (`park`).
+    pub connections_parked: Gauge,
+    pub connection_parks: Counter,
     /// Totals kept beside the families so the demo can print a summary cheaply.
     totals: Totals,
 }
@@ -396,6 +400,18 @@ impl Metrics {
             "Subresources pushed over the link with a page, by result",
             link_pushes.clone(),
         );
+        let connections_parked = Gauge::default();
+        registry.register(
+            "connections_parked",
+            "Idle HTTP/1.1 connections parked outside hyper now (no buffers held)",
+            connections_parked.clone(),
+        );
+        let connection_parks = Counter::default();
+        registry.register(
+            "connection_parks",
+            "Times an idle HTTP/1.1 connection was parked",
+            connection_parks.clone(),
+        );
         let decode_memory = Gauge::default();
         registry.register(
             "decode_memory_bytes",
@@ -535,6 +551,8 @@ impl Metrics {
             manifest_entries,
             hint_links,
             early_hints,
+            connections_parked,
+            connection_parks,
             config_reloads,
             access_log,
             decode_memory,

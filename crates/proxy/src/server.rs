@@ -29,6 +29,7 @@ use crate::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
 use crate::model::ConnInfo;
 use crate::origin::Origin;
+use crate::park::{self, Transport};
 use crate::pipeline::fetch::Source;
 use crate::pipeline::Pipeline;
 use crate::record::{Delivery, RequestRecord};
@@ -315,26 +316,15 @@ impl ConnectionLimits {
 ///
 /// Spawned as the task itself, not wrapped in another `async` block: rustc would keep
 /// the wrapped future twice over (the captured one and the one being awaited).
-async fn serve_with_hyper<I>(
+async fn serve_with_hyper<I: Transport>(
     io: I,
     front: Arc<Front>,
     conn: ConnInfo,
     limits: ConnectionLimits,
     stop: watch::Receiver<bool>,
-    // Held until the connection ends: shutdown waits for it.
+    // Held until the connection ends, parked or not: shutdown waits for it.
     _pending: Pending,
-) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let service = service_fn(move |req: Request<Incoming>| {
-        let front = front.clone();
-        // Boxed: hyper keeps the service's future inside the connection's task, so
-        // unboxed, every idle keep-alive connection would hold the space of a whole
-        // pipeline run (docs/benchmarks.md, "Idle connections").
-        Box::pin(
-            async move { Ok::<_, Infallible>(dispatch(&front, req.map(body::boxed), conn).await) },
-        )
-    });
+) {
     let mut stopping = std::pin::pin!(stop_requested(stop));
     // Boxed: its state (the timer and the first bytes) is needed only until the
     // protocol is told, and inline it would stay in the connection's task for good.
@@ -343,46 +333,119 @@ async fn serve_with_hyper<I>(
         sniffed = sniffing => sniffed,
         () = stopping.as_mut() => return,
     };
-    let (protocol, io) = match sniffed {
+    let (protocol, mut io) = match sniffed {
         Ok(told) => told,
         Err(e) => return tracing::debug!(error = %e, "connection ended before its first request"),
     };
-    match protocol {
-        Protocol::Http1 => {
-            // Made in place: bound to a name first, then moved into the pin, it would
-            // take its room in the task twice (rustc keeps both places).
-            let mut connection = std::pin::pin!(hyper::server::conn::http1::Builder::new()
+    if protocol == Protocol::Http2 {
+        let service = service_fn(move |req: Request<Incoming>| {
+            let front = front.clone();
+            Box::pin(async move {
+                Ok::<_, Infallible>(dispatch(&front, req.map(body::boxed), conn).await)
+            })
+        });
+        // Boxed: inline, HTTP/2's larger state would size the task of every HTTP/1.1
+        // connection too.
+        let mut connection = Box::pin(
+            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .max_header_list_size(limits.max_header_bytes as u32)
+                .keep_alive_interval(Duration::from_secs(30))
+                .serve_connection(TokioIo::new(io), service),
+        );
+        tokio::select! {
+            _ = connection.as_mut() => return,
+            () = stopping.as_mut() => connection.as_mut().graceful_shutdown(),
+        }
+        let _ = connection.await;
+        return;
+    }
+    // HTTP/1.1: hyper serves the connection while it is busy; once idle it is parked as
+    // its bare socket and served by a new hyper connection when bytes arrive (`park`).
+    let metrics = &front.pipeline.metrics;
+    let mut read_ahead = bytes::Bytes::new();
+    loop {
+        let exchanges = Arc::new(park::Exchanges::default());
+        let service = {
+            let (front, exchanges) = (front.clone(), exchanges.clone());
+            service_fn(move |req: Request<Incoming>| {
+                let front = front.clone();
+                let answer = exchanges.start(&req);
+                // Boxed: hyper keeps the service's future inside the connection, so
+                // unboxed, every busy connection would hold the space of a whole
+                // pipeline run (docs/benchmarks.md, "Idle connections").
+                Box::pin(async move {
+                    let response = dispatch(&front, req.map(body::boxed), conn).await;
+                    Ok::<_, Infallible>(response.map(|body| park::Answered::new(body, answer)))
+                })
+            })
+        };
+        let parking = park::Parking::new(io, read_ahead, exchanges);
+        // Boxed: a parked connection's task keeps none of hyper's state. With upgrades:
+        // an upgrade takes the IO out of hyper (and `into_parts` then says `None`);
+        // `Parking` never parks a connection that asked for one.
+        let mut connection = Box::new(
+            hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)
                 .max_buf_size(limits.max_header_bytes)
                 // The head's own limit, exact: `max_buf_size` alone lets a head through
                 // when the buffer, grown by doubling, happens to hold it whole.
                 .max_header_size(limits.max_header_bytes)
-                .serve_connection(TokioIo::new(io), service)
-                .with_upgrades());
-            tokio::select! {
-                _ = connection.as_mut() => return,
-                () = stopping.as_mut() => connection.as_mut().graceful_shutdown(),
+                .serve_connection(TokioIo::new(parking), service)
+                .with_upgrades(),
+        );
+        tokio::select! {
+            ended = Pin::new(&mut *connection) => {
+                if ended.is_err() {
+                    return;
+                }
             }
-            let _ = connection.await;
+            () = stopping.as_mut() => {
+                Pin::new(&mut *connection).graceful_shutdown();
+                let _ = Pin::new(&mut *connection).await;
+                return;
+            }
         }
-        Protocol::Http2 => {
-            // Boxed: inline, HTTP/2's larger state would size the task of every
-            // HTTP/1.1 connection too.
-            let mut connection = Box::pin(
-                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .timer(TokioTimer::new())
-                    .max_header_list_size(limits.max_header_bytes as u32)
-                    .keep_alive_interval(Duration::from_secs(30))
-                    .serve_connection(TokioIo::new(io), service),
-            );
-            tokio::select! {
-                _ = connection.as_mut() => return,
-                () = stopping.as_mut() => connection.as_mut().graceful_shutdown(),
+        // Neither the box hyper's connection was in (a box moved out of is freed only
+        // with its binding) nor `parts` (its service, its read buffer) is to be held
+        // while parked: both end here.
+        let (parked, read_buf) = match unbox(connection).into_parts() {
+            None => return, // upgraded: the upgrade's copy owns the stream now
+            Some(parts) => (parts.io.into_inner().into_parked(), parts.read_buf),
+        };
+        let Some((parked, idle_since)) = parked else {
+            return; // the client closed, or hyper closed (`Connection: close`)
+        };
+        io = parked;
+        if !read_buf.is_empty() {
+            read_ahead = read_buf;
+            continue; // bytes hyper had read go to the next hyper connection at once
+        }
+        // Empty, it still holds hyper's 8 KiB read buffer.
+        drop(read_buf);
+        read_ahead = bytes::Bytes::new();
+        let _parked = park::ParkedMark::new(metrics);
+        // The same idle limit as hyper's header timer, counted from the same moment.
+        tokio::select! {
+            ready = std::future::poll_fn(|cx| io.poll_read_ready(cx)) => {
+                if ready.is_err() {
+                    return;
+                }
             }
-            let _ = connection.await;
+            () = tokio::time::sleep_until(idle_since + limits.header_timeout) => return,
+            () = stopping.as_mut() => return,
         }
     }
+}
+
+/// The value in `boxed`, its box freed at once.
+#[allow(
+    clippy::boxed_local,
+    reason = "the point: the box is freed when this returns, not with the caller's binding"
+)]
+fn unbox<T>(boxed: Box<T>) -> T {
+    *boxed
 }
 
 /// Resolves once `stop` turns true (or its sender is gone): then a connection is asked
