@@ -9,8 +9,9 @@
 //! limit), a ping every 30 s answered within 20 s or the connection is closed, and a
 //! graceful shutdown (GOAWAY, in-flight streams finish) when the server stops.
 //!
-//! Order (`[http2] prioritize`, on by default): a connection's responses go out
-//! most urgent first ([`Scheduler`]). Each request's urgency is its RFC 9218
+//! Order (`[http2] prioritize`, off by default: it cost ~5 % CPU per request under
+//! h2load and gained nothing measurable on the inline bench, docs/benchmarks.md): a
+//! connection's responses go out most urgent first ([`Scheduler`]). Each request's urgency is its RFC 9218
 //! `Priority` field, or a default by destination, the page first
 //! ([`Priority::of_request`]); pushes are the least urgent. So that the order holds
 //! on the wire and not only in front of `h2`, what waits below the scheduler is kept
@@ -62,7 +63,7 @@ pub struct Http2Config {
 impl Default for Http2Config {
     fn default() -> Self {
         Http2Config {
-            prioritize: true,
+            prioritize: false,
             unsent_bytes: 32 * 1024,
         }
     }
