@@ -293,6 +293,16 @@ impl Turn {
         }
     }
 
+    /// The most a stream hands `h2` at once: a frame when its order matters, else all
+    /// it has (fewer wakeups per response).
+    fn piece(&self) -> usize {
+        if self.levels.is_some() {
+            ORDERED_SEND_BUFFER
+        } else {
+            usize::MAX
+        }
+    }
+
     /// Waits until no more urgent stream holds data.
     async fn wait(&mut self) {
         if let Some((_, watching)) = &mut self.levels {
@@ -511,9 +521,9 @@ async fn send_body(mut send: SendStream<Bytes>, mut body: Body, mut turn: Turn) 
     }
 }
 
-/// Sends `data` a frame at a time, each when the stream's turn comes and the send
-/// window grants it. Capacity is reserved only once the turn has come: a stream that
-/// waits holds none of the connection's window.
+/// Sends `data` in the pieces the send window grants; with the scheduler, a frame at
+/// a time, each when the stream's turn comes. Capacity is reserved only once the turn
+/// has come: a stream that waits holds none of the connection's window.
 async fn send_data(
     send: &mut SendStream<Bytes>,
     mut data: Bytes,
@@ -524,7 +534,7 @@ async fn send_data(
     }
     while !data.is_empty() {
         turn.wait().await;
-        send.reserve_capacity(data.len().min(ORDERED_SEND_BUFFER));
+        send.reserve_capacity(data.len().min(turn.piece()));
         let granted = match poll_fn(|cx| send.poll_capacity(cx)).await {
             Some(granted) => granted?,
             None => return Err(h2::Error::from(Reason::CANCEL)),
