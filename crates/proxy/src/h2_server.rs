@@ -44,7 +44,7 @@ use tokio::sync::watch;
 use wirefold_http::priority::{Priority, LEAST_URGENT};
 
 use crate::body::{self, Body, BoxError};
-use crate::config::ConfigError;
+use crate::config_error::ConfigError;
 use crate::model::ConnInfo;
 
 /// The `[http2]` section: how responses share an HTTP/2 connection.
