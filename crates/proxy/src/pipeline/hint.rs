@@ -4,7 +4,7 @@
 //! answers (sent by the HTTP/2 listener, `crate::h2_server`). Owns the `[hints]`
 //! configuration.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use http::header::LINK;
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -191,8 +191,10 @@ struct PreloadKey {
 }
 
 struct Preloads {
-    /// What the links were made from.
-    manifest: Arc<PageManifest>,
+    /// What the links were made from: weak, so that the memo keeps no manifest's
+    /// entries alive (the allocation it points at stays, so no other manifest can
+    /// take its address while this is kept).
+    manifest: Weak<PageManifest>,
     origin: Box<str>,
     links: Vec<PreloadLink>,
 }
@@ -221,7 +223,9 @@ impl PreloadMemo {
             max_link_bytes: config.max_link_bytes,
             render_blocking_only,
         };
-        let same = |p: &Arc<Preloads>| Arc::ptr_eq(&p.manifest, manifest) && *p.origin == *origin;
+        let same = |p: &Arc<Preloads>| {
+            std::ptr::eq(p.manifest.as_ptr(), Arc::as_ptr(manifest)) && *p.origin == *origin
+        };
         if let Some(hit) = self.0.get(&key).filter(same) {
             return hit;
         }
@@ -238,7 +242,7 @@ impl PreloadMemo {
             &manifest.entries
         };
         let made = Arc::new(Preloads {
-            manifest: manifest.clone(),
+            manifest: Arc::downgrade(manifest),
             origin: origin.into(),
             links: preload_links(config, origin, entries, carrier, |_| false),
         });
@@ -285,7 +289,7 @@ pub fn hint(
             named.iter().any(|n| n.contains(&format!("<{target}>")))
         });
         Arc::new(Preloads {
-            manifest: manifest.clone(),
+            manifest: Arc::downgrade(manifest),
             origin: origin.into(),
             links,
         })
@@ -671,6 +675,11 @@ mod tests {
             &first,
             &memo.links(&config, "https://e.com", &manifest, FINAL)
         ));
+        assert_eq!(
+            Arc::strong_count(&manifest),
+            1,
+            "the memo keeps no manifest alive"
+        );
         // The same content under another name: its own links, absolute.
         let other = memo.links(&config, "https://f.org", &manifest, FINAL);
         assert_eq!(
