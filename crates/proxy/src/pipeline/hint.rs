@@ -144,15 +144,16 @@ pub fn is_page(instance: &Instance) -> bool {
 
 /// Whether `instance` is a 200 HTML answer, whatever form its body has.
 pub fn is_html_200(instance: &Instance) -> bool {
-    let html = instance
-        .headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| {
-            let essence = wirefold_http::media_type_essence(t);
-            essence == "text/html" || essence == "application/xhtml+xml"
-        });
-    html && instance.status == StatusCode::OK
+    // The status first: a number compared before a field is parsed.
+    instance.status == StatusCode::OK
+        && instance
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| {
+                let essence = wirefold_http::media_type_essence(t);
+                essence == "text/html" || essence == "application/xhtml+xml"
+            })
 }
 
 /// What the hint stage did to a response.
