@@ -207,6 +207,12 @@ impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Replay<I> {
 
 write_through!(Replay);
 
+impl<I: std::os::fd::AsRawFd> std::os::fd::AsRawFd for Replay<I> {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
 /// A replayed connection parks as its transport does; with sniffed bytes still to
 /// replay, it has bytes to read.
 impl<I: crate::park::Transport> crate::park::Transport for Replay<I> {

@@ -31,6 +31,7 @@ pub mod secret;
 pub mod server;
 pub mod status;
 pub mod tls;
+mod trim;
 mod upgrade;
 pub mod variants;
 pub mod variants_build;

@@ -250,6 +250,8 @@ pub struct Metrics {
     /// parked (`park`).
     pub connections_parked: Gauge,
     pub connection_parks: Counter,
+    /// Seconds each give-back of memory freed by parked connections took.
+    pub memory_trims: Histogram,
     /// Totals kept beside the families so the demo can print a summary cheaply.
     totals: Totals,
 }
@@ -412,6 +414,12 @@ impl Metrics {
             "Times an idle HTTP/1.1 connection was parked",
             connection_parks.clone(),
         );
+        let memory_trims = Histogram::new(exponential_buckets(0.0001, 2.0, 14));
+        registry.register(
+            "memory_trim_seconds",
+            "Time each give-back to the kernel of memory freed by parked connections took",
+            memory_trims.clone(),
+        );
         let decode_memory = Gauge::default();
         registry.register(
             "decode_memory_bytes",
@@ -553,6 +561,7 @@ impl Metrics {
             early_hints,
             connections_parked,
             connection_parks,
+            memory_trims,
             config_reloads,
             access_log,
             decode_memory,

@@ -31,11 +31,13 @@
 //! Parking only where it is cheap: plain TCP. A TLS connection keeps hyper (rustls
 //! holds its own buffers; whether it holds plaintext cannot be asked of the socket).
 
+use std::collections::BTreeMap;
 use std::future::Future as _;
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -43,6 +45,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{watch, Notify};
 use tokio::time::{Instant, Sleep};
 
 use crate::body::{Body, BoxError};
@@ -55,7 +58,7 @@ use crate::metrics::Metrics;
 pub const PARK_AFTER: Duration = Duration::from_millis(100);
 
 /// A transport a parked connection can wait on, without hyper, for its next bytes.
-pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+pub trait Transport: AsyncRead + AsyncWrite + AsRawFd + Unpin + Send + Sync + 'static {
     /// Whether connections on this transport are parked.
     const PARKS: bool;
     /// Ready once the transport has bytes (or its end, or an error) to read.
@@ -317,6 +320,125 @@ impl<I: Transport> AsyncWrite for Parking<I> {
         }
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
+}
+
+/// The parked connections of one listener, each by its idle deadline and socket. One
+/// task (`close_when_due`) closes those whose deadline passed, and all of them when
+/// the server stops, so a parked connection's own task needs no timer and no wait on
+/// the stop signal: it holds its socket, a ticket here and little more (a few hundred
+/// bytes, against the serving task's kilobyte and more).
+#[derive(Default)]
+pub struct Lot {
+    spots: Mutex<Spots>,
+    /// Wakes `close_when_due` when a spot's deadline comes before all others.
+    earlier: Notify,
+}
+
+#[derive(Default)]
+struct Spots {
+    /// Socket by (deadline, ticket number). A socket is here only while its parked
+    /// task holds it open: the task leaves (under the lock) before it closes the
+    /// socket, and the socket is shut down only under the lock.
+    open: BTreeMap<(Instant, u64), RawFd>,
+    next_ticket: u64,
+    /// The server stopped: no more parking.
+    closed: bool,
+}
+
+/// A parked connection's place in the [`Lot`]; leaving the lot when dropped.
+pub struct Ticket<'a> {
+    lot: &'a Lot,
+    key: (Instant, u64),
+}
+
+impl Lot {
+    fn spots(&self) -> MutexGuard<'_, Spots> {
+        self.spots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Parks the connection on `socket` until `deadline`; `None` once the server stops.
+    /// The socket must stay open while the ticket lives.
+    pub fn park(&self, socket: RawFd, deadline: Instant) -> Option<Ticket<'_>> {
+        let mut spots = self.spots();
+        if spots.closed {
+            return None;
+        }
+        let key = (deadline, spots.next_ticket);
+        spots.next_ticket += 1;
+        let earliest = spots
+            .open
+            .first_key_value()
+            .is_none_or(|(first, _)| key < *first);
+        spots.open.insert(key, socket);
+        drop(spots);
+        if earliest {
+            self.earlier.notify_one();
+        }
+        Some(Ticket { lot: self, key })
+    }
+
+    /// Closes each parked connection when its deadline passes, and all of them once
+    /// `stop` turns true; runs until then.
+    pub async fn close_when_due(&self, mut stop: watch::Receiver<bool>) {
+        let mut stopping = std::pin::pin!(stop.wait_for(|&stopping| stopping));
+        loop {
+            let next = self
+                .spots()
+                .open
+                .first_key_value()
+                .map(|((due, _), _)| *due);
+            // Without one, an hour: any park before then wakes this through `earlier`.
+            let due = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                () = tokio::time::sleep_until(due) => self.close_due(Instant::now()),
+                () = self.earlier.notified() => {}
+                _ = stopping.as_mut() => break,
+            }
+        }
+        let mut spots = self.spots();
+        spots.closed = true;
+        for socket in std::mem::take(&mut spots.open).into_values() {
+            shut_down(socket);
+        }
+    }
+
+    fn close_due(&self, now: Instant) {
+        let mut spots = self.spots();
+        while let Some(entry) = spots.open.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            shut_down(entry.remove());
+        }
+    }
+}
+
+impl Ticket<'_> {
+    /// Leaves the lot to be served again; `false` when the lot closed the connection
+    /// meanwhile (its deadline passed, or the server stopped).
+    pub fn leave(self) -> bool {
+        let stayed = self.lot.spots().open.remove(&self.key).is_some();
+        // Out of the lot already: dropping would only look again.
+        std::mem::forget(self);
+        stayed
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        self.lot.spots().open.remove(&self.key);
+    }
+}
+
+/// Ends both directions of a parked connection: its task wakes (the socket reads its
+/// end), finds itself out of the lot and closes the socket; the client sees the
+/// close at once.
+fn shut_down(socket: RawFd) {
+    #[allow(unsafe_code, reason = "std cannot shut down a socket it does not own")]
+    // SAFETY: the descriptor is open: it is in the lot, whose lock the caller holds,
+    // and its task closes it only after leaving the lot under that lock. `shutdown`
+    // touches no memory of ours.
+    let _ = unsafe { libc::shutdown(socket, libc::SHUT_RDWR) };
 }
 
 /// Counts a connection parked while it lives.

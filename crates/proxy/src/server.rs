@@ -35,6 +35,7 @@ use crate::pipeline::Pipeline;
 use crate::record::{Delivery, RequestRecord};
 use crate::recorder::{OpenRecord, Records};
 use crate::status::StatusBoard;
+use crate::trim;
 
 /// Why the server could not start; each names what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -257,6 +258,8 @@ pub async fn start_with(
             .filter(|_| config.link.enabled)
             .map(|make| make(pipeline.clone())),
         pipeline: pipeline.clone(),
+        parked: park::Lot::default(),
+        freed: trim::FreedByParks::default(),
     };
     let main = tokio::spawn(accept_loop(
         listener,
@@ -325,45 +328,74 @@ async fn serve_with_hyper<I: Transport>(
     // Held until the connection ends, parked or not: shutdown waits for it.
     _pending: Pending,
 ) {
-    let mut stopping = std::pin::pin!(stop_requested(stop));
     // Boxed: its state (the timer and the first bytes) is needed only until the
     // protocol is told, and inline it would stay in the connection's task for good.
-    let sniffing = Box::pin(first_bytes::sniff(io, limits.header_timeout));
-    let sniffed = tokio::select! {
-        sniffed = sniffing => sniffed,
-        () = stopping.as_mut() => return,
+    // The waits are scoped so that their space is reused by what serves the protocol.
+    let sniffed = {
+        let sniffing = Box::pin(first_bytes::sniff(io, limits.header_timeout));
+        tokio::select! {
+            sniffed = sniffing => sniffed,
+            () = stop_requested(stop.clone()) => return,
+        }
     };
-    let (protocol, mut io) = match sniffed {
+    let (protocol, io) = match sniffed {
         Ok(told) => told,
         Err(e) => return tracing::debug!(error = %e, "connection ended before its first request"),
     };
-    if protocol == Protocol::Http2 {
-        let service = service_fn(move |req: Request<Incoming>| {
-            let front = front.clone();
-            Box::pin(async move {
-                Ok::<_, Infallible>(dispatch(&front, req.map(body::boxed), conn).await)
-            })
-        });
-        // Boxed: inline, HTTP/2's larger state would size the task of every HTTP/1.1
-        // connection too.
-        let mut connection = Box::pin(
-            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .max_header_list_size(limits.max_header_bytes as u32)
-                .keep_alive_interval(Duration::from_secs(30))
-                .serve_connection(TokioIo::new(io), service),
-        );
-        tokio::select! {
-            _ = connection.as_mut() => return,
-            () = stopping.as_mut() => connection.as_mut().graceful_shutdown(),
+    match protocol {
+        Protocol::Http2 => serve_h2c(io, front, conn, limits, stop).await,
+        // HTTP/1.1: hyper serves the connection while it is busy; once idle it is
+        // parked as its bare socket and served by a new hyper connection when bytes
+        // arrive (`park`).
+        Protocol::Http1 => {
+            serve_http1(io, bytes::Bytes::new(), front, conn, limits, stop, _pending).await
         }
-        let _ = connection.await;
-        return;
     }
-    // HTTP/1.1: hyper serves the connection while it is busy; once idle it is parked as
-    // its bare socket and served by a new hyper connection when bytes arrive (`park`).
-    let metrics = &front.pipeline.metrics;
-    let mut read_ahead = bytes::Bytes::new();
+}
+
+/// Serves HTTP/2 by prior knowledge (h2c) with hyper.
+async fn serve_h2c<I: Transport>(
+    io: I,
+    front: Arc<Front>,
+    conn: ConnInfo,
+    limits: ConnectionLimits,
+    stop: watch::Receiver<bool>,
+) {
+    let service = service_fn(move |req: Request<Incoming>| {
+        let front = front.clone();
+        Box::pin(
+            async move { Ok::<_, Infallible>(dispatch(&front, req.map(body::boxed), conn).await) },
+        )
+    });
+    // Boxed: inline, HTTP/2's larger state would size the task of every HTTP/1.1
+    // connection too.
+    let mut connection = Box::pin(
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .max_header_list_size(limits.max_header_bytes as u32)
+            .keep_alive_interval(Duration::from_secs(30))
+            .serve_connection(TokioIo::new(io), service),
+    );
+    tokio::select! {
+        _ = connection.as_mut() => return,
+        () = stop_requested(stop) => connection.as_mut().graceful_shutdown(),
+    }
+    let _ = connection.await;
+}
+
+/// Serves an HTTP/1.1 connection with hyper until it ends or parks; parked, it goes on
+/// in a task of its own (`Parked::wait`), much smaller than this one.
+async fn serve_http1<I: Transport>(
+    io: I,
+    mut read_ahead: bytes::Bytes,
+    front: Arc<Front>,
+    conn: ConnInfo,
+    limits: ConnectionLimits,
+    stop: watch::Receiver<bool>,
+    pending: Pending,
+) {
+    let mut stopping = std::pin::pin!(stop_requested(stop.clone()));
+    let mut io = io;
     loop {
         let exchanges = Arc::new(park::Exchanges::default());
         let service = {
@@ -381,9 +413,9 @@ async fn serve_with_hyper<I: Transport>(
             })
         };
         let parking = park::Parking::new(io, read_ahead, exchanges);
-        // Boxed: a parked connection's task keeps none of hyper's state. With upgrades:
-        // an upgrade takes the IO out of hyper (and `into_parts` then says `None`);
-        // `Parking` never parks a connection that asked for one.
+        // Boxed: so that it is freed when it ends. With upgrades: an upgrade takes the
+        // IO out of hyper (and `into_parts` then says `None`); `Parking` never parks a
+        // connection that asked for one.
         let mut connection = Box::new(
             hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -422,21 +454,87 @@ async fn serve_with_hyper<I: Transport>(
             read_ahead = read_buf;
             continue; // bytes hyper had read go to the next hyper connection at once
         }
-        // Empty, it still holds hyper's 8 KiB read buffer.
+        // Empty, it still holds hyper's 8 KiB read buffer; the rest of this task goes
+        // with it.
         drop(read_buf);
-        read_ahead = bytes::Bytes::new();
-        let _parked = park::ParkedMark::new(metrics);
-        // The same idle limit as hyper's header timer, counted from the same moment.
-        tokio::select! {
-            ready = std::future::poll_fn(|cx| io.poll_read_ready(cx)) => {
-                if ready.is_err() {
-                    return;
-                }
-            }
-            () = tokio::time::sleep_until(idle_since + limits.header_timeout) => return,
-            () = stopping.as_mut() => return,
-        }
+        let parked = Parked {
+            io,
+            front,
+            conn,
+            limits,
+            stop,
+            pending,
+            idle_since,
+        };
+        // Not awaited here: this task, sized for serving, ends.
+        tokio::spawn(parked.wait());
+        return;
     }
+}
+
+/// An HTTP/1.1 connection parked: its socket and what serving it again needs.
+struct Parked<I> {
+    io: I,
+    front: Arc<Front>,
+    conn: ConnInfo,
+    limits: ConnectionLimits,
+    stop: watch::Receiver<bool>,
+    pending: Pending,
+    idle_since: tokio::time::Instant,
+}
+
+impl<I: Transport> Parked<I> {
+    /// Waits in the lot for the client's next bytes, then serves them in a new task;
+    /// the lot closes the connection at the same idle limit as hyper's header timer,
+    /// counted from the same moment, or when the server stops.
+    async fn wait(self) {
+        // Fields used in place, not moved out first: the moved copies would take
+        // space in the task beside `self`.
+        let Some(ticket) = self.front.parked.park(
+            self.io.as_raw_fd(),
+            self.idle_since + self.limits.header_timeout,
+        ) else {
+            return; // the server is stopping
+        };
+        self.front.freed.parked();
+        let parked = park::ParkedMark::new(&self.front.pipeline.metrics);
+        let ready = std::future::poll_fn(|cx| self.io.poll_read_ready(cx)).await;
+        drop(parked);
+        if ready.is_err() || !ticket.leave() {
+            return;
+        }
+        serve_parked_again(
+            self.io,
+            self.front,
+            self.conn,
+            self.limits,
+            self.stop,
+            self.pending,
+        );
+    }
+}
+
+/// Spawns hyper on a parked connection that has bytes to read. A plain function, not
+/// an `async` one: `serve_http1` and `Parked::wait` spawn each other, and through an
+/// `async fn` here the compiler could not tell their futures' types apart from
+/// themselves.
+fn serve_parked_again<I: Transport>(
+    io: I,
+    front: Arc<Front>,
+    conn: ConnInfo,
+    limits: ConnectionLimits,
+    stop: watch::Receiver<bool>,
+    pending: Pending,
+) {
+    tokio::spawn(serve_http1(
+        io,
+        bytes::Bytes::new(),
+        front,
+        conn,
+        limits,
+        stop,
+        pending,
+    ));
 }
 
 /// The value in `boxed`, its box freed at once.
@@ -461,6 +559,9 @@ async fn stop_requested(mut stop: watch::Receiver<bool>) {
 struct Front {
     pipeline: Arc<Pipeline>,
     link: Option<Arc<dyn LinkEndpoint>>,
+    /// The listener's parked HTTP/1.1 connections.
+    parked: park::Lot,
+    freed: trim::FreedByParks,
 }
 
 async fn accept_loop(
@@ -472,6 +573,14 @@ async fn accept_loop(
     let pipeline = &front.pipeline;
     // Every connection's task; shutdown waits for them (each stops on `stop`).
     let connections = Background::default();
+    let closing_parked = {
+        let (front, stop) = (front.clone(), stop.clone());
+        tokio::spawn(async move { front.parked.close_when_due(stop).await })
+    };
+    let giving_back = {
+        let (front, stop) = (front.clone(), stop.clone());
+        tokio::spawn(async move { front.freed.give_back(&front.pipeline.metrics, stop).await })
+    };
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -546,6 +655,9 @@ async fn accept_loop(
         }
     }
     drop(listener);
+    // Parked connections closed (at once) before the wait for the others.
+    let _ = closing_parked.await;
+    let _ = giving_back.await;
     let grace = Duration::from_millis(pipeline.config().limits.shutdown_grace_ms);
     if tokio::time::timeout(grace, connections.idle())
         .await
