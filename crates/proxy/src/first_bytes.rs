@@ -207,24 +207,15 @@ impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Replay<I> {
 
 write_through!(Replay);
 
-impl<I: std::os::fd::AsRawFd> std::os::fd::AsRawFd for Replay<I> {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.inner.as_raw_fd()
-    }
-}
-
-/// A replayed connection parks as its transport does; with sniffed bytes still to
-/// replay, it has bytes to read.
+/// A replayed connection parks as its transport does. It parks only once a whole head
+/// has been read through it, so after the sniffed bytes, which come first.
 impl<I: crate::park::Transport> crate::park::Transport for Replay<I> {
     const PARKS: bool = I::PARKS;
-    fn poll_read_ready(
-        &self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        if self.replayed < self.len {
-            return std::task::Poll::Ready(Ok(()));
-        }
-        self.inner.poll_read_ready(cx)
+    fn into_socket(self) -> Option<std::net::TcpStream> {
+        // Should sniffed bytes remain, closing loses nothing hyper was owed an answer for.
+        (self.replayed == self.len)
+            .then(|| self.inner.into_socket())
+            .flatten()
     }
 }
 

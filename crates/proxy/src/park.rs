@@ -31,10 +31,10 @@
 //! Parking only where it is cheap: plain TCP. A TLS connection keeps hyper (rustls
 //! holds its own buffers; whether it holds plaintext cannot be asked of the socket).
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::future::Future as _;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -44,6 +44,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use mio::unix::SourceFd;
+use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
+use slab::Slab;
+use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, Notify};
 use tokio::time::{Instant, Sleep};
@@ -57,25 +61,29 @@ use crate::metrics::Metrics;
 /// never waits for a new hyper connection.
 pub const PARK_AFTER: Duration = Duration::from_millis(100);
 
-/// A transport a parked connection can wait on, without hyper, for its next bytes.
-pub trait Transport: AsyncRead + AsyncWrite + AsRawFd + Unpin + Send + Sync + 'static {
+/// A transport hyper serves HTTP/1.1 on, and whether and how it parks.
+pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// Whether connections on this transport are parked.
     const PARKS: bool;
-    /// Ready once the transport has bytes (or its end, or an error) to read.
-    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    /// The bare socket, out of the runtime's reactor, for the [`Lot`]; `None` when the
+    /// transport cannot be parked (or leaving the reactor failed): the connection is
+    /// then closed.
+    fn into_socket(self) -> Option<std::net::TcpStream>;
 }
 
 impl Transport for tokio::net::TcpStream {
     const PARKS: bool = true;
-    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        tokio::net::TcpStream::poll_read_ready(self, cx)
+    fn into_socket(self) -> Option<std::net::TcpStream> {
+        self.into_std()
+            .inspect_err(|e| tracing::debug!(error = %e, "a connection could not be parked"))
+            .ok()
     }
 }
 
 impl Transport for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
     const PARKS: bool = false;
-    fn poll_read_ready(&self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
+    fn into_socket(self) -> Option<std::net::TcpStream> {
+        None
     }
 }
 
@@ -322,145 +330,329 @@ impl<I: Transport> AsyncWrite for Parking<I> {
     }
 }
 
-/// The parked connections of one listener, each by its idle deadline and socket. One
-/// task (`close_when_due`) closes those whose deadline passed, and all of them when
-/// the server stops, so a parked connection's own task needs no timer and no wait on
-/// the stop signal: it holds its socket, a ticket here and little more (a few hundred
-/// bytes, against the serving task's kilobyte and more).
-#[derive(Default)]
-pub struct Lot {
-    spots: Mutex<Spots>,
-    /// Wakes `close_when_due` when a spot's deadline comes before all others.
+/// The parked connections of one listener: bare sockets taken out of the runtime's
+/// reactor and kept, with what serving them again needs (`T`), in an epoll set of the
+/// lot's own that one task watches ([`Lot::watch`]). A parked connection then costs a
+/// descriptor and ~150 bytes here: no task, no timer, no reactor registration (those
+/// were ~900 bytes more per connection, docs/benchmarks.md, "Idle connections").
+pub struct Lot<T> {
+    registry: mio::Registry,
+    spots: Mutex<Spots<T>>,
+    /// Wakes the watcher when a spot's deadline comes before all others.
     earlier: Notify,
+    parked_now: Gauge,
+    parks: Counter,
 }
 
-#[derive(Default)]
-struct Spots {
-    /// Socket by (deadline, ticket number). A socket is here only while its parked
-    /// task holds it open: the task leaves (under the lock) before it closes the
-    /// socket, and the socket is shut down only under the lock.
-    open: BTreeMap<(Instant, u64), RawFd>,
-    next_ticket: u64,
+/// The lot's epoll set, for its watcher.
+pub struct LotEvents(mio::Poll);
+
+struct Spots<T> {
+    open: Slab<Spot<T>>,
+    /// Each open spot by (idle deadline, slab key).
+    by_deadline: BTreeSet<(Instant, usize)>,
+    /// Told apart from a spot that had the same slab key before it (an event read in
+    /// the same batch as a park may name either).
+    generation: u32,
     /// The server stopped: no more parking.
     closed: bool,
 }
 
-/// A parked connection's place in the [`Lot`]; leaving the lot when dropped.
-pub struct Ticket<'a> {
-    lot: &'a Lot,
-    key: (Instant, u64),
+struct Spot<T> {
+    socket: std::net::TcpStream,
+    deadline: Instant,
+    generation: u32,
+    with: T,
 }
 
-impl Lot {
-    fn spots(&self) -> MutexGuard<'_, Spots> {
+impl<T> Lot<T> {
+    /// A lot, and the epoll set its watcher waits on.
+    pub fn new(metrics: &Metrics) -> io::Result<(Self, LotEvents)> {
+        let poll = mio::Poll::new()?;
+        let lot = Lot {
+            registry: poll.registry().try_clone()?,
+            spots: Mutex::new(Spots {
+                open: Slab::new(),
+                by_deadline: BTreeSet::new(),
+                generation: 0,
+                closed: false,
+            }),
+            earlier: Notify::new(),
+            parked_now: metrics.connections_parked.clone(),
+            parks: metrics.connection_parks.clone(),
+        };
+        Ok((lot, LotEvents(poll)))
+    }
+
+    fn spots(&self) -> MutexGuard<'_, Spots<T>> {
         self.spots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Parks the connection on `socket` until `deadline`; `None` once the server stops.
-    /// The socket must stay open while the ticket lives.
-    pub fn park(&self, socket: RawFd, deadline: Instant) -> Option<Ticket<'_>> {
+    /// Parks the connection on `socket` until `deadline`, when it is closed unless its
+    /// client sent something first. Once the server stops, or when the socket cannot be
+    /// watched, the connection is closed at once.
+    pub fn park(&self, socket: std::net::TcpStream, deadline: Instant, with: T) {
         let mut spots = self.spots();
         if spots.closed {
-            return None;
+            return;
         }
-        let key = (deadline, spots.next_ticket);
-        spots.next_ticket += 1;
+        spots.generation = spots.generation.wrapping_add(1);
+        let generation = spots.generation;
+        let key = spots.open.vacant_key();
+        let registered = self.registry.register(
+            &mut SourceFd(&socket.as_raw_fd()),
+            token(key, generation),
+            mio::Interest::READABLE,
+        );
+        if let Err(e) = registered {
+            return tracing::debug!(error = %e, "a parked connection could not be watched; closed");
+        }
+        spots.open.insert(Spot {
+            socket,
+            deadline,
+            generation,
+            with,
+        });
         let earliest = spots
-            .open
-            .first_key_value()
-            .is_none_or(|(first, _)| key < *first);
-        spots.open.insert(key, socket);
+            .by_deadline
+            .first()
+            .is_none_or(|&(first, _)| deadline < first);
+        spots.by_deadline.insert((deadline, key));
+        self.parks.inc();
+        self.parked_now.set(spots.open.len() as i64);
         drop(spots);
         if earliest {
             self.earlier.notify_one();
         }
-        Some(Ticket { lot: self, key })
     }
 
-    /// Closes each parked connection when its deadline passes, and all of them once
-    /// `stop` turns true; runs until then.
-    pub async fn close_when_due(&self, mut stop: watch::Receiver<bool>) {
+    /// Hands each parked connection whose client sent something (or closed) to
+    /// `unpark`, closes each one whose deadline passed, and all of them once `stop`
+    /// turns true; runs until then.
+    pub async fn watch(
+        &self,
+        events: LotEvents,
+        mut stop: watch::Receiver<bool>,
+        mut unpark: impl FnMut(std::net::TcpStream, T),
+    ) {
         let mut stopping = std::pin::pin!(stop.wait_for(|&stopping| stopping));
-        loop {
-            let next = self
-                .spots()
-                .open
-                .first_key_value()
-                .map(|((due, _), _)| *due);
-            // Without one, an hour: any park before then wakes this through `earlier`.
-            let due = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-            tokio::select! {
-                () = tokio::time::sleep_until(due) => self.close_due(Instant::now()),
-                () = self.earlier.notified() => {}
-                _ = stopping.as_mut() => break,
+        #[allow(unsafe_code, reason = "tokio's AsyncFd takes a descriptor on trust")]
+        // SAFETY: the `mio::Poll` owns its epoll descriptor and is moved into the
+        // `AsyncFd`, which closes it only when dropped.
+        let registered =
+            unsafe { AsyncFd::register_with_interest(events.0, tokio::io::Interest::READABLE) };
+        match registered {
+            Err(e) => tracing::warn!(error = %e, "parked connections cannot be watched"),
+            Ok(mut ready) => {
+                let mut batch = mio::Events::with_capacity(256);
+                loop {
+                    let next = self.spots().by_deadline.first().map(|&(due, _)| due);
+                    // Without one, an hour: any park before then wakes this (`earlier`).
+                    let due = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+                    tokio::select! {
+                        guard = ready.readable_mut() => {
+                            let Ok(mut guard) = guard else { break };
+                            let polled = guard.try_io(|poll| {
+                                poll.get_mut().poll(&mut batch, Some(Duration::ZERO))?;
+                                if batch.is_empty() {
+                                    return Err(io::ErrorKind::WouldBlock.into());
+                                }
+                                Ok(())
+                            });
+                            match polled {
+                                // None left: readiness cleared, wait for more.
+                                Err(_would_block) => {}
+                                Ok(Err(e)) => {
+                                    tracing::warn!(error = %e, "reading parked connections' events");
+                                    break;
+                                }
+                                Ok(Ok(())) => {
+                                    for event in &batch {
+                                        if let Some((socket, with)) = self.leave(event.token()) {
+                                            unpark(socket, with);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        () = tokio::time::sleep_until(due) => self.close_due(Instant::now()),
+                        () = self.earlier.notified() => {}
+                        _ = stopping.as_mut() => break,
+                    }
+                }
             }
         }
+        // Stopped (or unwatchable): every parked connection closes now, none parks again.
         let mut spots = self.spots();
         spots.closed = true;
-        for socket in std::mem::take(&mut spots.open).into_values() {
-            shut_down(socket);
+        spots.by_deadline.clear();
+        spots.open.clear();
+        self.parked_now.set(0);
+    }
+
+    /// Takes the spot an event names out of the lot, if it is still there.
+    fn leave(&self, token: mio::Token) -> Option<(std::net::TcpStream, T)> {
+        let (key, generation) = (token.0 & KEY_MASK, (token.0 >> KEY_BITS) as u32);
+        let mut spots = self.spots();
+        if spots.open.get(key)?.generation != generation {
+            return None;
         }
+        let spot = spots.open.remove(key);
+        spots.by_deadline.remove(&(spot.deadline, key));
+        self.parked_now.set(spots.open.len() as i64);
+        drop(spots);
+        // Leaving the set before the runtime's reactor takes the socket; should this
+        // fail, the set's events for it are for a key no longer open.
+        let _ = self
+            .registry
+            .deregister(&mut SourceFd(&spot.socket.as_raw_fd()));
+        Some((spot.socket, spot.with))
     }
 
     fn close_due(&self, now: Instant) {
         let mut spots = self.spots();
-        while let Some(entry) = spots.open.first_entry() {
-            if entry.key().0 > now {
+        while let Some(&(due, key)) = spots.by_deadline.first() {
+            if due > now {
                 break;
             }
-            shut_down(entry.remove());
+            spots.by_deadline.pop_first();
+            // Closing the socket takes it out of the epoll set too.
+            drop(spots.open.remove(key));
         }
+        self.parked_now.set(spots.open.len() as i64);
     }
 }
 
-impl Ticket<'_> {
-    /// Leaves the lot to be served again; `false` when the lot closed the connection
-    /// meanwhile (its deadline passed, or the server stopped).
-    pub fn leave(self) -> bool {
-        let stayed = self.lot.spots().open.remove(&self.key).is_some();
-        // Out of the lot already: dropping would only look again.
-        std::mem::forget(self);
-        stayed
-    }
-}
+const KEY_BITS: u32 = 32;
+const KEY_MASK: usize = (1 << KEY_BITS) - 1;
 
-impl Drop for Ticket<'_> {
-    fn drop(&mut self) {
-        self.lot.spots().open.remove(&self.key);
-    }
-}
-
-/// Ends both directions of a parked connection: its task wakes (the socket reads its
-/// end), finds itself out of the lot and closes the socket; the client sees the
-/// close at once.
-fn shut_down(socket: RawFd) {
-    #[allow(unsafe_code, reason = "std cannot shut down a socket it does not own")]
-    // SAFETY: the descriptor is open: it is in the lot, whose lock the caller holds,
-    // and its task closes it only after leaving the lot under that lock. `shutdown`
-    // touches no memory of ours.
-    let _ = unsafe { libc::shutdown(socket, libc::SHUT_RDWR) };
-}
-
-/// Counts a connection parked while it lives.
-pub struct ParkedMark<'a>(&'a Metrics);
-
-impl<'a> ParkedMark<'a> {
-    pub fn new(metrics: &'a Metrics) -> Self {
-        metrics.connection_parks.inc();
-        metrics.connections_parked.inc();
-        ParkedMark(metrics)
-    }
-}
-
-impl Drop for ParkedMark<'_> {
-    fn drop(&mut self) {
-        self.0.connections_parked.dec();
-    }
+fn token(key: usize, generation: u32) -> mio::Token {
+    mio::Token((generation as usize) << KEY_BITS | (key & KEY_MASK))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read as _, Write as _};
+
+    /// A connected pair on loopback: the client's end, and the server's as a parked
+    /// connection holds it (non-blocking).
+    fn connected() -> (std::net::TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        (client, server)
+    }
+
+    /// Whether the server closed: the client reads its end (blocking, bounded).
+    fn closed_by_server(client: &mut std::net::TcpStream) -> bool {
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        matches!(client.read(&mut [0; 8]), Ok(0))
+    }
+
+    struct Watched {
+        lot: Arc<Lot<u32>>,
+        unparked: tokio::sync::mpsc::UnboundedReceiver<(std::net::TcpStream, u32)>,
+        stop: watch::Sender<bool>,
+        watching: tokio::task::JoinHandle<()>,
+    }
+
+    fn watched(metrics: &Metrics) -> Watched {
+        let (lot, events) = Lot::new(metrics).unwrap();
+        let lot = Arc::new(lot);
+        let (sender, unparked) = tokio::sync::mpsc::unbounded_channel();
+        let (stop, stopped) = watch::channel(false);
+        let watching = tokio::spawn({
+            let lot = lot.clone();
+            async move {
+                lot.watch(events, stopped, |socket, with| {
+                    sender.send((socket, with)).unwrap()
+                })
+                .await;
+            }
+        });
+        Watched {
+            lot,
+            unparked,
+            stop,
+            watching,
+        }
+    }
+
+    const LONG: Duration = Duration::from_secs(600);
+
+    #[tokio::test]
+    async fn a_parked_socket_comes_back_with_its_bytes_when_its_client_writes() {
+        let metrics = Metrics::new();
+        let mut lot = watched(&metrics);
+        let (mut client, server) = connected();
+        lot.lot.park(server, Instant::now() + LONG, 7);
+        assert_eq!(metrics.connections_parked.get(), 1);
+        client.write_all(b"GET").unwrap();
+        let (mut socket, with) = lot.unparked.recv().await.unwrap();
+        assert_eq!(with, 7);
+        assert_eq!(metrics.connections_parked.get(), 0);
+        let mut read = [0; 3];
+        socket.set_nonblocking(false).unwrap();
+        socket.read_exact(&mut read).unwrap();
+        assert_eq!(&read, b"GET");
+    }
+
+    #[tokio::test]
+    async fn a_socket_readable_before_it_parks_comes_back_at_once() {
+        let metrics = Metrics::new();
+        let mut lot = watched(&metrics);
+        let (mut client, server) = connected();
+        client.write_all(b"early").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        lot.lot.park(server, Instant::now() + LONG, 1);
+        assert_eq!(lot.unparked.recv().await.unwrap().1, 1);
+    }
+
+    #[tokio::test]
+    async fn each_parked_socket_closes_at_its_own_deadline() {
+        let metrics = Metrics::new();
+        let lot = watched(&metrics);
+        let (mut late_client, late) = connected();
+        let (mut soon_client, soon) = connected();
+        // The later deadline first: the watcher must wake for the earlier one parked after.
+        lot.lot.park(late, Instant::now() + LONG, 1);
+        lot.lot
+            .park(soon, Instant::now() + Duration::from_millis(100), 2);
+        assert!(
+            tokio::task::spawn_blocking(move || closed_by_server(&mut soon_client))
+                .await
+                .unwrap()
+        );
+        assert_eq!(metrics.connections_parked.get(), 1);
+        late_client.set_nonblocking(true).unwrap();
+        let still_open = late_client.read(&mut [0; 8]);
+        assert_eq!(still_open.unwrap_err().kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[tokio::test]
+    async fn stopping_closes_every_parked_socket_and_parks_no_more() {
+        let metrics = Metrics::new();
+        let lot = watched(&metrics);
+        let mut clients = Vec::new();
+        for n in 0..3 {
+            let (client, server) = connected();
+            lot.lot.park(server, Instant::now() + LONG, n);
+            clients.push(client);
+        }
+        lot.stop.send(true).unwrap();
+        lot.watching.await.unwrap();
+        let (client, server) = connected();
+        lot.lot.park(server, Instant::now() + LONG, 9);
+        clients.push(client);
+        assert_eq!(metrics.connections_parked.get(), 0);
+        for mut client in clients {
+            assert!(closed_by_server(&mut client));
+        }
+    }
 
     #[test]
     fn the_tail_follows_bytes_across_reads() {

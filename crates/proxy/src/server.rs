@@ -12,7 +12,7 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -60,6 +60,8 @@ pub enum StartError {
     Tls(String),
     #[error("origin: {0}")]
     Origin(String),
+    #[error("cannot watch parked connections: {0}")]
+    Parking(std::io::Error),
     #[error("root {path}: {source}")]
     Root {
         path: std::path::PathBuf,
@@ -253,18 +255,20 @@ pub async fn start_with(
     let grace = Duration::from_millis(config.limits.shutdown_grace_ms);
     let (stop, stopped) = watch::channel(false);
     crate::scan::start(pipeline.clone(), stopped.clone());
+    let (parked, parked_events) = park::Lot::new(&metrics).map_err(StartError::Parking)?;
     let front = Front {
         link: link
             .filter(|_| config.link.enabled)
             .map(|make| make(pipeline.clone())),
         pipeline: pipeline.clone(),
-        parked: park::Lot::default(),
+        parked,
         freed: trim::FreedByParks::default(),
     };
     let main = tokio::spawn(accept_loop(
         listener,
         tls.clone(),
         Arc::new(front),
+        parked_events,
         stopped.clone(),
     ));
     let admin_header_timeout = Duration::from_millis(config.limits.header_timeout_ms);
@@ -454,87 +458,30 @@ async fn serve_http1<I: Transport>(
             read_ahead = read_buf;
             continue; // bytes hyper had read go to the next hyper connection at once
         }
-        // Empty, it still holds hyper's 8 KiB read buffer; the rest of this task goes
-        // with it.
+        // Empty, it still holds hyper's 8 KiB read buffer.
         drop(read_buf);
-        let parked = Parked {
-            io,
-            front,
+        let Some(socket) = io.into_socket() else {
+            return;
+        };
+        // The same idle limit as hyper's header timer, counted from the same moment.
+        let deadline = idle_since + limits.header_timeout;
+        let with = ParkedWith {
             conn,
             limits,
-            stop,
             pending,
-            idle_since,
         };
-        // Not awaited here: this task, sized for serving, ends.
-        tokio::spawn(parked.wait());
+        front.parked.park(socket, deadline, with);
+        front.freed.parked();
         return;
     }
 }
 
-/// An HTTP/1.1 connection parked: its socket and what serving it again needs.
-struct Parked<I> {
-    io: I,
-    front: Arc<Front>,
+/// What serving a parked connection again needs besides its socket.
+struct ParkedWith {
     conn: ConnInfo,
     limits: ConnectionLimits,
-    stop: watch::Receiver<bool>,
+    // Shutdown waits for parked connections too (the lot closes them at once).
     pending: Pending,
-    idle_since: tokio::time::Instant,
-}
-
-impl<I: Transport> Parked<I> {
-    /// Waits in the lot for the client's next bytes, then serves them in a new task;
-    /// the lot closes the connection at the same idle limit as hyper's header timer,
-    /// counted from the same moment, or when the server stops.
-    async fn wait(self) {
-        // Fields used in place, not moved out first: the moved copies would take
-        // space in the task beside `self`.
-        let Some(ticket) = self.front.parked.park(
-            self.io.as_raw_fd(),
-            self.idle_since + self.limits.header_timeout,
-        ) else {
-            return; // the server is stopping
-        };
-        self.front.freed.parked();
-        let parked = park::ParkedMark::new(&self.front.pipeline.metrics);
-        let ready = std::future::poll_fn(|cx| self.io.poll_read_ready(cx)).await;
-        drop(parked);
-        if ready.is_err() || !ticket.leave() {
-            return;
-        }
-        serve_parked_again(
-            self.io,
-            self.front,
-            self.conn,
-            self.limits,
-            self.stop,
-            self.pending,
-        );
-    }
-}
-
-/// Spawns hyper on a parked connection that has bytes to read. A plain function, not
-/// an `async` one: `serve_http1` and `Parked::wait` spawn each other, and through an
-/// `async fn` here the compiler could not tell their futures' types apart from
-/// themselves.
-fn serve_parked_again<I: Transport>(
-    io: I,
-    front: Arc<Front>,
-    conn: ConnInfo,
-    limits: ConnectionLimits,
-    stop: watch::Receiver<bool>,
-    pending: Pending,
-) {
-    tokio::spawn(serve_http1(
-        io,
-        bytes::Bytes::new(),
-        front,
-        conn,
-        limits,
-        stop,
-        pending,
-    ));
 }
 
 /// The value in `boxed`, its box freed at once.
@@ -560,7 +507,7 @@ struct Front {
     pipeline: Arc<Pipeline>,
     link: Option<Arc<dyn LinkEndpoint>>,
     /// The listener's parked HTTP/1.1 connections.
-    parked: park::Lot,
+    parked: park::Lot<ParkedWith>,
     freed: trim::FreedByParks,
 }
 
@@ -568,14 +515,31 @@ async fn accept_loop(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     front: Arc<Front>,
+    parked_events: park::LotEvents,
     mut stop: watch::Receiver<bool>,
 ) {
     let pipeline = &front.pipeline;
     // Every connection's task; shutdown waits for them (each stops on `stop`).
     let connections = Background::default();
-    let closing_parked = {
+    let watching_parked = {
         let (front, stop) = (front.clone(), stop.clone());
-        tokio::spawn(async move { front.parked.close_when_due(stop).await })
+        tokio::spawn(async move {
+            let again = |socket, with: ParkedWith| match TcpStream::from_std(socket) {
+                Ok(io) => drop(tokio::spawn(serve_http1(
+                    io,
+                    bytes::Bytes::new(),
+                    front.clone(),
+                    with.conn,
+                    with.limits,
+                    stop.clone(),
+                    with.pending,
+                ))),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a parked connection could not be served again")
+                }
+            };
+            front.parked.watch(parked_events, stop.clone(), again).await;
+        })
     };
     let giving_back = {
         let (front, stop) = (front.clone(), stop.clone());
@@ -656,7 +620,7 @@ async fn accept_loop(
     }
     drop(listener);
     // Parked connections closed (at once) before the wait for the others.
-    let _ = closing_parked.await;
+    let _ = watching_parked.await;
     let _ = giving_back.await;
     let grace = Duration::from_millis(pipeline.config().limits.shutdown_grace_ms);
     if tokio::time::timeout(grace, connections.idle())
