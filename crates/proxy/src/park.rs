@@ -6,8 +6,9 @@
 //! A connection that stays idle for [`PARK_AFTER`] is therefore ended inside hyper and
 //! kept as its bare socket: [`Parking`], the IO hyper is given, answers hyper's next
 //! read with an end of stream, which hyper takes for a client that closed between
-//! requests and ends with `Ok`, its socket untouched; the server then waits for the
-//! socket to be readable and starts a new hyper connection on it.
+//! requests and ends with `Ok`, its socket untouched. The socket then waits in the
+//! listener's [`Lot`], out of the runtime, until it is readable, and gets a new task
+//! and a new hyper connection.
 //!
 //! The end of stream is a lie to hyper, safe only when hyper holds nothing of the
 //! client's and owes it nothing. [`Parking`] tells it so only when ALL of these hold:
@@ -333,8 +334,9 @@ impl<I: Transport> AsyncWrite for Parking<I> {
 /// The parked connections of one listener: bare sockets taken out of the runtime's
 /// reactor and kept, with what serving them again needs (`T`), in an epoll set of the
 /// lot's own that one task watches ([`Lot::watch`]). A parked connection then costs a
-/// descriptor and ~150 bytes here: no task, no timer, no reactor registration (those
-/// were ~900 bytes more per connection, docs/benchmarks.md, "Idle connections").
+/// descriptor and ~250 bytes of heap: no task, no timer, no reactor registration
+/// (those were ~900 bytes more per connection, docs/benchmarks.md, "Idle
+/// connections").
 pub struct Lot<T> {
     registry: mio::Registry,
     spots: Mutex<Spots<T>>,
@@ -344,8 +346,8 @@ pub struct Lot<T> {
     parks: Counter,
 }
 
-/// The lot's epoll set, for its watcher.
-pub struct LotEvents(mio::Poll);
+/// The lot's epoll set, registered with the runtime's reactor, for its watcher.
+pub struct LotEvents(AsyncFd<mio::Poll>);
 
 struct Spots<T> {
     open: Slab<Spot<T>>,
@@ -366,11 +368,17 @@ struct Spot<T> {
 }
 
 impl<T> Lot<T> {
-    /// A lot, and the epoll set its watcher waits on.
+    /// A lot, and the epoll set its watcher waits on. Within the runtime.
     pub fn new(metrics: &Metrics) -> io::Result<(Self, LotEvents)> {
         let poll = mio::Poll::new()?;
+        let registry = poll.registry().try_clone()?;
+        #[allow(unsafe_code, reason = "tokio's AsyncFd takes a descriptor on trust")]
+        // SAFETY: the `mio::Poll` owns its epoll descriptor and is moved into the
+        // `AsyncFd`, which closes it only when dropped.
+        let events =
+            unsafe { AsyncFd::register_with_interest(poll, tokio::io::Interest::READABLE)? };
         let lot = Lot {
-            registry: poll.registry().try_clone()?,
+            registry,
             spots: Mutex::new(Spots {
                 open: Slab::new(),
                 by_deadline: BTreeSet::new(),
@@ -381,7 +389,7 @@ impl<T> Lot<T> {
             parked_now: metrics.connections_parked.clone(),
             parks: metrics.connection_parks.clone(),
         };
-        Ok((lot, LotEvents(poll)))
+        Ok((lot, LotEvents(events)))
     }
 
     fn spots(&self) -> MutexGuard<'_, Spots<T>> {
@@ -436,53 +444,45 @@ impl<T> Lot<T> {
         mut unpark: impl FnMut(std::net::TcpStream, T),
     ) {
         let mut stopping = std::pin::pin!(stop.wait_for(|&stopping| stopping));
-        #[allow(unsafe_code, reason = "tokio's AsyncFd takes a descriptor on trust")]
-        // SAFETY: the `mio::Poll` owns its epoll descriptor and is moved into the
-        // `AsyncFd`, which closes it only when dropped.
-        let registered =
-            unsafe { AsyncFd::register_with_interest(events.0, tokio::io::Interest::READABLE) };
-        match registered {
-            Err(e) => tracing::warn!(error = %e, "parked connections cannot be watched"),
-            Ok(mut ready) => {
-                let mut batch = mio::Events::with_capacity(256);
-                loop {
-                    let next = self.spots().by_deadline.first().map(|&(due, _)| due);
-                    // Without one, an hour: any park before then wakes this (`earlier`).
-                    let due = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-                    tokio::select! {
-                        guard = ready.readable_mut() => {
-                            let Ok(mut guard) = guard else { break };
-                            let polled = guard.try_io(|poll| {
-                                poll.get_mut().poll(&mut batch, Some(Duration::ZERO))?;
-                                if batch.is_empty() {
-                                    return Err(io::ErrorKind::WouldBlock.into());
-                                }
-                                Ok(())
-                            });
-                            match polled {
-                                // None left: readiness cleared, wait for more.
-                                Err(_would_block) => {}
-                                Ok(Err(e)) => {
-                                    tracing::warn!(error = %e, "reading parked connections' events");
-                                    break;
-                                }
-                                Ok(Ok(())) => {
-                                    for event in &batch {
-                                        if let Some((socket, with)) = self.leave(event.token()) {
-                                            unpark(socket, with);
-                                        }
-                                    }
+        let LotEvents(mut ready) = events;
+        let mut batch = mio::Events::with_capacity(256);
+        loop {
+            let next = self.spots().by_deadline.first().map(|&(due, _)| due);
+            // Without one, an hour: any park before then wakes this (`earlier`).
+            let due = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                guard = ready.readable_mut() => {
+                    let Ok(mut guard) = guard else { break };
+                    let polled = guard.try_io(|poll| {
+                        poll.get_mut().poll(&mut batch, Some(Duration::ZERO))?;
+                        if batch.is_empty() {
+                            return Err(io::ErrorKind::WouldBlock.into());
+                        }
+                        Ok(())
+                    });
+                    match polled {
+                        // None left: readiness cleared, wait for more.
+                        Err(_would_block) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "reading parked connections' events");
+                            break;
+                        }
+                        Ok(Ok(())) => {
+                            for event in &batch {
+                                if let Some((socket, with)) = self.leave(event.token()) {
+                                    unpark(socket, with);
                                 }
                             }
                         }
-                        () = tokio::time::sleep_until(due) => self.close_due(Instant::now()),
-                        () = self.earlier.notified() => {}
-                        _ = stopping.as_mut() => break,
                     }
                 }
+                () = tokio::time::sleep_until(due) => self.close_due(Instant::now()),
+                () = self.earlier.notified() => {}
+                _ = stopping.as_mut() => break,
             }
         }
-        // Stopped (or unwatchable): every parked connection closes now, none parks again.
+        // Stopped (or, should epoll fail, unwatchable): every parked connection closes
+        // now, and none parks again.
         let mut spots = self.spots();
         spots.closed = true;
         spots.by_deadline.clear();
