@@ -325,10 +325,7 @@ impl ConnectionLimits {
 /// the wrapped future twice over (the captured one and the one being awaited).
 async fn serve_with_hyper<I: Transport>(
     io: I,
-    front: Arc<Front>,
-    conn: ConnInfo,
-    limits: ConnectionLimits,
-    stop: watch::Receiver<bool>,
+    served: Served,
     // Held until the connection ends, parked or not: shutdown waits for it.
     _pending: Pending,
 ) {
@@ -336,10 +333,10 @@ async fn serve_with_hyper<I: Transport>(
     // protocol is told, and inline it would stay in the connection's task for good.
     // The waits are scoped so that their space is reused by what serves the protocol.
     let sniffed = {
-        let sniffing = Box::pin(first_bytes::sniff(io, limits.header_timeout));
+        let sniffing = Box::pin(first_bytes::sniff(io, served.limits.header_timeout));
         tokio::select! {
             sniffed = sniffing => sniffed,
-            () = stop_requested(stop.clone()) => return,
+            () = stop_requested(served.stop.clone()) => return,
         }
     };
     let (protocol, io) = match sniffed {
@@ -347,24 +344,30 @@ async fn serve_with_hyper<I: Transport>(
         Err(e) => return tracing::debug!(error = %e, "connection ended before its first request"),
     };
     match protocol {
-        Protocol::Http2 => serve_h2c(io, front, conn, limits, stop).await,
+        Protocol::Http2 => serve_h2c(io, served).await,
         // HTTP/1.1: hyper serves the connection while it is busy; once idle it is
         // parked as its bare socket and served by a new hyper connection when bytes
         // arrive (`park`).
-        Protocol::Http1 => {
-            serve_http1(io, bytes::Bytes::new(), front, conn, limits, stop, _pending).await
-        }
+        Protocol::Http1 => serve_http1(io, bytes::Bytes::new(), served, _pending).await,
     }
 }
 
-/// Serves HTTP/2 by prior knowledge (h2c) with hyper.
-async fn serve_h2c<I: Transport>(
-    io: I,
+/// What serving a connection needs besides its transport.
+struct Served {
     front: Arc<Front>,
     conn: ConnInfo,
     limits: ConnectionLimits,
     stop: watch::Receiver<bool>,
-) {
+}
+
+/// Serves HTTP/2 by prior knowledge (h2c) with hyper.
+async fn serve_h2c<I: Transport>(io: I, served: Served) {
+    let Served {
+        front,
+        conn,
+        limits,
+        stop,
+    } = served;
     let service = service_fn(move |req: Request<Incoming>| {
         let front = front.clone();
         Box::pin(
@@ -387,23 +390,21 @@ async fn serve_h2c<I: Transport>(
     let _ = connection.await;
 }
 
-/// Serves an HTTP/1.1 connection with hyper until it ends or parks; parked, it goes on
-/// in a task of its own (`Parked::wait`), much smaller than this one.
+/// Serves an HTTP/1.1 connection with hyper until it ends or parks; parked, it waits
+/// in the listener's `park::Lot`, without a task, and this task ends. The fields of
+/// `served` are used in place: moved out, they would take space in the task twice.
 async fn serve_http1<I: Transport>(
     io: I,
     mut read_ahead: bytes::Bytes,
-    front: Arc<Front>,
-    conn: ConnInfo,
-    limits: ConnectionLimits,
-    stop: watch::Receiver<bool>,
+    served: Served,
     pending: Pending,
 ) {
-    let mut stopping = std::pin::pin!(stop_requested(stop.clone()));
+    let mut stopping = std::pin::pin!(stop_requested(served.stop.clone()));
     let mut io = io;
     loop {
         let exchanges = Arc::new(park::Exchanges::default());
         let service = {
-            let (front, exchanges) = (front.clone(), exchanges.clone());
+            let (front, conn, exchanges) = (served.front.clone(), served.conn, exchanges.clone());
             service_fn(move |req: Request<Incoming>| {
                 let front = front.clone();
                 let answer = exchanges.start(&req);
@@ -423,11 +424,11 @@ async fn serve_http1<I: Transport>(
         let mut connection = Box::new(
             hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .max_buf_size(limits.max_header_bytes)
+                .header_read_timeout(served.limits.header_timeout)
+                .max_buf_size(served.limits.max_header_bytes)
                 // The head's own limit, exact: `max_buf_size` alone lets a head through
                 // when the buffer, grown by doubling, happens to hold it whole.
-                .max_header_size(limits.max_header_bytes)
+                .max_header_size(served.limits.max_header_bytes)
                 .serve_connection(TokioIo::new(parking), service)
                 .with_upgrades(),
         );
@@ -464,14 +465,14 @@ async fn serve_http1<I: Transport>(
             return;
         };
         // The same idle limit as hyper's header timer, counted from the same moment.
-        let deadline = idle_since + limits.header_timeout;
+        let deadline = idle_since + served.limits.header_timeout;
         let with = ParkedWith {
-            conn,
-            limits,
+            conn: served.conn,
+            limits: served.limits,
             pending,
         };
-        front.parked.park(socket, deadline, with);
-        front.freed.parked();
+        served.front.parked.park(socket, deadline, with);
+        served.front.freed.parked();
         return;
     }
 }
@@ -525,15 +526,15 @@ async fn accept_loop(
         let (front, stop) = (front.clone(), stop.clone());
         tokio::spawn(async move {
             let again = |socket, with: ParkedWith| match TcpStream::from_std(socket) {
-                Ok(io) => drop(tokio::spawn(serve_http1(
-                    io,
-                    bytes::Bytes::new(),
-                    front.clone(),
-                    with.conn,
-                    with.limits,
-                    stop.clone(),
-                    with.pending,
-                ))),
+                Ok(io) => {
+                    let served = Served {
+                        front: front.clone(),
+                        conn: with.conn,
+                        limits: with.limits,
+                        stop: stop.clone(),
+                    };
+                    tokio::spawn(serve_http1(io, bytes::Bytes::new(), served, with.pending));
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "a parked connection could not be served again")
                 }
@@ -576,14 +577,13 @@ async fn accept_loop(
         match &tls {
             None => {
                 let pending = connections.pending();
-                tokio::spawn(serve_with_hyper(
-                    stream,
-                    front.clone(),
+                let served = Served {
+                    front: front.clone(),
                     conn,
                     limits,
-                    stop.clone(),
-                    pending,
-                ));
+                    stop: stop.clone(),
+                };
+                tokio::spawn(serve_with_hyper(stream, served, pending));
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
@@ -612,7 +612,13 @@ async fn accept_loop(
                         let stream = FirstBytesDeadline::new(stream, handshake_timeout);
                         crate::h2_server::serve(stream, h2_settings, front, conn, stop).await;
                     } else {
-                        serve_with_hyper(stream, front, conn, limits, stop, pending).await;
+                        let served = Served {
+                            front,
+                            conn,
+                            limits,
+                            stop,
+                        };
+                        serve_with_hyper(stream, served, pending).await;
                     }
                 });
             }
