@@ -225,7 +225,8 @@ pub enum Tap<'a> {
 }
 
 /// Shows `each` every data frame as it goes through, unchanged, then how the body
-/// ended: `End` or `Failed`, once.
+/// ended: `End` (once the last frame went through, or the body said it has no more)
+/// or `Failed`, once.
 pub fn tapped(body: Body, each: impl Fn(Tap<'_>) + Send + Unpin + 'static) -> Body {
     Tapped {
         inner: body,
@@ -255,6 +256,12 @@ impl<F: Fn(Tap<'_>) + Unpin> HttpBody for Tapped<F> {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     (this.each)(Tap::Data(data));
+                }
+                // A reader may stop at the end a body announces and never poll for
+                // `None`: hyper's HTTP/1.1 writer, once a known length is sent.
+                if !this.ended && this.inner.is_end_stream() {
+                    this.ended = true;
+                    (this.each)(Tap::End);
                 }
             }
             Poll::Ready(Some(Err(e))) if !this.ended => {
@@ -353,4 +360,33 @@ pub fn error_response(status: StatusCode, message: &str) -> Response<Body> {
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::sync::{Arc, Mutex};
+
+    #[tokio::test]
+    async fn a_tap_sees_the_end_of_a_body_read_only_to_its_announced_end() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut body = tapped(full("page"), {
+            let seen = seen.clone();
+            move |tap| {
+                seen.lock().unwrap().push(match tap {
+                    Tap::Data(data) => format!("data {}", data.len()),
+                    Tap::End => "end".to_string(),
+                    Tap::Failed(_) => "failed".to_string(),
+                })
+            }
+        });
+        // As hyper's HTTP/1.1 writer reads a body of known length: the frame, then no
+        // poll for `None` once the body says it is done.
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.data_ref().map(Bytes::len), Some(4));
+        assert!(body.is_end_stream());
+        drop(body);
+        assert_eq!(*seen.lock().unwrap(), ["data 4", "end"]);
+    }
 }
