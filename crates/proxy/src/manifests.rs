@@ -47,6 +47,9 @@ pub struct Manifests {
     versions: Bounded<(String, Hash), Arc<PageManifest>>,
     /// Page versions whose stylesheets are being read (or were): read once each.
     reading: Bounded<(String, Hash), ()>,
+    /// Streamed pages scanned, by (page URL, the response's `ETag`): the hash the
+    /// scan named, so that the same version is not scanned again on every request.
+    streamed: Bounded<(String, String), Hash>,
 }
 
 impl Manifests {
@@ -57,6 +60,7 @@ impl Manifests {
             latest: Bounded::with_entries(PAGES_REMEMBERED),
             versions: Bounded::with_entries(PAGES_REMEMBERED),
             reading: Bounded::with_entries(PAGES_REMEMBERED),
+            streamed: Bounded::with_entries(PAGES_REMEMBERED),
         }
     }
 
@@ -122,17 +126,35 @@ impl Manifests {
         manifest
     }
 
+    /// Whether the streamed page at `page_url` whose response carries `etag` was
+    /// scanned before and its manifest is still the page's latest (in memory): then
+    /// this response need not be scanned again.
+    pub fn streamed_is_known(&self, page_url: &str, etag: &str) -> bool {
+        let Some(hash) = self.streamed.get(&(page_url.to_string(), etag.to_string())) else {
+            return false;
+        };
+        self.latest
+            .get(page_url)
+            .flatten()
+            .is_some_and(|latest| latest.hash == hash)
+    }
+
     /// The manifest of a streamed page at `page_url` the same for everyone, read from
     /// `references` as it passed (`crate::page_stream`; `hash` names the bytes read),
     /// kept as the page's latest like a buffered page's; the one already kept when it
-    /// is of the same bytes (its stylesheets may have been read since).
+    /// is of the same bytes (its stylesheets may have been read since). The response's
+    /// `etag`, if any, marks that version scanned (`streamed_is_known`).
     pub async fn keep_streamed(
         &self,
         page_url: &str,
+        etag: Option<String>,
         hash: Hash,
         references: Vec<wirefold_page::InlineReference>,
         rules: &ManifestRules,
     ) -> Arc<PageManifest> {
+        if let Some(etag) = etag {
+            self.streamed.insert((page_url.to_string(), etag), hash);
+        }
         if let Some(known) = self.latest(page_url).await.filter(|m| m.hash == hash) {
             return known;
         }

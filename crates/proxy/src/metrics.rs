@@ -250,6 +250,7 @@ pub struct Metrics {
     /// parked (`park`).
     pub connections_parked: Gauge,
     pub connection_parks: Counter,
+    pub streamed_page_scans: Counter,
     /// Seconds each give-back of memory freed by parked connections took.
     pub memory_trims: Histogram,
     /// Totals kept beside the families so the demo can print a summary cheaply.
@@ -414,6 +415,12 @@ impl Metrics {
             "Times an idle HTTP/1.1 connection was parked",
             connection_parks.clone(),
         );
+        let streamed_page_scans = Counter::default();
+        registry.register(
+            "streamed_page_scans",
+            "Pages too large to buffer scanned for their manifest as they streamed",
+            streamed_page_scans.clone(),
+        );
         let memory_trims = Histogram::new(exponential_buckets(0.0001, 2.0, 14));
         registry.register(
             "memory_trim_seconds",
@@ -561,6 +568,7 @@ impl Metrics {
             early_hints,
             connections_parked,
             connection_parks,
+            streamed_page_scans,
             memory_trims,
             config_reloads,
             access_log,

@@ -511,6 +511,50 @@ async fn a_page_too_large_to_buffer_gets_its_manifest_as_it_streams() {
 }
 
 #[tokio::test]
+async fn a_streamed_page_is_scanned_once_per_version_its_etag_names() {
+    use std::sync::atomic::AtomicBool;
+    let big: &'static str =
+        Box::leak(format!("{PAGE}{}", "<p>more of the page</p>\n".repeat(10_000)).into_boxed_str());
+    let changed = Arc::new(AtomicBool::new(false));
+    let origin = origin({
+        let changed = changed.clone();
+        move |req| {
+            let etag = if changed.load(Ordering::Relaxed) {
+                "\"v2\""
+            } else {
+                "\"v1\""
+            };
+            if req.uri().path() == "/" {
+                response(200, &[("content-type", "text/html"), ("etag", etag)], big)
+            } else {
+                response(200, &[("content-type", "text/css")], "body{}")
+            }
+        }
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |c| c.limits.max_buffered_body = 64 * 1024).await;
+    let url = proxy.url("/");
+    assert_eq!(curl(&url, &[]).await.body.len(), big.len());
+    metric_reaches(&proxy, "wirefold_manifests_built_total", 1.0).await;
+    // The same version again: served whole, not scanned again.
+    for _ in 0..2 {
+        assert_eq!(curl(&url, &[]).await.body.len(), big.len());
+    }
+    assert_eq!(
+        proxy.metric("wirefold_streamed_page_scans_total").await,
+        1.0
+    );
+    // A new version (a new ETag) is scanned.
+    changed.store(true, Ordering::Relaxed);
+    assert_eq!(curl(&url, &[]).await.body.len(), big.len());
+    assert_eq!(
+        proxy.metric("wirefold_streamed_page_scans_total").await,
+        2.0
+    );
+    proxy.running.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_page_that_never_ends_is_served_while_its_scan_stops_at_its_bound() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     // An endless page: a head naming a stylesheet, then new images for ever, in

@@ -315,6 +315,20 @@ impl Pipeline {
         if !scanned {
             return instance;
         }
+        // The same version (by its validator) scanned before: its manifest stands.
+        let page_url = ctx.url();
+        let etag = instance
+            .headers
+            .get(http::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        if etag
+            .as_deref()
+            .is_some_and(|etag| self.manifests.streamed_is_known(&page_url, etag))
+        {
+            return instance;
+        }
+        self.metrics.streamed_page_scans.inc();
         let InstanceBody::Stream {
             body,
             coding,
@@ -327,7 +341,6 @@ impl Pipeline {
             StreamCoding::Known(c) => Some(*c),
             _ => None,
         };
-        let page_url = ctx.url();
         let bound = crate::page_stream::ScanBound {
             bytes: hints.stream_scan_bytes,
             // Room to rank from: a manifest keeps the best of what is found.
@@ -349,6 +362,7 @@ impl Pipeline {
                 .manifests
                 .keep_streamed(
                     &page_url,
+                    etag,
                     scanned.hash,
                     scanned.references,
                     &hints.manifest_rules(),
