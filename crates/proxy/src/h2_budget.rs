@@ -207,7 +207,7 @@ enum Seen {
     Data { stream: u32, bytes: usize },
     /// An RST_STREAM: `h2` drops the stream's data.
     Reset(u32),
-    /// A GOAWAY: `h2` drops the pushed streams it did not start sending.
+    /// A GOAWAY: `h2` drops the pushed streams beyond the last one it names.
     GoAway,
 }
 
