@@ -9,14 +9,15 @@
 //! limit), a ping every 30 s answered within 20 s or the connection is closed, and a
 //! graceful shutdown (GOAWAY, in-flight streams finish) when the server stops.
 //!
-//! Order (`[http2] prioritize`, off by default: it cost ~5 % CPU per request under
-//! h2load and gained nothing measurable on the inline bench, docs/benchmarks.md): a
-//! connection's responses go out most urgent first ([`Scheduler`]). Each request's urgency is its RFC 9218
-//! `Priority` field, or a default by destination, the page first
-//! ([`Priority::of_request`]); pushes are the least urgent. So that the order holds
-//! on the wire and not only in front of `h2`, what waits below the scheduler is kept
-//! small: `h2` buffers one frame per stream, and the socket's unsent bytes are bounded
-//! (`TCP_NOTSENT_LOWAT`, `[http2] unsent_bytes`).
+//! Order (`[http2] prioritize`): a connection's responses go out most urgent first.
+//! Each request's urgency is its RFC 9218 `Priority` field, or a default by
+//! destination, the page first ([`Priority::of_request`]); pushes are the least
+//! urgent. The choice is made where it still matters: a stream hands `h2` body data
+//! only within the connection's [`Budget`] of bytes `h2` holds unwritten
+//! (`[http2] budget_bytes`), the most urgent waiting stream first when room opens,
+//! and below `h2` little may queue either: rustls's buffer (`[http2]
+//! tls_buffer_bytes`) and the socket's unsent bytes (`TCP_NOTSENT_LOWAT`, `[http2]
+//! unsent_bytes`).
 //!
 //! Push: a response carrying [`PushPromises`](crate::pipeline::hint::PushPromises)
 //! (the hint stage's, with `hints.push` on) gets a PUSH_PROMISE per resource right
@@ -45,6 +46,7 @@ use wirefold_http::priority::{Priority, LEAST_URGENT};
 
 use crate::body::{self, Body, BoxError};
 use crate::config_error::ConfigError;
+use crate::h2_budget::{Budget, Metered};
 use crate::model::ConnInfo;
 
 /// The `[http2]` section: how responses share an HTTP/2 connection.
@@ -54,6 +56,13 @@ pub struct Http2Config {
     /// Send a connection's responses most urgent first (the page before its
     /// subresources); off, `h2` interleaves every stream with data frame by frame.
     pub prioritize: bool,
+    /// With `prioritize`: the response bytes a connection's streams may have handed
+    /// `h2` and `h2` not yet written to TLS (one frame more at most); the rest
+    /// waits in front of `h2`, where the most urgent stream goes next.
+    pub budget_bytes: u32,
+    /// With `prioritize`: rustls's limit on a connection's unsent TLS records. 0
+    /// leaves rustls's (64 KiB).
+    pub tls_buffer_bytes: u32,
     /// `TCP_NOTSENT_LOWAT` of HTTP/2 connections' sockets (with `prioritize`): the
     /// kernel holds at most about this many bytes not yet sent, so an urgent
     /// response does not queue behind megabytes of others. 0 leaves the kernel's.
@@ -64,28 +73,46 @@ impl Default for Http2Config {
     fn default() -> Self {
         Http2Config {
             prioritize: false,
-            unsent_bytes: 32 * 1024,
+            // The inline bench's page came earliest with all three at 8 KiB
+            // (docs/benchmarks.md, "A budget on what waits in `h2`").
+            budget_bytes: 8 * 1024,
+            tls_buffer_bytes: 8 * 1024,
+            unsent_bytes: 8 * 1024,
         }
     }
 }
 
-/// The bounds of `http2.unsent_bytes` (besides 0): below a few frames the socket
-/// would wake the writer for every packet; above, the order would not hold.
-const UNSENT_BYTES: std::ops::RangeInclusive<u32> = 4096..=4 * 1024 * 1024;
+/// The bounds of `http2.unsent_bytes`, `tls_buffer_bytes` (each besides 0) and
+/// `budget_bytes`: below a few frames the socket would wake the writer for every
+/// packet; above, the order would not hold.
+const QUEUE_BYTES: std::ops::RangeInclusive<u32> = 4096..=4 * 1024 * 1024;
 
 impl Http2Config {
     /// The section's problems, each naming its key.
     pub fn problems(&self) -> Vec<ConfigError> {
         let mut problems = Vec::new();
-        if self.unsent_bytes != 0 && !UNSENT_BYTES.contains(&self.unsent_bytes) {
-            problems.push(ConfigError::Invalid {
-                key: "http2.unsent_bytes",
-                message: format!(
-                    "must be 0 (the kernel's default) or between {} and {}",
-                    UNSENT_BYTES.start(),
-                    UNSENT_BYTES.end()
-                ),
-            });
+        let range = format!("between {} and {}", QUEUE_BYTES.start(), QUEUE_BYTES.end());
+        for (key, value, zero) in [
+            (
+                "http2.unsent_bytes",
+                self.unsent_bytes,
+                Some("the kernel's default"),
+            ),
+            (
+                "http2.tls_buffer_bytes",
+                self.tls_buffer_bytes,
+                Some("rustls's default"),
+            ),
+            ("http2.budget_bytes", self.budget_bytes, None),
+        ] {
+            if QUEUE_BYTES.contains(&value) || (value == 0 && zero.is_some()) {
+                continue;
+            }
+            let message = match zero {
+                Some(zero) => format!("must be 0 ({zero}) or {range}"),
+                None => format!("must be {range}"),
+            };
+            problems.push(ConfigError::Invalid { key, message });
         }
         problems
     }
@@ -97,11 +124,9 @@ pub struct H2Settings {
     pub http2: Http2Config,
 }
 
-/// What `h2` may buffer per stream: one DATA frame (its default largest) when
-/// responses are ordered, so a stream paused by the scheduler has little queued
-/// ahead of a more urgent one; hyper's 400 KiB otherwise.
-const ORDERED_SEND_BUFFER: usize = 16 * 1024;
-const UNORDERED_SEND_BUFFER: usize = 400 * 1024;
+/// What `h2` may buffer per stream (hyper's): with `prioritize` the connection's
+/// budget bounds it.
+const SEND_BUFFER: usize = 400 * 1024;
 
 /// How often an idle connection is pinged, and how long its answer may take.
 const PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -142,18 +167,16 @@ pub async fn serve<S, R>(
     {
         set_unsent_limit(socket, unsent);
     }
-    let scheduler = Scheduler::new(prioritize);
+    let budget = prioritize.then(|| Arc::new(Budget::new(settings.http2.budget_bytes as usize)));
+    let scheduler = Scheduler(budget.clone());
     let mut builder = h2::server::Builder::new();
     builder
         .initial_window_size(1024 * 1024)
         .initial_connection_window_size(1024 * 1024)
         .max_concurrent_streams(200)
-        .max_send_buffer_size(if prioritize {
-            ORDERED_SEND_BUFFER
-        } else {
-            UNORDERED_SEND_BUFFER
-        })
+        .max_send_buffer_size(SEND_BUFFER)
         .max_header_list_size(settings.max_header_list_size);
+    let io = Metered::new(io, budget);
     let mut connection = match builder.handshake::<_, Bytes>(io).await {
         Ok(connection) => connection,
         Err(e) => return tracing::debug!(peer = %conn.peer, error = %e, "h2 handshake failed"),
@@ -235,89 +258,32 @@ fn set_unsent_limit(socket: std::os::fd::RawFd, bytes: u32) {
     }
 }
 
-/// Which of a connection's streams may hand `h2` body data: a stream holding data
-/// waits while a more urgent one holds some (RFC 9218: urgency first; equal
-/// urgencies share, frame by frame, as `h2` sends them). A stream holds data from
-/// the moment its body yields some until its body has nothing more ready, so a
-/// response waiting for its origin never holds others back. A waiting stream has
-/// reserved no flow-control capacity: it cannot hold the connection window a more
-/// urgent one needs.
+/// A connection's order of responses: its [`Budget`] when `prioritize` is on; off,
+/// every stream hands `h2` all it has at once.
 #[derive(Clone)]
-struct Scheduler(Option<Arc<watch::Sender<Holding>>>);
+struct Scheduler(Option<Arc<Budget>>);
 
-/// How many streams hold data, by urgency.
-type Holding = [u32; LEAST_URGENT as usize + 1];
-
-impl Scheduler {
-    /// A connection's scheduler; one that is off lets every stream send at once.
-    fn new(on: bool) -> Self {
-        Scheduler(on.then(|| Arc::new(watch::Sender::new(Holding::default()))))
-    }
-
-    /// The turn of a stream of `urgency`.
-    fn turn(&self, urgency: u8) -> Turn {
-        Turn {
-            levels: self
-                .0
-                .as_ref()
-                .map(|levels| (levels.clone(), levels.subscribe())),
-            urgency: usize::from(urgency.min(LEAST_URGENT)),
-            holding: false,
-        }
-    }
-}
-
-/// One stream's place in its connection's [`Scheduler`]; gives it up when dropped.
+/// One stream's sending within its connection's budget.
 struct Turn {
-    levels: Option<(Arc<watch::Sender<Holding>>, watch::Receiver<Holding>)>,
-    urgency: usize,
-    holding: bool,
+    budget: Arc<Budget>,
+    stream: u32,
+    urgency: u8,
 }
 
 impl Turn {
-    /// Marks the stream as holding data (`true`) or not.
-    fn hold(&mut self, holding: bool) {
-        let Some((levels, _)) = &self.levels else {
-            return;
-        };
-        if holding != self.holding {
-            self.holding = holding;
-            let urgency = self.urgency;
-            levels.send_modify(|held| {
-                if holding {
-                    held[urgency] += 1;
-                } else {
-                    held[urgency] -= 1;
-                }
-            });
-        }
-    }
-
-    /// The most a stream hands `h2` at once: a frame when its order matters, else all
-    /// it has (fewer wakeups per response).
-    fn piece(&self) -> usize {
-        if self.levels.is_some() {
-            ORDERED_SEND_BUFFER
-        } else {
-            usize::MAX
-        }
-    }
-
-    /// Waits until no more urgent stream holds data.
-    async fn wait(&mut self) {
-        if let Some((_, watching)) = &mut self.levels {
-            let urgency = self.urgency;
-            // The sender lives as long as this turn: the wait cannot fail.
-            let _ = watching
-                .wait_for(|held| held[..urgency].iter().all(|&n| n == 0))
-                .await;
+    fn new(budget: Arc<Budget>, stream: u32, urgency: u8) -> Self {
+        budget.enter(stream);
+        Turn {
+            budget,
+            stream,
+            urgency,
         }
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        self.hold(false);
+        self.budget.leave(self.stream);
     }
 }
 
@@ -400,8 +366,8 @@ async fn answer<R: Responder>(
         match respond.push_request(promised.clone()) {
             Ok(pushed) => {
                 let request = promised.map(|()| body::empty());
-                let turn = scheduler.turn(LEAST_URGENT);
-                tokio::spawn(push(responder.clone(), request, pushed, conn, turn));
+                let scheduler = scheduler.clone();
+                tokio::spawn(push(responder.clone(), request, pushed, conn, scheduler));
             }
             // The client turned push off (every browser) or the stream is gone: stop.
             Err(e) => {
@@ -411,7 +377,7 @@ async fn answer<R: Responder>(
         }
     }
     if !end {
-        send_body(send, body, scheduler.turn(priority.urgency())).await;
+        send_body(send, body, &scheduler, priority.urgency()).await;
     }
 }
 
@@ -440,7 +406,7 @@ async fn push<R: Responder>(
     request: Request<Body>,
     mut pushed: h2::server::SendPushedResponse<Bytes>,
     conn: ConnInfo,
-    turn: Turn,
+    scheduler: Scheduler,
 ) {
     let response = responder.respond(request, conn).await;
     let (mut parts, body) = response.into_parts();
@@ -456,7 +422,7 @@ async fn push<R: Responder>(
     strip_connection_fields(&mut parts.headers);
     let end = body.is_end_stream();
     match pushed.send_response(Response::from_parts(parts, ()), end) {
-        Ok(send) if !end => send_body(send, body, turn).await,
+        Ok(send) if !end => send_body(send, body, &scheduler, LEAST_URGENT).await,
         Ok(_) => {}
         Err(e) => tracing::debug!(error = %e, "pushed response not sent"),
     }
@@ -477,23 +443,30 @@ fn strip_connection_fields(headers: &mut HeaderMap) {
     headers.remove("proxy-connection");
 }
 
-/// Streams `body` as the client's flow control and the stream's `turn` allow; resets
-/// the stream with INTERNAL_ERROR when the body fails (the client must not take a
-/// truncated body as whole), and stops when the client resets it.
-async fn send_body(mut send: SendStream<Bytes>, mut body: Body, mut turn: Turn) {
+/// Streams `body` (of `urgency`) as the client's flow control and the connection's
+/// scheduler allow; resets the stream with INTERNAL_ERROR when the body fails (the
+/// client must not take a truncated body as whole), and stops when the client resets
+/// it.
+async fn send_body(
+    mut send: SendStream<Bytes>,
+    mut body: Body,
+    scheduler: &Scheduler,
+    urgency: u8,
+) {
+    let turn = scheduler
+        .0
+        .clone()
+        .map(|budget| Turn::new(budget, send.stream_id().as_u32(), urgency));
     loop {
         let frame = {
             let mut next = body.frame();
-            // Nothing ready (the origin is slow): step aside until there is.
+            // Nothing ready (the origin is slow): watch for a reset meanwhile.
             match poll_fn(|cx| Poll::Ready(Pin::new(&mut next).poll(cx))).await {
                 Poll::Ready(frame) => frame,
-                Poll::Pending => {
-                    turn.hold(false);
-                    tokio::select! {
-                        frame = next => frame,
-                        _ = poll_fn(|cx| send.poll_reset(cx)) => return,
-                    }
-                }
+                Poll::Pending => tokio::select! {
+                    frame = next => frame,
+                    _ = poll_fn(|cx| send.poll_reset(cx)) => return,
+                },
             }
         };
         let sent = match frame {
@@ -504,10 +477,16 @@ async fn send_body(mut send: SendStream<Bytes>, mut body: Body, mut turn: Turn) 
                 return;
             }
             Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => match send_data(&mut send, data, &mut turn).await {
-                    Ok(()) => continue,
-                    Err(e) => Err(e),
-                },
+                Ok(data) => {
+                    let handed = match &turn {
+                        Some(turn) => send_budgeted(&mut send, data, turn).await,
+                        None => send_data(&mut send, data).await,
+                    };
+                    match handed {
+                        Ok(()) => continue,
+                        Err(e) => Err(e),
+                    }
+                }
                 Err(frame) => match frame.into_trailers() {
                     Ok(trailers) => send.send_trailers(trailers),
                     Err(_) => continue,
@@ -521,26 +500,51 @@ async fn send_body(mut send: SendStream<Bytes>, mut body: Body, mut turn: Turn) 
     }
 }
 
-/// Sends `data` in the pieces the send window grants; with the scheduler, a frame at
-/// a time, each when the stream's turn comes. Capacity is reserved only once the turn
-/// has come: a stream that waits holds none of the connection's window.
-async fn send_data(
-    send: &mut SendStream<Bytes>,
-    mut data: Bytes,
-    turn: &mut Turn,
-) -> Result<(), h2::Error> {
-    if !data.is_empty() {
-        turn.hold(true);
-    }
+/// Hands `data` to `h2` in the pieces the send window grants.
+async fn send_data(send: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), h2::Error> {
     while !data.is_empty() {
-        turn.wait().await;
-        send.reserve_capacity(data.len().min(turn.piece()));
+        send.reserve_capacity(data.len());
         let granted = match poll_fn(|cx| send.poll_capacity(cx)).await {
             Some(granted) => granted?,
             None => return Err(h2::Error::from(Reason::CANCEL)),
         };
         if granted > 0 {
             send.send_data(data.split_to(granted.min(data.len())), false)?;
+        }
+    }
+    Ok(())
+}
+
+/// Hands `data` to `h2` in the pieces both the connection's budget and the send
+/// window grant. Flow-control capacity is reserved only with room in the budget, and
+/// waited for with none held: a stream whose client does not read holds neither the
+/// budget nor more than a piece of the connection's window.
+async fn send_budgeted(
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    turn: &Turn,
+) -> Result<(), h2::Error> {
+    let (budget, stream) = (&turn.budget, turn.stream);
+    let cancelled = || h2::Error::from(Reason::CANCEL);
+    while !data.is_empty() {
+        let room = budget
+            .room(stream, turn.urgency, data.len())
+            .await
+            .ok_or_else(cancelled)?;
+        send.reserve_capacity(room);
+        let capacity = send.capacity().min(room);
+        if capacity == 0 {
+            budget.give_back(stream, room);
+            match poll_fn(|cx| send.poll_capacity(cx)).await {
+                Some(granted) => granted.map(drop)?,
+                None => return Err(cancelled()),
+            }
+            continue;
+        }
+        budget.give_back(stream, room - capacity);
+        if let Err(e) = send.send_data(data.split_to(capacity), false) {
+            budget.give_back(stream, capacity);
+            return Err(e);
         }
     }
     Ok(())
@@ -594,6 +598,7 @@ impl HttpBody for RecvBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
     use tokio::io::ReadBuf;
 
@@ -606,8 +611,12 @@ mod tests {
         (name[0] + name.len() as u8 + name.last().unwrap(), size)
     }
 
+    /// One DATA frame, `h2`'s default largest.
+    const FRAME: usize = 16 * 1024;
+
     /// Answers `/NAME/SIZE` with SIZE bytes at once; `/slow/SIZE` with one frame,
-    /// then (when `release` is notified) the rest: an origin that takes its time.
+    /// then (when `release` is notified) the rest: an origin that takes its time;
+    /// `/fail/SIZE` with SIZE bytes, then a failure.
     struct Bodies {
         release: Arc<tokio::sync::Notify>,
     }
@@ -628,16 +637,23 @@ mod tests {
         ) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> {
             let (byte, size) = body_of(req.uri().path());
             let whole = Bytes::from(vec![byte; size]);
-            if !req.uri().path().starts_with("/slow/") {
+            let path = req.uri().path();
+            if !path.starts_with("/slow/") && !path.starts_with("/fail/") {
                 return Box::pin(async move { Response::new(body::full(whole)) });
             }
+            let slow = path.starts_with("/slow/");
             let (tx, body) = body::channel(2);
             tokio::spawn(async move {
                 let mut whole = whole;
-                let first = whole.split_to(ORDERED_SEND_BUFFER);
-                tx.send(Ok(first)).await.unwrap();
-                self.release.notified().await;
-                tx.send(Ok(whole)).await.unwrap();
+                if slow {
+                    let first = whole.split_to(FRAME);
+                    tx.send(Ok(first)).await.unwrap();
+                    self.release.notified().await;
+                    tx.send(Ok(whole)).await.unwrap();
+                } else {
+                    tx.send(Ok(whole)).await.unwrap();
+                    let _ = tx.send(Err("the origin failed".into())).await;
+                }
             });
             Box::pin(async move { Response::new(body) })
         }
@@ -646,12 +662,29 @@ mod tests {
     /// The client's end of the connection, noting each response's HEADERS and DATA
     /// frames (stream, DATA bytes) in the order they come off the wire: the server's
     /// bytes are frames, each a 9-byte header (length, type, flags, stream) and its
-    /// payload.
+    /// payload. While `paused`, it reads nothing (a client that stopped reading).
     struct Wire<S> {
         inner: S,
         frames: Arc<Mutex<Vec<(u32, usize)>>>,
         header: Vec<u8>,
         payload_left: usize,
+        paused: Arc<Pause>,
+    }
+
+    /// Whether a [`Wire`] reads, and who to wake when it may again.
+    #[derive(Default)]
+    struct Pause {
+        on: AtomicBool,
+        reader: Mutex<Option<std::task::Waker>>,
+    }
+
+    impl Pause {
+        fn set(&self, on: bool) {
+            self.on.store(on, Ordering::SeqCst);
+            if let Some(reader) = self.reader.lock().unwrap().take() {
+                reader.wake();
+            }
+        }
     }
 
     impl<S: AsyncRead + Unpin> AsyncRead for Wire<S> {
@@ -660,6 +693,12 @@ mod tests {
             cx: &mut Context<'_>,
             buf: &mut ReadBuf<'_>,
         ) -> Poll<std::io::Result<()>> {
+            if self.paused.on.load(Ordering::SeqCst) {
+                *self.paused.reader.lock().unwrap() = Some(cx.waker().clone());
+                if self.paused.on.load(Ordering::SeqCst) {
+                    return Poll::Pending;
+                }
+            }
             let before = buf.filled().len();
             ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
             let mut new = &buf.filled()[before..];
@@ -711,107 +750,156 @@ mod tests {
 
     type Fields = &'static [(&'static str, &'static str)];
 
-    /// Asks for each of `early` (on one connection, with `prioritize`), waits until
-    /// every one is streaming, then asks for `late`. Checks every body whole, and
-    /// returns how many bytes of the others went on the wire between `late`'s
-    /// response head and its last DATA frame. `/slow/` bodies are let go once every
-    /// early one is complete.
-    async fn bytes_beside_late(
-        prioritize: bool,
-        early: &[(&'static str, Fields)],
-        late: (&'static str, Fields),
-    ) -> usize {
-        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    /// A server on one end of an in-memory pipe of `pipe` bytes (the socket's
+    /// buffers), an `h2` client on the other with the given windows.
+    struct Connected {
+        client: h2::client::SendRequest<Bytes>,
+        frames: Arc<Mutex<Vec<(u32, usize)>>>,
+        release: Arc<tokio::sync::Notify>,
+        paused: Arc<Pause>,
+    }
+
+    async fn connect(
+        http2: Http2Config,
+        pipe: usize,
+        stream_window: u32,
+        connection_window: u32,
+    ) -> Connected {
+        let (server_io, client_io) = tokio::io::duplex(pipe);
         let release = Arc::new(tokio::sync::Notify::new());
         let responder = Arc::new(Bodies {
             release: release.clone(),
         });
         let settings = H2Settings {
             max_header_list_size: 64 * 1024,
-            http2: Http2Config {
-                prioritize,
-                ..Http2Config::default()
-            },
+            http2,
         };
         let conn = ConnInfo {
             peer: ([127, 0, 0, 1], 1).into(),
             tls: true,
             socket: None,
         };
-        let (_stop, stop) = watch::channel(false);
-        tokio::spawn(serve(server_io, settings, responder, conn, stop));
+        let (stop_sender, stop) = watch::channel(false);
+        tokio::spawn(async move {
+            serve(server_io, settings, responder, conn, stop).await;
+            drop(stop_sender);
+        });
         let frames = Arc::new(Mutex::new(Vec::new()));
+        let paused = Arc::new(Pause::default());
         let wire = Wire {
             inner: client_io,
             frames: frames.clone(),
             header: Vec::new(),
             payload_left: 0,
+            paused: paused.clone(),
         };
         let (client, connection) = h2::client::Builder::new()
-            .initial_window_size(16 * 1024 * 1024)
-            .initial_connection_window_size(64 * 1024 * 1024)
+            .initial_window_size(stream_window)
+            .initial_connection_window_size(connection_window)
             .handshake::<_, Bytes>(wire)
             .await
             .unwrap();
         tokio::spawn(connection);
-        // Sends one request; the body's reader, and a signal at its first bytes.
-        let ask = |path: &'static str, fields: Fields| {
-            let client = client.clone();
-            async move {
-                let mut request = Request::get(format!("https://localhost{path}"));
-                for (name, value) in fields {
-                    request = request.header(*name, *value);
+        Connected {
+            client,
+            frames,
+            release,
+            paused,
+        }
+    }
+
+    /// Sends one request; its stream, a signal at its body's first bytes, and the
+    /// body's reader (which checks the body whole).
+    async fn ask(
+        client: &h2::client::SendRequest<Bytes>,
+        path: &'static str,
+        fields: Fields,
+    ) -> (
+        u32,
+        tokio::sync::oneshot::Receiver<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let mut request = Request::get(format!("https://localhost{path}"));
+        for (name, value) in fields {
+            request = request.header(*name, *value);
+        }
+        let mut client = client.clone().ready().await.unwrap();
+        let (response, _) = client
+            .send_request(request.body(()).unwrap(), true)
+            .unwrap();
+        let stream = response.stream_id().as_u32();
+        let (started, streaming) = tokio::sync::oneshot::channel();
+        let reader = tokio::spawn(async move {
+            let mut body = response.await.unwrap().into_body();
+            let mut received = Vec::new();
+            let mut started = Some(started);
+            while let Some(data) = body.data().await {
+                let data = data.unwrap();
+                let _ = body.flow_control().release_capacity(data.len());
+                received.extend_from_slice(&data);
+                if let Some(started) = started.take() {
+                    let _ = started.send(());
                 }
-                let mut client = client.ready().await.unwrap();
-                let (response, _) = client
-                    .send_request(request.body(()).unwrap(), true)
-                    .unwrap();
-                let stream = response.stream_id().as_u32();
-                let (started, streaming) = tokio::sync::oneshot::channel();
-                let reader = tokio::spawn(async move {
-                    let mut body = response.await.unwrap().into_body();
-                    let mut received = Vec::new();
-                    let mut started = Some(started);
-                    while let Some(data) = body.data().await {
-                        let data = data.unwrap();
-                        let _ = body.flow_control().release_capacity(data.len());
-                        received.extend_from_slice(&data);
-                        if let Some(started) = started.take() {
-                            let _ = started.send(());
-                        }
-                    }
-                    assert_eq!(received, vec![body_of(path).0; body_of(path).1], "{path}");
-                });
-                (stream, streaming, reader)
             }
-        };
+            assert_eq!(received, vec![body_of(path).0; body_of(path).1], "{path}");
+        });
+        (stream, streaming, reader)
+    }
+
+    /// The `[http2]` section with responses ordered.
+    fn ordered() -> Http2Config {
+        Http2Config {
+            prioritize: true,
+            ..Http2Config::default()
+        }
+    }
+
+    /// Asks for each of `early` (on one connection), waits until every one is
+    /// streaming, then asks for `late`. Checks every body whole, and returns how many
+    /// bytes of the others went on the wire between `late`'s response head and its
+    /// last DATA frame. `/slow/` bodies are let go once every early one is complete.
+    async fn bytes_beside_late(
+        http2: Http2Config,
+        early: &[(&'static str, Fields)],
+        late: (&'static str, Fields),
+    ) -> usize {
+        let connected = connect(http2, 64 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024).await;
         let mut readers = Vec::new();
         for (path, fields) in early {
-            let (_, streaming, reader) = ask(path, fields).await;
+            let (_, streaming, reader) = ask(&connected.client, path, fields).await;
             streaming.await.unwrap();
             readers.push(reader);
         }
-        let (late_stream, _, late_reader) = ask(late.0, late.1).await;
+        let (late_stream, _, late_reader) = ask(&connected.client, late.0, late.1).await;
         for reader in readers {
             reader.await.unwrap();
         }
-        release.notify_one();
+        connected.release.notify_one();
         late_reader.await.unwrap();
-        let frames = frames.lock().unwrap();
-        let first = frames.iter().position(|f| f.0 == late_stream).unwrap();
-        let last = frames.iter().rposition(|f| f.0 == late_stream).unwrap();
+        let frames = connected.frames.lock().unwrap();
+        beside(&frames, late_stream)
+    }
+
+    /// How many bytes of other streams' DATA went on the wire between `stream`'s
+    /// response head and its last DATA frame.
+    fn beside(frames: &[(u32, usize)], stream: u32) -> usize {
+        let first = frames.iter().position(|f| f.0 == stream).unwrap();
+        let last = frames.iter().rposition(|f| f.0 == stream).unwrap();
         frames[first..last]
             .iter()
-            .filter(|f| f.0 != late_stream)
+            .filter(|f| f.0 != stream)
             .map(|f| f.1)
             .sum()
     }
 
     const IMAGE: Fields = &[("sec-fetch-dest", "image")];
     const PAGE: Fields = &[("sec-fetch-dest", "document")];
-    /// What may still go out of a stream the scheduler pauses: the frame `h2` holds
-    /// for it and the one it was handing over.
-    const LEAK: usize = 2 * ORDERED_SEND_BUFFER;
+    /// What may still go out of the streams ahead once a more urgent one has data:
+    /// what they handed `h2` (the budget, one frame over at most) and the frame it
+    /// is writing.
+    fn leak() -> usize {
+        Http2Config::default().budget_bytes as usize + 2 * FRAME
+    }
 
     #[tokio::test]
     async fn the_page_goes_out_before_the_images_asked_for_earlier() {
@@ -822,14 +910,36 @@ mod tests {
             ("/i4/2097152", IMAGE),
         ];
         let page = ("/page/262144", PAGE);
-        let beside = bytes_beside_late(true, &images, page).await;
-        assert!(
-            beside <= 4 * LEAK,
-            "{beside} bytes of images within the page"
-        );
-        // Without the scheduler, frame by frame: the page shares the wire.
-        let unordered = bytes_beside_late(false, &images, page).await;
-        assert!(unordered > 4 * LEAK, "{unordered}");
+        let beside = bytes_beside_late(ordered(), &images, page).await;
+        assert!(beside <= leak(), "{beside} bytes of images within the page");
+        // Without ordering, frame by frame: the page shares the wire.
+        let unordered = bytes_beside_late(Http2Config::default(), &images, page).await;
+        assert!(unordered > 4 * leak(), "{unordered}");
+    }
+
+    #[tokio::test]
+    async fn a_late_page_goes_ahead_of_what_ten_images_have_queued() {
+        // The 103's preloads over a slow link: ten images have all they can queued
+        // below the server's order when the page's body is ready (the client reads
+        // nothing meanwhile). Within the budget, what they handed `h2` is bounded
+        // per connection, not per stream.
+        let connected = connect(ordered(), 64 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024).await;
+        connected.paused.set(true);
+        let mut readers = Vec::new();
+        for image in 0..10 {
+            let path: &'static str = Box::leak(format!("/i{image}/1048576").into_boxed_str());
+            readers.push(ask(&connected.client, path, IMAGE).await.2);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (page, _, page_reader) = ask(&connected.client, "/page/131072", PAGE).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        connected.paused.set(false);
+        page_reader.await.unwrap();
+        for reader in readers {
+            reader.await.unwrap();
+        }
+        let beside = beside(&connected.frames.lock().unwrap().clone(), page);
+        assert!(beside <= leak(), "{beside} bytes of images within the page");
     }
 
     #[tokio::test]
@@ -837,13 +947,13 @@ mod tests {
         const LOW_PAGE: Fields = &[("sec-fetch-dest", "document"), ("priority", "u=5")];
         const URGENT_IMAGE: Fields = &[("sec-fetch-dest", "image"), ("priority", "u=0")];
         let beside = bytes_beside_late(
-            true,
+            ordered(),
             &[("/page/4194304", LOW_PAGE)],
             ("/img/262144", URGENT_IMAGE),
         )
         .await;
         assert!(
-            beside <= LEAK,
+            beside <= leak(),
             "{beside} bytes of the page within the image"
         );
     }
@@ -868,11 +978,8 @@ mod tests {
                 ],
             ),
         ];
-        let beside = bytes_beside_late(true, &images, ("/page/262144", PAGE)).await;
-        assert!(
-            beside <= 3 * LEAK,
-            "{beside} bytes of images within the page"
-        );
+        let beside = bytes_beside_late(ordered(), &images, ("/page/262144", PAGE)).await;
+        assert!(beside <= leak(), "{beside} bytes of images within the page");
     }
 
     #[tokio::test]
@@ -882,10 +989,140 @@ mod tests {
         let images: [(&str, Fields); 2] = [("/i1/1048576", IMAGE), ("/i2/1048576", IMAGE)];
         let waited = tokio::time::timeout(
             Duration::from_secs(60),
-            bytes_beside_late(true, &images, ("/slow/262144", PAGE)),
+            bytes_beside_late(ordered(), &images, ("/slow/262144", PAGE)),
         )
         .await;
         let beside = waited.expect("the images were held back by a page with nothing to send");
         assert!(beside > 0);
+    }
+
+    #[tokio::test]
+    async fn a_budget_below_a_frame_sends_past_a_stream_the_client_does_not_read() {
+        // 64 KiB stream windows, 256 KiB for the connection: the unread stream takes
+        // its window and a quarter of the connection's, and waits for more with none
+        // of the budget.
+        let http2 = Http2Config {
+            budget_bytes: 1,
+            ..ordered()
+        };
+        let connected = connect(http2, 64 * 1024, 65_535, 256 * 1024).await;
+        let mut request = Request::get("https://localhost/stuck/1048576");
+        request = request.header("sec-fetch-dest", "document");
+        let mut client = connected.client.clone().ready().await.unwrap();
+        let (unread, _) = client
+            .send_request(request.body(()).unwrap(), true)
+            .unwrap();
+        let unread = unread.await.unwrap();
+        let mut readers = Vec::new();
+        for (path, fields) in [("/a/1048576", IMAGE), ("/b/1048576", IMAGE)] {
+            readers.push(ask(&connected.client, path, fields).await.2);
+        }
+        let read = async {
+            for reader in readers {
+                reader.await.unwrap();
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("a stream without window held the others back");
+        drop(unread);
+    }
+
+    #[tokio::test]
+    async fn a_reset_stream_gives_back_what_it_had_handed_h2() {
+        // The client reads nothing while a response hands `h2` 48 KiB and fails: `h2`
+        // drops what it had not written (16 KiB fit the pipe), which must not stay
+        // counted against the budget (8 KiB).
+        let connected = connect(ordered(), 16 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024).await;
+        connected.paused.set(true);
+        let mut client = connected.client.clone().ready().await.unwrap();
+        let (failing, _) = client
+            .send_request(
+                Request::get("https://localhost/fail/49152")
+                    .body(())
+                    .unwrap(),
+                true,
+            )
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        connected.paused.set(false);
+        let _ = failing.await;
+        let (_, _, reader) = ask(&connected.client, "/after/262144", PAGE).await;
+        tokio::time::timeout(Duration::from_secs(30), reader)
+            .await
+            .expect("the reset stream's bytes kept the budget full")
+            .unwrap();
+    }
+
+    #[test]
+    fn queue_bounds_are_checked_each_by_its_key() {
+        let keys = |http2: Http2Config| -> Vec<String> {
+            http2
+                .problems()
+                .iter()
+                .map(|problem| problem.to_string())
+                .collect()
+        };
+        assert!(keys(Http2Config::default()).is_empty());
+        let zeros = Http2Config {
+            budget_bytes: 0,
+            tls_buffer_bytes: 0,
+            unsent_bytes: 0,
+            ..Http2Config::default()
+        };
+        let problems = keys(zeros);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("http2.budget_bytes"), "{problems:?}");
+        let huge = Http2Config {
+            budget_bytes: u32::MAX,
+            tls_buffer_bytes: 1,
+            unsent_bytes: 5 * 1024 * 1024,
+            ..Http2Config::default()
+        };
+        let problems = keys(huge);
+        for key in ["budget_bytes", "tls_buffer_bytes", "unsent_bytes"] {
+            assert!(
+                problems.iter().any(|p| p.contains(key)),
+                "{key}: {problems:?}"
+            );
+        }
+    }
+
+    /// CPU time of the calling thread so far (`/proc/thread-self/schedstat`).
+    fn thread_cpu() -> Duration {
+        let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+        let nanos = schedstat
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        Duration::from_nanos(nanos)
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_leaves_the_server_idle() {
+        // One thread runs server and client alike: a server busy waiting for room
+        // would keep it busy.
+        let connected = connect(ordered(), 64 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024).await;
+        let mut readers = Vec::new();
+        for path in ["/x1/4194304", "/x2/4194304", "/x3/4194304"] {
+            let (_, streaming, reader) = ask(&connected.client, path, IMAGE).await;
+            streaming.await.unwrap();
+            readers.push(reader);
+        }
+        connected.paused.set(true);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = thread_cpu();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let spent = thread_cpu() - before;
+        assert!(
+            spent < Duration::from_millis(100),
+            "{spent:?} of CPU in 1 s"
+        );
+        connected.paused.set(false);
+        for reader in readers {
+            reader.await.unwrap();
+        }
     }
 }

@@ -14,6 +14,7 @@ pub mod destinations;
 pub mod files;
 mod first_bytes;
 pub mod forward;
+mod h2_budget;
 pub mod h2_server;
 pub mod live;
 pub mod manifests;

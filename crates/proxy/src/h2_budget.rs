@@ -1,0 +1,393 @@
+//! A budget per HTTP/2 connection on the response bytes waiting inside `h2`, so that
+//! the choice of which stream sends next is made when the socket takes more, not
+//! when a stream's body happens to be ready.
+//!
+//! `h2` sends every stream that has buffered data frame by frame, in turn; whatever a
+//! stream has handed it is on its way, whatever its urgency. So a stream may hand
+//! `h2` DATA only while the connection's unsent total (handed to `h2`, not yet
+//! written to the TLS stream below it) is under the budget, and when room opens the
+//! most urgent waiting stream goes first ([`Budget::room`]). What counts as written
+//! is read off the frames `h2` writes ([`Metered`], a wrapper around the connection's
+//! I/O): a DATA frame's payload as it passes. A stream's bytes that `h2` drops
+//! instead (the stream was reset, by either side, or lies beyond a client's GOAWAY)
+//! are given back when the RST_STREAM or GOAWAY passes the same wrapper.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard};
+use std::task::{ready, Context, Poll, Waker};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The most a stream hands `h2` over the budget: one DATA frame (`h2`'s default
+/// largest), so that a budget smaller than a frame still sends whole frames.
+const FRAME: usize = 16 * 1024;
+
+/// A connection's budget, shared by its streams and its [`Metered`] I/O.
+pub struct Budget {
+    limit: usize,
+    queue: Mutex<Queue>,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// DATA bytes handed to `h2` and not yet written below it.
+    unsent: usize,
+    /// Each stream's part of `unsent`, and whether its owner is still sending.
+    streams: HashMap<u32, Stake>,
+    /// The streams waiting for room, most urgent first, then by arrival.
+    waiting: BTreeMap<(u8, u64), Waker>,
+    arrivals: u64,
+}
+
+#[derive(Default)]
+struct Stake {
+    unsent: usize,
+    /// The stream's sender is still running (it may ask for more room).
+    live: bool,
+    /// `h2` dropped the stream's data (a reset): it gets no more room.
+    reset: bool,
+}
+
+impl Queue {
+    /// Takes `bytes` off `stream`'s part (no more than it has: what a reset gave back
+    /// is not given back twice), and wakes the first waiter if that opened room.
+    fn settle(&mut self, stream: u32, bytes: usize, limit: usize) {
+        let Some(stake) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        let settled = bytes.min(stake.unsent);
+        stake.unsent -= settled;
+        self.unsent -= settled;
+        if stake.unsent == 0 && !stake.live {
+            self.streams.remove(&stream);
+        }
+        self.wake_first(limit);
+    }
+
+    /// `h2` dropped `stream`'s unsent data: its part is free, and it gets no more.
+    fn reset(&mut self, stream: u32, limit: usize) {
+        let Some(stake) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        self.unsent -= std::mem::take(&mut stake.unsent);
+        if stake.live {
+            stake.reset = true;
+        } else {
+            self.streams.remove(&stream);
+        }
+        self.wake_first(limit);
+    }
+
+    fn wake_first(&self, limit: usize) {
+        if self.unsent < limit {
+            if let Some(first) = self.waiting.values().next() {
+                first.wake_by_ref();
+            }
+        }
+    }
+}
+
+impl Budget {
+    pub fn new(limit: usize) -> Self {
+        Budget {
+            limit,
+            queue: Mutex::new(Queue::default()),
+        }
+    }
+
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // The queue's every change is complete before any call that could panic.
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers a stream that is about to send; [`Budget::leave`] when it is done.
+    pub fn enter(&self, stream: u32) {
+        self.queue().streams.entry(stream).or_default().live = true;
+    }
+
+    /// The stream's sender is done; what it handed `h2` is still counted until
+    /// written (or dropped by a reset).
+    pub fn leave(&self, stream: u32) {
+        let mut queue = self.queue();
+        if let Some(stake) = queue.streams.get_mut(&stream) {
+            stake.live = false;
+            if stake.unsent == 0 {
+                queue.streams.remove(&stream);
+            }
+        }
+    }
+
+    /// Waits for room for `stream` (of `urgency`, 0 the most urgent) to hand `h2` up
+    /// to `wanted` bytes: the unsent total is under the budget and no more urgent
+    /// stream, nor an equally urgent one that came first, waits. Returns the bytes
+    /// granted (the room left, at least a frame, at most `wanted`), already counted
+    /// as unsent: [`Budget::give_back`] what is not handed over. `None` once the
+    /// stream was reset.
+    pub async fn room(&self, stream: u32, urgency: u8, wanted: usize) -> Option<usize> {
+        let mut place = Place {
+            budget: self,
+            key: None,
+        };
+        std::future::poll_fn(|cx| place.poll(cx, stream, urgency, wanted)).await
+    }
+
+    /// Uncounts `bytes` of a grant that `stream` did not hand to `h2`.
+    pub fn give_back(&self, stream: u32, bytes: usize) {
+        if bytes > 0 {
+            self.queue().settle(stream, bytes, self.limit);
+        }
+    }
+}
+
+/// A stream's place in the waiting line; leaving it (the stream was dropped while it
+/// waited) passes a wakeup it may have taken on to the next.
+struct Place<'a> {
+    budget: &'a Budget,
+    key: Option<(u8, u64)>,
+}
+
+impl Place<'_> {
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        stream: u32,
+        urgency: u8,
+        wanted: usize,
+    ) -> Poll<Option<usize>> {
+        let limit = self.budget.limit;
+        let mut queue = self.budget.queue();
+        let queue = &mut *queue;
+        if queue.streams.get(&stream).is_some_and(|stake| stake.reset) {
+            if let Some(key) = self.key.take() {
+                queue.waiting.remove(&key);
+                queue.wake_first(limit);
+            }
+            return Poll::Ready(None);
+        }
+        let key = *self.key.get_or_insert_with(|| {
+            queue.arrivals += 1;
+            (urgency, queue.arrivals)
+        });
+        let first = queue
+            .waiting
+            .keys()
+            .next()
+            .is_none_or(|&first| key <= first);
+        if queue.unsent < limit && first {
+            queue.waiting.remove(&key);
+            self.key = None;
+            let granted = wanted.min((limit - queue.unsent).max(FRAME));
+            queue.unsent += granted;
+            queue.streams.entry(stream).or_default().unsent += granted;
+            queue.wake_first(limit);
+            return Poll::Ready(Some(granted));
+        }
+        queue.waiting.insert(key, cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            let mut queue = self.budget.queue();
+            queue.waiting.remove(&key);
+            queue.wake_first(self.budget.limit);
+        }
+    }
+}
+
+/// What the frames passing one way say about the budget.
+enum Seen {
+    /// Bytes of a DATA frame's payload.
+    Data { stream: u32, bytes: usize },
+    /// An RST_STREAM: `h2` drops the stream's data.
+    Reset(u32),
+    /// A GOAWAY: `h2` drops the pushed streams beyond the last one it names.
+    GoAway,
+}
+
+/// Where one direction of the connection is in its frames (RFC 9113 §4.1: a 9-byte
+/// header, length, type, flags, stream, then the payload).
+#[derive(Default)]
+struct Frames {
+    /// Bytes of the client's connection preface not yet passed (it precedes its
+    /// frames).
+    preface_left: usize,
+    header: [u8; 9],
+    header_len: usize,
+    payload_left: usize,
+    /// The stream of the DATA frame whose payload is passing.
+    data_stream: Option<u32>,
+}
+
+const DATA: u8 = 0;
+const RST_STREAM: u8 = 3;
+const GOAWAY: u8 = 7;
+
+impl Frames {
+    fn after_preface() -> Self {
+        Frames {
+            preface_left: 24,
+            ..Frames::default()
+        }
+    }
+
+    fn pass(&mut self, mut bytes: &[u8], seen: &mut impl FnMut(Seen)) {
+        let skipped = self.preface_left.min(bytes.len());
+        self.preface_left -= skipped;
+        bytes = &bytes[skipped..];
+        while !bytes.is_empty() {
+            if self.payload_left > 0 {
+                let passed = self.payload_left.min(bytes.len());
+                self.payload_left -= passed;
+                bytes = &bytes[passed..];
+                if let Some(stream) = self.data_stream {
+                    seen(Seen::Data {
+                        stream,
+                        bytes: passed,
+                    });
+                }
+                continue;
+            }
+            let wanted = (9 - self.header_len).min(bytes.len());
+            self.header[self.header_len..self.header_len + wanted]
+                .copy_from_slice(&bytes[..wanted]);
+            self.header_len += wanted;
+            bytes = &bytes[wanted..];
+            if self.header_len == 9 {
+                self.header_len = 0;
+                let h = self.header;
+                self.payload_left =
+                    usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+                let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                self.data_stream = (h[3] == DATA).then_some(stream);
+                match h[3] {
+                    RST_STREAM => seen(Seen::Reset(stream)),
+                    GOAWAY => seen(Seen::GoAway),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// The connection's I/O below `h2`, settling the budget as frames pass: DATA
+/// payloads written, RST_STREAMs either way, a client's GOAWAY. Without a budget it
+/// only passes bytes through.
+pub struct Metered<S> {
+    inner: S,
+    budget: Option<std::sync::Arc<Budget>>,
+    written: Frames,
+    read: Frames,
+}
+
+impl<S> Metered<S> {
+    pub fn new(inner: S, budget: Option<std::sync::Arc<Budget>>) -> Self {
+        Metered {
+            inner,
+            budget,
+            written: Frames::default(),
+            read: Frames::after_preface(),
+        }
+    }
+}
+
+impl Budget {
+    fn written(&self, frames: &mut Frames, bytes: &[u8], queue: &mut Queue) {
+        frames.pass(bytes, &mut |seen| match seen {
+            Seen::Data { stream, bytes } => queue.settle(stream, bytes, self.limit),
+            Seen::Reset(stream) => queue.reset(stream, self.limit),
+            Seen::GoAway => {}
+        });
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        if let Some(budget) = &this.budget {
+            let new = &buf.filled()[before..];
+            let mut queue = budget.queue();
+            let limit = budget.limit;
+            this.read.pass(new, &mut |seen| match seen {
+                Seen::Reset(stream) => queue.reset(stream, limit),
+                // Pushed streams (even) beyond the GOAWAY's last one are dropped;
+                // those before it, taken for dropped too, only lift the budget a
+                // little while the connection winds down.
+                Seen::GoAway => {
+                    let pushed: Vec<u32> = queue
+                        .streams
+                        .keys()
+                        .copied()
+                        .filter(|stream| stream % 2 == 0)
+                        .collect();
+                    for stream in pushed {
+                        queue.reset(stream, limit);
+                    }
+                }
+                Seen::Data { .. } => {}
+            });
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        let n = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
+        if let Some(budget) = &this.budget {
+            budget.written(&mut this.written, &buf[..n], &mut budget.queue());
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        let n = ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs))?;
+        if let Some(budget) = &this.budget {
+            let mut queue = budget.queue();
+            let mut left = n;
+            for buf in bufs {
+                let passed = left.min(buf.len());
+                budget.written(&mut this.written, &buf[..passed], &mut queue);
+                left -= passed;
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
