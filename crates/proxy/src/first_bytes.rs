@@ -106,6 +106,9 @@ macro_rules! write_through {
         }
     };
 }
+// For h2_server's test client, which watches only what it reads too.
+#[cfg(test)]
+pub(crate) use write_through;
 
 write_through!(FirstBytesDeadline);
 
