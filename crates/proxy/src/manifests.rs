@@ -47,9 +47,10 @@ pub struct Manifests {
     versions: Bounded<(String, Hash), Arc<PageManifest>>,
     /// Page versions whose stylesheets are being read (or were): read once each.
     reading: Bounded<(String, Hash), ()>,
-    /// Streamed pages scanned, by (page URL, the response's `ETag`): the hash the
+    /// Streamed pages scanned, by (page URL, SHA-256 of the response's `ETag`, so
+    /// that an origin's long ETags take no more room than short ones): the hash the
     /// scan named, so that the same version is not scanned again on every request.
-    streamed: Bounded<(String, String), Hash>,
+    streamed: Bounded<(String, Hash), Hash>,
 }
 
 impl Manifests {
@@ -130,7 +131,10 @@ impl Manifests {
     /// scanned before and its manifest is still the page's latest (in memory): then
     /// this response need not be scanned again.
     pub fn streamed_is_known(&self, page_url: &str, etag: &str) -> bool {
-        let Some(hash) = self.streamed.get(&(page_url.to_string(), etag.to_string())) else {
+        let Some(hash) = self
+            .streamed
+            .get(&(page_url.to_string(), Hash::of(etag.as_bytes())))
+        else {
             return false;
         };
         self.latest
@@ -153,7 +157,8 @@ impl Manifests {
         rules: &ManifestRules,
     ) -> Arc<PageManifest> {
         if let Some(etag) = etag {
-            self.streamed.insert((page_url.to_string(), etag), hash);
+            let key = (page_url.to_string(), Hash::of(etag.as_bytes()));
+            self.streamed.insert(key, hash);
         }
         if let Some(known) = self.latest(page_url).await.filter(|m| m.hash == hash) {
             return known;
