@@ -279,21 +279,61 @@ impl Frames {
 /// The connection's I/O below `h2`, settling the budget as frames pass: DATA
 /// payloads written, RST_STREAMs either way, a client's GOAWAY. Without a budget it
 /// only passes bytes through.
+///
+/// With a bound on the layer below (TLS: records encrypted and not yet taken by the
+/// socket go out in order, whatever their urgency), a write is passed whole while the
+/// socket takes everything, and once it backs up, only after the layer below has
+/// written all it holds, and at most `bound` bytes. A fixed limit inside rustls
+/// would instead cut every write into pieces of that size, one system call each,
+/// also where nothing waits (docs/benchmarks.md, "What ordering costs").
 pub struct Metered<S> {
     inner: S,
     budget: Option<std::sync::Arc<Budget>>,
+    bound: Option<usize>,
+    /// The layer below still held bytes after the last write.
+    backed_up: bool,
     written: Frames,
     read: Frames,
 }
 
 impl<S> Metered<S> {
-    pub fn new(inner: S, budget: Option<std::sync::Arc<Budget>>) -> Self {
+    pub fn new(inner: S, budget: Option<std::sync::Arc<Budget>>, bound: Option<usize>) -> Self {
         Metered {
             inner,
             budget,
+            bound,
+            backed_up: false,
             written: Frames::default(),
             read: Frames::after_preface(),
         }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> Metered<S> {
+    /// Writes what the bound allows of `bufs` to the layer below (see [`Metered`]).
+    fn poll_write_bounded(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let inner = Pin::new(&mut self.inner);
+        let Some(bound) = self.bound else {
+            return inner.poll_write_vectored(cx, bufs);
+        };
+        let n = if self.backed_up {
+            let mut inner = inner;
+            ready!(inner.as_mut().poll_flush(cx))?;
+            let first = bufs
+                .iter()
+                .find(|buf| !buf.is_empty())
+                .map_or(&[][..], |buf| &buf[..]);
+            ready!(inner.poll_write(cx, &first[..first.len().min(bound)]))?
+        } else {
+            ready!(inner.poll_write_vectored(cx, bufs))?
+        };
+        // Whether the socket took it all; a failure shows on the next write.
+        self.backed_up = Pin::new(&mut self.inner).poll_flush(cx).is_pending();
+        Poll::Ready(Ok(n))
     }
 }
 
@@ -345,16 +385,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        let this = &mut *self;
-        let n = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
-        if let Some(budget) = &this.budget {
-            budget.written(&mut this.written, &buf[..n], &mut budget.queue());
-        }
-        Poll::Ready(Ok(n))
+        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(
@@ -363,7 +398,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
         bufs: &[IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let this = &mut *self;
-        let n = ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs))?;
+        let n = ready!(this.poll_write_bounded(cx, bufs))?;
         if let Some(budget) = &this.budget {
             let mut queue = budget.queue();
             let mut left = n;
@@ -389,5 +424,79 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TLS layer over a socket that is open or backed up: it takes every write
+    /// whole and holds what the socket does not take.
+    #[derive(Default)]
+    struct Below {
+        taken: Vec<usize>,
+        held: usize,
+        socket_open: bool,
+    }
+
+    impl AsyncWrite for Below {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.taken.push(buf.len());
+            self.held += buf.len();
+            let _ = self.poll_flush(cx);
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            if self.socket_open {
+                self.held = 0;
+            }
+            if self.held == 0 {
+                Poll::Ready(Ok(()))
+            } else {
+                Poll::Pending
+            }
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn write(io: &mut Metered<Below>, bytes: usize) -> Poll<std::io::Result<usize>> {
+        let data = vec![0; bytes];
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        Pin::new(io).poll_write(&mut cx, &data)
+    }
+
+    #[test]
+    fn below_a_bound_writes_pass_whole_until_the_socket_backs_up() {
+        let mut io = Metered::new(Below::default(), None, Some(8192));
+        io.inner.socket_open = true;
+        assert!(matches!(write(&mut io, 40_000), Poll::Ready(Ok(40_000))));
+        // The socket stops taking: this write is held below, and the next waits.
+        io.inner.socket_open = false;
+        assert!(matches!(write(&mut io, 40_000), Poll::Ready(Ok(40_000))));
+        assert!(write(&mut io, 40_000).is_pending());
+        // Once it has taken what was held, at most the bound goes below until it
+        // takes everything again.
+        io.inner.socket_open = true;
+        assert!(matches!(write(&mut io, 40_000), Poll::Ready(Ok(8192))));
+        assert!(matches!(write(&mut io, 40_000), Poll::Ready(Ok(40_000))));
+        assert_eq!(io.inner.taken, [40_000, 40_000, 8192, 40_000]);
+    }
+
+    #[test]
+    fn without_a_bound_writes_pass_whole_into_a_backed_up_socket() {
+        let mut io = Metered::new(Below::default(), None, None);
+        for _ in 0..2 {
+            assert!(matches!(write(&mut io, 40_000), Poll::Ready(Ok(40_000))));
+        }
+        assert_eq!(io.inner.taken, [40_000, 40_000]);
     }
 }

@@ -60,8 +60,9 @@ pub struct Http2Config {
     /// `h2` and `h2` not yet written to TLS (one frame more at most); the rest
     /// waits in front of `h2`, where the most urgent stream goes next.
     pub budget_bytes: u32,
-    /// With `prioritize`: rustls's limit on a connection's unsent TLS records. 0
-    /// leaves rustls's (64 KiB).
+    /// With `prioritize`: what the TLS layer may hold of a connection's records once
+    /// its socket backs up (they go out in order, whatever their urgency). 0 leaves
+    /// rustls's own limit (64 KiB).
     pub tls_buffer_bytes: u32,
     /// `TCP_NOTSENT_LOWAT` of HTTP/2 connections' sockets (with `prioritize`): the
     /// kernel holds at most about this many bytes not yet sent, so an urgent
@@ -72,7 +73,7 @@ pub struct Http2Config {
 impl Default for Http2Config {
     fn default() -> Self {
         Http2Config {
-            prioritize: false,
+            prioritize: true,
             // The inline bench's page came earliest with all three at 8 KiB
             // (docs/benchmarks.md, "A budget on what waits in `h2`").
             budget_bytes: 8 * 1024,
@@ -176,7 +177,9 @@ pub async fn serve<S, R>(
         .max_concurrent_streams(200)
         .max_send_buffer_size(SEND_BUFFER)
         .max_header_list_size(settings.max_header_list_size);
-    let io = Metered::new(io, budget);
+    let bound_below = (prioritize && settings.http2.tls_buffer_bytes != 0)
+        .then_some(settings.http2.tls_buffer_bytes as usize);
+    let io = Metered::new(io, budget, bound_below);
     let mut connection = match builder.handshake::<_, Bytes>(io).await {
         Ok(connection) => connection,
         Err(e) => return tracing::debug!(peer = %conn.peer, error = %e, "h2 handshake failed"),
@@ -831,8 +834,12 @@ mod tests {
 
     /// The `[http2]` section with responses ordered.
     fn ordered() -> Http2Config {
+        Http2Config::default()
+    }
+
+    fn unordered() -> Http2Config {
         Http2Config {
-            prioritize: true,
+            prioritize: false,
             ..Http2Config::default()
         }
     }
@@ -896,7 +903,7 @@ mod tests {
         let beside = bytes_beside_late(ordered(), &images, page).await;
         assert!(beside <= leak(), "{beside} bytes of images within the page");
         // Without ordering, frame by frame: the page shares the wire.
-        let unordered = bytes_beside_late(Http2Config::default(), &images, page).await;
+        let unordered = bytes_beside_late(unordered(), &images, page).await;
         assert!(unordered > 4 * leak(), "{unordered}");
     }
 

@@ -595,7 +595,7 @@ async fn accept_loop(
                 // Shutdown waits for the task while it holds `pending` (to its end).
                 let pending = connections.pending();
                 tokio::spawn(async move {
-                    let mut stream = match tokio::time::timeout(
+                    let stream = match tokio::time::timeout(
                         handshake_timeout,
                         acceptor.accept(stream),
                     )
@@ -609,14 +609,6 @@ async fn accept_loop(
                     };
                     if stream.get_ref().1.alpn_protocol() == Some(&b"h2"[..]) {
                         // HTTP/2 on the `h2` crate's server: it can send 103 Early Hints.
-                        let http2 = &h2_settings.http2;
-                        if http2.prioritize && http2.tls_buffer_bytes != 0 {
-                            // Records queued here go out in order, whatever their urgency.
-                            stream
-                                .get_mut()
-                                .1
-                                .set_buffer_limit(Some(http2.tls_buffer_bytes as usize));
-                        }
                         let stream = FirstBytesDeadline::new(stream, handshake_timeout);
                         crate::h2_server::serve(stream, h2_settings, front, conn, stop).await;
                     } else {
