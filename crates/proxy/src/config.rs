@@ -48,6 +48,9 @@ pub struct Config {
     pub root: Option<PathBuf>,
     /// `human` or `json`.
     pub log_format: LogFormat,
+    /// Threads serving client connections, each with an event loop of its own that
+    /// keeps a connection for its life (0: one per CPU). Taken at start.
+    pub connection_threads: usize,
     pub tls: TlsConfig,
     pub limits: Limits,
     pub http2: Http2Config,
@@ -74,6 +77,7 @@ impl Default for Config {
             origin: None,
             root: None,
             log_format: LogFormat::Human,
+            connection_threads: 0,
             tls: TlsConfig::default(),
             limits: Limits::default(),
             http2: Http2Config::default(),
@@ -95,6 +99,8 @@ impl Default for Config {
 pub const DEFAULT_STORE_BUDGET_MS: u64 = 100;
 /// The largest `store_budget_ms`: every request may wait this long per store call.
 pub const MAX_STORE_BUDGET_MS: u64 = 10_000;
+/// The most `connection_threads`: more than any machine's cores is a typo.
+pub const MAX_CONNECTION_THREADS: usize = 1024;
 
 impl Config {
     /// Where the store lives: Redis when `store` is set, else `data_dir/store`.
@@ -634,6 +640,12 @@ impl Config {
                 format!("must be 1 to {MAX_STORE_BUDGET_MS} (milliseconds)"),
             );
         }
+        if self.connection_threads > MAX_CONNECTION_THREADS {
+            invalid(
+                "connection_threads",
+                format!("must be 0 (one per CPU) to {MAX_CONNECTION_THREADS}"),
+            );
+        }
         match (&self.origin, &self.root) {
             (None, None) if self.link.enabled => {}
             (None, None) => {
@@ -1098,6 +1110,15 @@ mod tests {
         assert!(!names_interval(&c));
         c.files.check_interval_ms = MAX_FILE_CHECK_INTERVAL_MS + 1;
         assert!(names_interval(&c));
+        let names_threads = |c: &Config| {
+            c.problems()
+                .iter()
+                .any(|p| p.to_string().contains("`connection_threads`"))
+        };
+        c.connection_threads = MAX_CONNECTION_THREADS;
+        assert!(!names_threads(&c));
+        c.connection_threads = MAX_CONNECTION_THREADS + 1;
+        assert!(names_threads(&c));
     }
 
     #[test]

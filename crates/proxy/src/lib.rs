@@ -30,6 +30,7 @@ pub mod recorder;
 mod scan;
 pub mod secret;
 pub mod server;
+mod shards;
 pub mod status;
 pub mod tls;
 mod trim;

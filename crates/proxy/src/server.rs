@@ -34,6 +34,7 @@ use crate::pipeline::fetch::Source;
 use crate::pipeline::Pipeline;
 use crate::record::{Delivery, RequestRecord};
 use crate::recorder::{OpenRecord, Records};
+use crate::shards::Shards;
 use crate::status::StatusBoard;
 use crate::trim;
 
@@ -62,6 +63,8 @@ pub enum StartError {
     Origin(String),
     #[error("cannot watch parked connections: {0}")]
     Parking(std::io::Error),
+    #[error("cannot start the connection threads: {0}")]
+    Threads(std::io::Error),
     #[error("root {path}: {source}")]
     Root {
         path: std::path::PathBuf,
@@ -80,6 +83,8 @@ pub struct Running {
     tasks: Vec<JoinHandle<()>>,
     background: Background,
     grace: Duration,
+    /// Kept until shutdown is over: background work may run on them.
+    _shards: Arc<Shards>,
 }
 
 impl Running {
@@ -256,7 +261,9 @@ pub async fn start_with(
     let (stop, stopped) = watch::channel(false);
     crate::scan::start(pipeline.clone(), stopped.clone());
     let (parked, parked_events) = park::Lot::new(&metrics).map_err(StartError::Parking)?;
+    let shards = Arc::new(Shards::start(config.connection_threads).map_err(StartError::Threads)?);
     let front = Front {
+        shards: shards.clone(),
         link: link
             .filter(|_| config.link.enabled)
             .map(|make| make(pipeline.clone())),
@@ -297,6 +304,7 @@ pub async fn start_with(
         tasks,
         background,
         grace,
+        _shards: shards,
     })
 }
 
@@ -350,6 +358,27 @@ async fn serve_with_hyper<I: Transport>(
         // arrive (`park`).
         Protocol::Http1 => serve_http1(io, bytes::Bytes::new(), served, _pending).await,
     }
+}
+
+/// Serves an accepted plain-TCP connection on the connection thread polling this.
+async fn serve_plain(socket: std::net::TcpStream, served: Served, pending: Pending) {
+    if let Some(stream) = on_this_thread(socket) {
+        serve_with_hyper(stream, served, pending).await;
+    }
+}
+
+/// Serves a parked HTTP/1.1 connection again, on the connection thread polling this.
+async fn serve_parked(socket: std::net::TcpStream, served: Served, pending: Pending) {
+    if let Some(stream) = on_this_thread(socket) {
+        serve_http1(stream, bytes::Bytes::new(), served, pending).await;
+    }
+}
+
+/// Registers `socket` with the event loop of the thread that calls this.
+fn on_this_thread(socket: std::net::TcpStream) -> Option<TcpStream> {
+    TcpStream::from_std(socket)
+        .inspect_err(|e| tracing::debug!(error = %e, "a connection could not be watched"))
+        .ok()
 }
 
 /// What serving a connection needs besides its transport.
@@ -509,6 +538,8 @@ struct Front {
     link: Option<Arc<dyn LinkEndpoint>>,
     /// The listener's parked HTTP/1.1 connections.
     parked: park::Lot<ParkedWith>,
+    /// Where connections are served.
+    shards: Arc<Shards>,
     freed: trim::FreedByParks,
 }
 
@@ -525,19 +556,16 @@ async fn accept_loop(
     let watching_parked = {
         let (front, stop) = (front.clone(), stop.clone());
         tokio::spawn(async move {
-            let again = |socket, with: ParkedWith| match TcpStream::from_std(socket) {
-                Ok(io) => {
-                    let served = Served {
-                        front: front.clone(),
-                        conn: with.conn,
-                        limits: with.limits,
-                        stop: stop.clone(),
-                    };
-                    tokio::spawn(serve_http1(io, bytes::Bytes::new(), served, with.pending));
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "a parked connection could not be served again")
-                }
+            let again = |socket, with: ParkedWith| {
+                let served = Served {
+                    front: front.clone(),
+                    conn: with.conn,
+                    limits: with.limits,
+                    stop: stop.clone(),
+                };
+                front
+                    .shards
+                    .spawn(serve_parked(socket, served, with.pending));
             };
             front.parked.watch(parked_events, stop.clone(), again).await;
         })
@@ -560,6 +588,14 @@ async fn accept_loop(
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);
+        // Handed to its connection thread as the bare socket, to be watched there.
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "an accepted connection could not be handed over");
+                continue;
+            }
+        };
         // Each connection takes the limits in force when it arrives (a reload applies
         // to new connections).
         let config = pipeline.config();
@@ -583,18 +619,21 @@ async fn accept_loop(
                     limits,
                     stop: stop.clone(),
                 };
-                tokio::spawn(serve_with_hyper(stream, served, pending));
+                front.shards.spawn(serve_plain(stream, served, pending));
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
-                let (front, stop) = (front.clone(), stop.clone());
+                let (served_front, stop) = (front.clone(), stop.clone());
                 let h2_settings = H2Settings {
                     max_header_list_size: config.limits.max_header_bytes as u32,
                     http2: config.http2.clone(),
                 };
                 // Shutdown waits for the task while it holds `pending` (to its end).
                 let pending = connections.pending();
-                tokio::spawn(async move {
+                front.shards.spawn(async move {
+                    let Some(stream) = on_this_thread(stream) else {
+                        return;
+                    };
                     let stream = match tokio::time::timeout(
                         handshake_timeout,
                         acceptor.accept(stream),
@@ -610,10 +649,11 @@ async fn accept_loop(
                     if stream.get_ref().1.alpn_protocol() == Some(&b"h2"[..]) {
                         // HTTP/2 on the `h2` crate's server: it can send 103 Early Hints.
                         let stream = FirstBytesDeadline::new(stream, handshake_timeout);
-                        crate::h2_server::serve(stream, h2_settings, front, conn, stop).await;
+                        crate::h2_server::serve(stream, h2_settings, served_front, conn, stop)
+                            .await;
                     } else {
                         let served = Served {
-                            front,
+                            front: served_front,
                             conn,
                             limits,
                             stop,

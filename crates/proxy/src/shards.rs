@@ -1,0 +1,103 @@
+//! The threads that serve client connections: each runs its own single-threaded
+//! tokio runtime (event loop, timers, blocking pool), and a connection stays on the
+//! one it was handed to for its life, as an nginx worker keeps its connections.
+//!
+//! On one work-stealing runtime, a connection's task is woken by whichever worker
+//! polled the socket's readiness, and idle workers are woken to steal: a futex and
+//! often a context switch per request (0.4–0.6 per request with two workers under
+//! wrk, docs/benchmarks.md, "Connections on threads of their own"). The accept loop,
+//! the admin listener and the parked connections' watcher stay on the main runtime;
+//! a connection is handed over as its bare socket and registered with its shard's
+//! event loop there.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+/// The connection threads of one server. Dropping the last handle ends them: each
+/// thread's runtime then drops the tasks it still has.
+pub struct Shards {
+    handles: Vec<Handle>,
+    next: AtomicUsize,
+    /// Dropped with `Shards`: each thread's signal to end.
+    _ends: Vec<oneshot::Sender<()>>,
+}
+
+impl Shards {
+    /// Starts `threads` connection threads (0: one per CPU the process may use).
+    pub fn start(threads: usize) -> std::io::Result<Shards> {
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        };
+        let mut handles = Vec::with_capacity(threads);
+        let mut ends = Vec::with_capacity(threads);
+        for index in 0..threads {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (end, ended) = oneshot::channel::<()>();
+            handles.push(runtime.handle().clone());
+            std::thread::Builder::new()
+                .name(format!("wirefold-conn-{index}"))
+                .spawn(move || {
+                    // Runs the thread's tasks until `Shards` is dropped; dropping the
+                    // runtime here (not in an async context) drops what is left.
+                    let _ = runtime.block_on(ended);
+                })?;
+            ends.push(end);
+        }
+        Ok(Shards {
+            handles,
+            next: AtomicUsize::new(0),
+            _ends: ends,
+        })
+    }
+
+    /// Runs `task` on the next thread in turn. It is polled there only: a socket it
+    /// registers (`TcpStream::from_std`) is watched by that thread's event loop.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
+        drop(self.handles[turn].spawn(task));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn tasks_go_to_the_threads_in_turn_and_the_threads_end_with_shards() {
+        let shards = Shards::start(2).unwrap();
+        let mut names = Vec::new();
+        for _ in 0..4 {
+            let (sent, name) = oneshot::channel();
+            shards.spawn(async move {
+                let _ = sent.send(std::thread::current().name().map(str::to_owned));
+            });
+            names.push(name.await.unwrap().unwrap());
+        }
+        assert_eq!(
+            names,
+            [
+                "wirefold-conn-0",
+                "wirefold-conn-1",
+                "wirefold-conn-0",
+                "wirefold-conn-1"
+            ]
+        );
+        // A task still running when the shards go is dropped with its thread's runtime.
+        let (held, dropped) = oneshot::channel::<()>();
+        shards.spawn(async move {
+            let _held = held;
+            std::future::pending::<()>().await;
+        });
+        drop(shards);
+        assert!(dropped.await.is_err());
+    }
+}
