@@ -37,10 +37,68 @@ const DECODE_STEP: usize = 64 * 1024;
 
 /// Compresses `data` in one shot. Knowing the whole input lets zstd record the
 /// content size in its frame header and lets brotli size its window to the input.
+///
+/// The encoders' working memory is kept per thread for the next call (`reuse`):
+/// brotli's always, zstd's context at the levels that run per request.
 pub fn compress(coding: ContentCoding, level: u32, data: &[u8]) -> Vec<u8> {
-    let mut enc = Encoder::build(coding, level, Some(data.len()));
+    let level = coding.clamp_level(level);
+    match coding {
+        ContentCoding::Br => compress_br(level, data),
+        ContentCoding::Zstd => compress_zstd(level, data),
+        _ => {
+            let mut enc = Encoder::build(coding, level, Some(data.len()));
+            enc.write(data);
+            enc.finish()
+        }
+    }
+}
+
+#[allow(
+    clippy::expect_used,
+    reason = "reading a slice and writing into a `Vec` cannot fail"
+)]
+fn compress_br(level: u32, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() / 3 + 64);
+    let mut input_buffer = vec![0; ENCODER_BUFFER.min(data.len().max(1))];
+    let mut output_buffer = vec![0; ENCODER_BUFFER];
+    brotli::BrotliCompressCustomAlloc(
+        &mut &data[..],
+        &mut out,
+        &mut input_buffer,
+        &mut output_buffer,
+        &brotli_params(level, Some(data.len())),
+        crate::reuse::Recycling,
+    )
+    .expect("in-memory brotli compression");
+    out
+}
+
+fn compress_zstd(level: u32, data: &[u8]) -> Vec<u8> {
+    let level_i32 = level as i32;
+    if level_i32 <= crate::reuse::ZSTD_KEPT_MAX_LEVEL {
+        let reused = crate::reuse::with_zstd(|context| {
+            let context = context?;
+            context.set_compression_level(level_i32).ok()?;
+            context.compress(data).ok()
+        });
+        if let Some(out) = reused {
+            return out;
+        }
+    }
+    let mut enc = Encoder::build(ContentCoding::Zstd, level, Some(data.len()));
     enc.write(data);
     enc.finish()
+}
+
+/// brotli's parameters at `level`, with the window fitted to the input when its
+/// length is known.
+fn brotli_params(level: u32, input_len: Option<usize>) -> brotli::enc::BrotliEncoderParams {
+    brotli::enc::BrotliEncoderParams {
+        quality: level as i32,
+        lgwin: input_len.map_or(BROTLI_MAX_LGWIN, brotli_window_for) as i32,
+        size_hint: input_len.unwrap_or(0),
+        ..Default::default()
+    }
 }
 
 /// Decompresses `data`, failing rather than producing more than `limit` bytes.
@@ -90,19 +148,11 @@ impl Encoder {
                 Vec::new(),
                 flate2::Compression::new(level),
             )),
-            ContentCoding::Br => {
-                let params = brotli::enc::BrotliEncoderParams {
-                    quality: level as i32,
-                    lgwin: input_len.map_or(BROTLI_MAX_LGWIN, brotli_window_for) as i32,
-                    size_hint: input_len.unwrap_or(0),
-                    ..Default::default()
-                };
-                EncoderInner::Br(Box::new(brotli::CompressorWriter::with_params(
-                    Vec::new(),
-                    ENCODER_BUFFER,
-                    &params,
-                )))
-            }
+            ContentCoding::Br => EncoderInner::Br(Box::new(brotli::CompressorWriter::with_params(
+                Vec::new(),
+                ENCODER_BUFFER,
+                &brotli_params(level, input_len),
+            ))),
             ContentCoding::Zstd => {
                 // No checksum (the zstd default): HTTP framing and TLS already guard
                 // the bytes, and RFC 9659 leaves it optional.

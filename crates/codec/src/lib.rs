@@ -6,6 +6,7 @@
 mod coding;
 pub mod cost;
 pub mod dictionary;
+mod reuse;
 pub mod vcdiff;
 
 pub use coding::{compress, decompress, DecodeError, Decoder, Encoder};
