@@ -6,7 +6,9 @@
 //! stream has handed it is on its way, whatever its urgency. So a stream may hand
 //! `h2` DATA only while the connection's unsent total (handed to `h2`, not yet
 //! written to the TLS stream below it) is under the budget, and when room opens the
-//! most urgent waiting stream goes first ([`Budget::room`]). What counts as written
+//! most urgent waiting stream goes first ([`Budget::room`]): of equal urgency, those
+//! not incremental one after another in the order they were asked for (RFC 9218
+//! §4: only a whole one is of use), then the incremental ones in turn. What counts as written
 //! is read off the frames `h2` writes ([`Metered`], a wrapper around the connection's
 //! I/O): a DATA frame's payload as it passes. A stream's bytes that `h2` drops
 //! instead (the stream was reset, by either side, or lies beyond a client's GOAWAY)
@@ -19,6 +21,12 @@ use std::sync::{Mutex, MutexGuard};
 use std::task::{ready, Context, Poll, Waker};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use wirefold_http::priority::Priority;
+
+/// A waiting stream's place: urgency, then incremental after not, then the stream
+/// (not incremental: the one asked for first keeps going) or the wait's arrival
+/// (incremental: each piece queues anew, so they take turns).
+type Key = (u8, bool, u64);
 
 /// The most a stream hands `h2` over the budget: one DATA frame (`h2`'s default
 /// largest), so that a budget smaller than a frame still sends whole frames.
@@ -36,8 +44,8 @@ struct Queue {
     unsent: usize,
     /// Each stream's part of `unsent`, and whether its owner is still sending.
     streams: HashMap<u32, Stake>,
-    /// The streams waiting for room, most urgent first, then by arrival.
-    waiting: BTreeMap<(u8, u64), Waker>,
+    /// The streams waiting for room, in the order they get it ([`Place`]'s key).
+    waiting: BTreeMap<Key, Waker>,
     arrivals: u64,
 }
 
@@ -121,18 +129,18 @@ impl Budget {
         }
     }
 
-    /// Waits for room for `stream` (of `urgency`, 0 the most urgent) to hand `h2` up
-    /// to `wanted` bytes: the unsent total is under the budget and no more urgent
-    /// stream, nor an equally urgent one that came first, waits. Returns the bytes
+    /// Waits for room for `stream` (of `priority`) to hand `h2` up to `wanted` bytes:
+    /// the unsent total is under the budget and no stream waits that goes before it
+    /// ([`Key`]: more urgent, or as urgent and asked for earlier). Returns the bytes
     /// granted (the room left, at least a frame, at most `wanted`), already counted
     /// as unsent: [`Budget::give_back`] what is not handed over. `None` once the
     /// stream was reset.
-    pub async fn room(&self, stream: u32, urgency: u8, wanted: usize) -> Option<usize> {
+    pub async fn room(&self, stream: u32, priority: Priority, wanted: usize) -> Option<usize> {
         let mut place = Place {
             budget: self,
             key: None,
         };
-        std::future::poll_fn(|cx| place.poll(cx, stream, urgency, wanted)).await
+        std::future::poll_fn(|cx| place.poll(cx, stream, priority, wanted)).await
     }
 
     /// Uncounts `bytes` of a grant that `stream` did not hand to `h2`.
@@ -147,7 +155,7 @@ impl Budget {
 /// waited) passes a wakeup it may have taken on to the next.
 struct Place<'a> {
     budget: &'a Budget,
-    key: Option<(u8, u64)>,
+    key: Option<Key>,
 }
 
 impl Place<'_> {
@@ -155,7 +163,7 @@ impl Place<'_> {
         &mut self,
         cx: &mut Context<'_>,
         stream: u32,
-        urgency: u8,
+        priority: Priority,
         wanted: usize,
     ) -> Poll<Option<usize>> {
         let limit = self.budget.limit;
@@ -169,8 +177,13 @@ impl Place<'_> {
             return Poll::Ready(None);
         }
         let key = *self.key.get_or_insert_with(|| {
-            queue.arrivals += 1;
-            (urgency, queue.arrivals)
+            let order = if priority.incremental {
+                queue.arrivals += 1;
+                queue.arrivals
+            } else {
+                u64::from(stream)
+            };
+            (priority.urgency(), priority.incremental, order)
         });
         let first = queue
             .waiting

@@ -270,16 +270,16 @@ struct Scheduler(Option<Arc<Budget>>);
 struct Turn {
     budget: Arc<Budget>,
     stream: u32,
-    urgency: u8,
+    priority: Priority,
 }
 
 impl Turn {
-    fn new(budget: Arc<Budget>, stream: u32, urgency: u8) -> Self {
+    fn new(budget: Arc<Budget>, stream: u32, priority: Priority) -> Self {
         budget.enter(stream);
         Turn {
             budget,
             stream,
-            urgency,
+            priority,
         }
     }
 }
@@ -380,7 +380,7 @@ async fn answer<R: Responder>(
         }
     }
     if !end {
-        send_body(send, body, &scheduler, priority.urgency()).await;
+        send_body(send, body, &scheduler, priority).await;
     }
 }
 
@@ -425,7 +425,9 @@ async fn push<R: Responder>(
     strip_connection_fields(&mut parts.headers);
     let end = body.is_end_stream();
     match pushed.send_response(Response::from_parts(parts, ()), end) {
-        Ok(send) if !end => send_body(send, body, &scheduler, LEAST_URGENT).await,
+        Ok(send) if !end => {
+            send_body(send, body, &scheduler, Priority::new(LEAST_URGENT, false)).await
+        }
         Ok(_) => {}
         Err(e) => tracing::debug!(error = %e, "pushed response not sent"),
     }
@@ -446,7 +448,7 @@ fn strip_connection_fields(headers: &mut HeaderMap) {
     headers.remove("proxy-connection");
 }
 
-/// Streams `body` (of `urgency`) as the client's flow control and the connection's
+/// Streams `body` (of `priority`) as the client's flow control and the connection's
 /// scheduler allow; resets the stream with INTERNAL_ERROR when the body fails (the
 /// client must not take a truncated body as whole), and stops when the client resets
 /// it.
@@ -454,12 +456,12 @@ async fn send_body(
     mut send: SendStream<Bytes>,
     mut body: Body,
     scheduler: &Scheduler,
-    urgency: u8,
+    priority: Priority,
 ) {
     let turn = scheduler
         .0
         .clone()
-        .map(|budget| Turn::new(budget, send.stream_id().as_u32(), urgency));
+        .map(|budget| Turn::new(budget, send.stream_id().as_u32(), priority));
     loop {
         let frame = {
             let mut next = body.frame();
@@ -531,7 +533,7 @@ async fn send_budgeted(
     let cancelled = || h2::Error::from(Reason::CANCEL);
     while !data.is_empty() {
         let room = budget
-            .room(stream, turn.urgency, data.len())
+            .room(stream, turn.priority, data.len())
             .await
             .ok_or_else(cancelled)?;
         send.reserve_capacity(room);
@@ -930,6 +932,40 @@ mod tests {
         }
         let beside = beside(&connected.frames.lock().unwrap().clone(), page);
         assert!(beside <= leak(), "{beside} bytes of images within the page");
+    }
+
+    /// Asks for `first` then `second` while the client reads nothing, then reads
+    /// both: how many of `second`'s bytes went out while `first` was being sent.
+    async fn second_within_first(
+        first: (&'static str, Fields),
+        second: (&'static str, Fields),
+    ) -> usize {
+        let connected = connect(ordered(), 64 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024).await;
+        connected.paused.set(true);
+        let (first_stream, _, first_reader) = ask(&connected.client, first.0, first.1).await;
+        let (_, _, second_reader) = ask(&connected.client, second.0, second.1).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        connected.paused.set(false);
+        first_reader.await.unwrap();
+        second_reader.await.unwrap();
+        let frames = connected.frames.lock().unwrap().clone();
+        beside(&frames, first_stream)
+    }
+
+    #[tokio::test]
+    async fn equal_urgencies_go_one_after_another_unless_incremental() {
+        // RFC 9218's default (no `i`): only a whole response is of use, so the one
+        // asked for first goes out whole first.
+        let sequential = second_within_first(("/a/262144", IMAGE), ("/b/262144", IMAGE)).await;
+        assert!(
+            sequential <= leak(),
+            "{sequential} bytes of the second within the first"
+        );
+        // Incremental ones take turns.
+        const INCREMENTAL: Fields = &[("sec-fetch-dest", "image"), ("priority", "u=3, i")];
+        let shared =
+            second_within_first(("/a/262144", INCREMENTAL), ("/b/262144", INCREMENTAL)).await;
+        assert!(shared > 4 * leak(), "{shared}");
     }
 
     #[tokio::test]
