@@ -83,8 +83,8 @@ pub struct Running {
     tasks: Vec<JoinHandle<()>>,
     background: Background,
     grace: Duration,
-    /// Kept until shutdown is over: background work may run on them.
-    _shards: Arc<Shards>,
+    /// Stopped at the end of shutdown: background work may run on them.
+    shards: Arc<Shards>,
 }
 
 impl Running {
@@ -112,6 +112,11 @@ impl Running {
             .is_err()
         {
             tracing::warn!("background work still running at the end of the grace period");
+        }
+        // The accept loop, the only other holder, has ended.
+        match Arc::try_unwrap(self.shards) {
+            Ok(shards) => shards.stop().await,
+            Err(_) => tracing::warn!("connection threads still shared at shutdown: left running"),
         }
         if let Some(log) = self.pipeline.records.access_log() {
             if !log.flush(self.grace).await {
@@ -263,7 +268,6 @@ pub async fn start_with(
     let (parked, parked_events) = park::Lot::new(&metrics).map_err(StartError::Parking)?;
     let shards = Arc::new(Shards::start(config.connection_threads).map_err(StartError::Threads)?);
     let front = Front {
-        shards: shards.clone(),
         link: link
             .filter(|_| config.link.enabled)
             .map(|make| make(pipeline.clone())),
@@ -275,6 +279,7 @@ pub async fn start_with(
         listener,
         tls.clone(),
         Arc::new(front),
+        shards.clone(),
         parked_events,
         stopped.clone(),
     ));
@@ -304,7 +309,7 @@ pub async fn start_with(
         tasks,
         background,
         grace,
-        _shards: shards,
+        shards,
     })
 }
 
@@ -538,8 +543,6 @@ struct Front {
     link: Option<Arc<dyn LinkEndpoint>>,
     /// The listener's parked HTTP/1.1 connections.
     parked: park::Lot<ParkedWith>,
-    /// Where connections are served.
-    shards: Arc<Shards>,
     freed: trim::FreedByParks,
 }
 
@@ -547,6 +550,9 @@ async fn accept_loop(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     front: Arc<Front>,
+    // Where connections are served (not in `Front`: the connections' tasks hold that,
+    // and the threads would then outlive the server).
+    shards: Arc<Shards>,
     parked_events: park::LotEvents,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -554,7 +560,7 @@ async fn accept_loop(
     // Every connection's task; shutdown waits for them (each stops on `stop`).
     let connections = Background::default();
     let watching_parked = {
-        let (front, stop) = (front.clone(), stop.clone());
+        let (front, shards, stop) = (front.clone(), shards.clone(), stop.clone());
         tokio::spawn(async move {
             let again = |socket, with: ParkedWith| {
                 let served = Served {
@@ -563,9 +569,7 @@ async fn accept_loop(
                     limits: with.limits,
                     stop: stop.clone(),
                 };
-                front
-                    .shards
-                    .spawn(serve_parked(socket, served, with.pending));
+                shards.spawn(serve_parked(socket, served, with.pending));
             };
             front.parked.watch(parked_events, stop.clone(), again).await;
         })
@@ -619,7 +623,7 @@ async fn accept_loop(
                     limits,
                     stop: stop.clone(),
                 };
-                front.shards.spawn(serve_plain(stream, served, pending));
+                shards.spawn(serve_plain(stream, served, pending));
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
@@ -630,7 +634,7 @@ async fn accept_loop(
                 };
                 // Shutdown waits for the task while it holds `pending` (to its end).
                 let pending = connections.pending();
-                front.shards.spawn(async move {
+                shards.spawn(async move {
                     let Some(stream) = on_this_thread(stream) else {
                         return;
                     };

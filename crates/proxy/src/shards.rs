@@ -16,13 +16,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-/// The connection threads of one server. Dropping the last handle ends them: each
-/// thread's runtime then drops the tasks it still has.
+/// The connection threads of one server. [`Shards::stop`] (or dropping it) ends them:
+/// each thread's runtime then drops the tasks it still has.
 pub struct Shards {
     handles: Vec<Handle>,
     next: AtomicUsize,
     /// Dropped with `Shards`: each thread's signal to end.
-    _ends: Vec<oneshot::Sender<()>>,
+    ends: Vec<oneshot::Sender<()>>,
+    /// Each thread's word that its runtime, and all it held, is gone.
+    gone: Vec<oneshot::Receiver<()>>,
 }
 
 impl Shards {
@@ -34,26 +36,44 @@ impl Shards {
         };
         let mut handles = Vec::with_capacity(threads);
         let mut ends = Vec::with_capacity(threads);
+        let mut gone = Vec::with_capacity(threads);
         for index in 0..threads {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
             let (end, ended) = oneshot::channel::<()>();
+            let (went, thread_gone) = oneshot::channel::<()>();
             handles.push(runtime.handle().clone());
             std::thread::Builder::new()
                 .name(format!("wirefold-conn-{index}"))
                 .spawn(move || {
-                    // Runs the thread's tasks until `Shards` is dropped; dropping the
-                    // runtime here (not in an async context) drops what is left.
+                    // Runs the thread's tasks until `Shards` ends it; dropping the
+                    // runtime here (not in an async context) drops what is left and
+                    // waits for its blocking work.
                     let _ = runtime.block_on(ended);
+                    drop(runtime);
+                    let _ = went.send(());
                 })?;
             ends.push(end);
+            gone.push(thread_gone);
         }
         Ok(Shards {
             handles,
             next: AtomicUsize::new(0),
-            _ends: ends,
+            ends,
+            gone,
         })
+    }
+
+    /// Ends the threads and waits until each has dropped what it still ran (the
+    /// connections past the shutdown's grace, and with them what they held: the
+    /// store, for one).
+    pub async fn stop(self) {
+        let Shards { ends, gone, .. } = self;
+        drop(ends);
+        for thread in gone {
+            let _ = thread.await;
+        }
     }
 
     /// Runs `task` on the next thread in turn. It is polled there only: a socket it
@@ -72,7 +92,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn tasks_go_to_the_threads_in_turn_and_the_threads_end_with_shards() {
+    async fn tasks_go_to_the_threads_in_turn_and_are_dropped_when_they_stop() {
         let shards = Shards::start(2).unwrap();
         let mut names = Vec::new();
         for _ in 0..4 {
@@ -91,13 +111,16 @@ mod tests {
                 "wirefold-conn-1"
             ]
         );
-        // A task still running when the shards go is dropped with its thread's runtime.
-        let (held, dropped) = oneshot::channel::<()>();
+        // A task still running when the threads stop is dropped before `stop` returns.
+        let (held, mut dropped) = oneshot::channel::<()>();
         shards.spawn(async move {
             let _held = held;
             std::future::pending::<()>().await;
         });
-        drop(shards);
-        assert!(dropped.await.is_err());
+        shards.stop().await;
+        assert_eq!(
+            dropped.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        );
     }
 }
