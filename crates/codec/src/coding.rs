@@ -38,8 +38,8 @@ const DECODE_STEP: usize = 64 * 1024;
 /// Compresses `data` in one shot. Knowing the whole input lets zstd record the
 /// content size in its frame header and lets brotli size its window to the input.
 ///
-/// The encoders' working memory is kept per thread for the next call (`reuse`):
-/// brotli's always, zstd's context at the levels that run per request.
+/// The encoders' working memory is kept for the next call (`reuse`, bounded for the
+/// process): brotli's always, zstd's context at the levels that run per request.
 pub fn compress(coding: ContentCoding, level: u32, data: &[u8]) -> Vec<u8> {
     let level = coding.clamp_level(level);
     match coding {

@@ -1,4 +1,4 @@
-//! Working memory of one-shot compressions, kept per thread for the next one.
+//! Working memory of one-shot compressions, kept (bounded) for the next ones.
 //!
 //! A compression at an on-the-fly level takes a few milliseconds, and its encoder's
 //! tables (hash chains, ring buffer, zstd's context) are hundreds of KiB to MiBs:
