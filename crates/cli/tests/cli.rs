@@ -167,6 +167,71 @@ fn dict_train_sends_the_admin_token() {
     terminate(&mut started);
 }
 
+/// The threads of process `pid` whose name starts with `prefix`, with the CPU each
+/// has spent (clock ticks, user and system).
+fn threads_named(pid: u32, prefix: &str) -> Vec<(String, u64)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let (Ok(name), Ok(stat)) = (
+            std::fs::read_to_string(task.join("comm")),
+            std::fs::read_to_string(task.join("stat")),
+        ) else {
+            continue; // a thread that just ended
+        };
+        let name = name.trim().to_string();
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        // After the name in parentheses: state, ppid, … utime (12th), stime (13th).
+        let fields: Vec<&str> = stat[stat.rfind(") ").unwrap() + 2..]
+            .split_whitespace()
+            .collect();
+        let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        threads.push((name, ticks));
+    }
+    threads.sort();
+    threads
+}
+
+#[test]
+fn connections_are_served_on_threads_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("wirefold.toml");
+    std::fs::write(&config, "connection_threads = 3\n").unwrap();
+    let args = serve_args(dir.path(), &["--config", config.to_str().unwrap()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = start(&args, "listening on");
+    let base = url_in(&started.first_line);
+    let pid = started.child.id();
+    // A thread names itself once it runs: give the three a moment.
+    let mut before = threads_named(pid, "wirefold-conn");
+    for _ in 0..100 {
+        if before.len() == 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        before = threads_named(pid, "wirefold-conn");
+    }
+    let names: Vec<&str> = before.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["wirefold-conn-0", "wirefold-conn-1", "wirefold-conn-2"]
+    );
+    // Three connections of 400 requests each: one per thread, in turn.
+    let url = format!("{base}/");
+    let urls: Vec<&str> = std::iter::repeat_n(url.as_str(), 400).collect();
+    for _ in 0..3 {
+        let mut args = vec!["-o", "/dev/null", "-H", "Accept-Encoding: br"];
+        args.extend_from_slice(&urls[..urls.len() - 1]);
+        curl(urls[0], &args);
+    }
+    let after = threads_named(pid, "wirefold-conn");
+    for ((name, was), (_, is)) in before.iter().zip(&after) {
+        assert!(is > was, "{name} served nothing: {was} -> {is} ticks");
+    }
+}
+
 #[test]
 fn serve_answers_and_stops_gracefully_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
