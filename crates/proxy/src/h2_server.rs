@@ -834,11 +834,12 @@ mod tests {
         (stream, streaming, reader)
     }
 
-    /// The `[http2]` section with responses ordered.
+    /// The `[http2]` section with responses ordered (the default).
     fn ordered() -> Http2Config {
         Http2Config::default()
     }
 
+    /// The `[http2]` section with `h2`'s own order: frame by frame among all.
     fn unordered() -> Http2Config {
         Http2Config {
             prioritize: false,
