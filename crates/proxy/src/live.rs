@@ -100,6 +100,7 @@ fn keep_what_needs_a_restart(running: &Config, new: &mut Config) {
     new.origin = running.origin.clone();
     new.root = running.root.clone();
     new.log_format = running.log_format;
+    new.connection_threads = running.connection_threads;
     new.log = running.log.clone();
     new.tls = running.tls.clone();
     new.upstream = running.upstream.clone();
@@ -203,12 +204,14 @@ mod tests {
         new.upstream.connect_timeout_ms += 1;
         new.link.destinations = crate::destinations::Destinations::Any;
         new.log.access_buffer += 1;
+        new.connection_threads += 1;
         let reloaded = live.replace(new);
         assert!(reloaded.applied.is_empty(), "{reloaded:?}");
         assert_eq!(
             reloaded.needs_restart,
             [
                 "cache.max_bytes",
+                "connection_threads",
                 "data_dir",
                 "limits.max_buffered_body",
                 "link.destinations",
