@@ -45,12 +45,15 @@ pub fn compress(coding: ContentCoding, level: u32, data: &[u8]) -> Vec<u8> {
     match coding {
         ContentCoding::Br => compress_br(level, data),
         ContentCoding::Zstd => compress_zstd(level, data),
-        _ => {
-            let mut enc = Encoder::build(coding, level, Some(data.len()));
-            enc.write(data);
-            enc.finish()
-        }
+        _ => compress_with_encoder(coding, level, data),
     }
+}
+
+/// One shot through a new streaming [`Encoder`] told the input's length.
+fn compress_with_encoder(coding: ContentCoding, level: u32, data: &[u8]) -> Vec<u8> {
+    let mut enc = Encoder::build(coding, level, Some(data.len()));
+    enc.write(data);
+    enc.finish()
 }
 
 #[allow(
@@ -85,9 +88,7 @@ fn compress_zstd(level: u32, data: &[u8]) -> Vec<u8> {
             return out;
         }
     }
-    let mut enc = Encoder::build(ContentCoding::Zstd, level, Some(data.len()));
-    enc.write(data);
-    enc.finish()
+    compress_with_encoder(ContentCoding::Zstd, level, data)
 }
 
 /// brotli's parameters at `level`, with the window fitted to the input when its

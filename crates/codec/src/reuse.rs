@@ -14,7 +14,7 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{LazyLock, Mutex, MutexGuard};
 
 /// The most the process keeps of brotli's freed blocks, in bytes.
 const BROTLI_KEPT_BYTES: usize = 24 * 1024 * 1024;
@@ -73,11 +73,11 @@ impl Kept {
     }
 }
 
-static KEPT: Mutex<Option<Kept>> = Mutex::new(None);
+static KEPT: LazyLock<Mutex<Kept>> = LazyLock::new(Mutex::default);
 
 /// The kept blocks (a panic elsewhere leaves them consistent: each change is one
 /// step).
-fn kept() -> MutexGuard<'static, Option<Kept>> {
+fn kept() -> MutexGuard<'static, Kept> {
     KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -93,7 +93,7 @@ impl<T: Clone + Default + Send + 'static> brotli::Allocator<T> for Recycling {
     fn alloc_cell(&mut self, len: usize) -> Block<T> {
         let bytes = len * std::mem::size_of::<T>();
         if bytes >= SMALL_BLOCK_BYTES {
-            let kept = kept().as_mut().and_then(|kept| kept.take::<T>(len, bytes));
+            let kept = kept().take::<T>(len, bytes);
             if let Some(mut block) = kept {
                 block.fill(T::default());
                 return Block(block);
@@ -108,9 +108,7 @@ impl<T: Clone + Default + Send + 'static> brotli::Allocator<T> for Recycling {
         if bytes < SMALL_BLOCK_BYTES {
             return;
         }
-        kept()
-            .get_or_insert_with(Kept::default)
-            .keep(block.0, bytes, BROTLI_KEPT_BYTES);
+        kept().keep(block.0, bytes, BROTLI_KEPT_BYTES);
     }
 }
 
