@@ -27,13 +27,16 @@ pub trait Spawner: Send + Sync {
 }
 
 /// The counters derived bodies keep; the server registers them with its metrics.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct DerivedCounters {
-    /// Lookups by result: `hit`, `quick_hit` (the quick level, the best one being made),
-    /// `miss`.
-    pub lookups: Family<LookupResult, Counter>,
+    /// Lookups by result (`hit`, `quick_hit`: the quick level, the best one being
+    /// made, `miss`), each resolved from its family once: every request that gets a
+    /// stored encoding counts one, and a family's lookup takes its lock.
+    hit: Counter,
+    quick_hit: Counter,
+    miss: Counter,
     /// Writes the store refused (full disk, writes suspended).
-    pub store_write_errors: Counter,
+    store_write_errors: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -42,8 +45,22 @@ pub struct LookupResult {
 }
 
 impl DerivedCounters {
-    fn lookup(&self, result: &'static str) {
-        self.lookups.get_or_create(&LookupResult { result }).inc();
+    /// Counts into `lookups` (by [`LookupResult`]) and `store_write_errors`.
+    pub fn new(lookups: &Family<LookupResult, Counter>, store_write_errors: Counter) -> Self {
+        let counter = |result| lookups.get_or_create(&LookupResult { result }).clone();
+        DerivedCounters {
+            hit: counter("hit"),
+            quick_hit: counter("quick_hit"),
+            miss: counter("miss"),
+            store_write_errors,
+        }
+    }
+}
+
+impl Default for DerivedCounters {
+    /// Counters no registry reads.
+    fn default() -> Self {
+        DerivedCounters::new(&Family::default(), Counter::default())
     }
 }
 
@@ -200,7 +217,7 @@ impl DerivedBodies {
         let wanted = variant.at_level(best);
         let wanted_name = wanted.name();
         if let Some(hit) = store.get_encoding_in_memory(&hash, &wanted_name) {
-            self.counters.lookup("hit");
+            self.counters.hit.inc();
             return hit;
         }
         let quick = quick
@@ -221,21 +238,21 @@ impl DerivedBodies {
         .await
         .unwrap_or_default();
         if let Some(hit) = wanted_hit {
-            self.counters.lookup("hit");
+            self.counters.hit.inc();
             return hit;
         }
         let Some((quick_level, quick_variant)) = quick else {
-            self.counters.lookup("miss");
+            self.counters.miss.inc();
             let made = produce_off_reactor(&produce, best, input_len).await;
             self.keep(store, hash, wanted, made.clone());
             return made;
         };
         self.start_background(store.clone(), hash, wanted, best, produce.clone());
         if let Some(hit) = quick_hit {
-            self.counters.lookup("quick_hit");
+            self.counters.quick_hit.inc();
             return hit;
         }
-        self.counters.lookup("miss");
+        self.counters.miss.inc();
         let made = produce_off_reactor(&produce, quick_level, input_len).await;
         self.keep(store, hash, quick_variant, made.clone());
         made

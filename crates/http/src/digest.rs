@@ -15,11 +15,15 @@ pub const WIREFOLD_DIGEST: HeaderName = HeaderName::from_static("wirefold-digest
     reason = "base64 between literal text is visible ASCII, which a field value may hold"
 )]
 pub fn digest_value(sha256: &[u8; 32]) -> HeaderValue {
-    let text = format!(
-        "sha-256=:{}:",
-        base64::engine::general_purpose::STANDARD.encode(sha256)
-    );
-    HeaderValue::from_str(&text).expect("base64 is a valid header value")
+    // Written in place: every response with a known instance carries one.
+    const PREFIX: &[u8] = b"sha-256=:";
+    let mut text = [0u8; PREFIX.len() + 44 + 1];
+    text[..PREFIX.len()].copy_from_slice(PREFIX);
+    let written = base64::engine::general_purpose::STANDARD
+        .encode_slice(sha256, &mut text[PREFIX.len()..])
+        .expect("32 bytes are 44 base64 characters");
+    text[PREFIX.len() + written] = b':';
+    HeaderValue::from_bytes(&text).expect("base64 is a valid header value")
 }
 
 /// The SHA-256 a response claims for its instance; `None` when absent, repeated or
@@ -51,6 +55,10 @@ mod tests {
     fn round_trips_and_rejects_junk() {
         let mut h = HeaderMap::new();
         h.insert(WIREFOLD_DIGEST, digest_value(&[9; 32]));
+        assert_eq!(
+            digest_value(&[0; 32]),
+            format!("sha-256=:{}=:", "A".repeat(43)).as_str()
+        );
         assert_eq!(instance_digest(&h), Some([9; 32]));
         for bad in [
             &b"sha-512=:AAAA:"[..],

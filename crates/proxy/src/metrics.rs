@@ -242,8 +242,10 @@ pub struct Metrics {
     /// Page manifests built (a page version parsed), and the entries they hold.
     pub manifests_built: Counter,
     pub manifest_entries: Counter,
-    /// `Link: rel=preload` values sent, by `response`: `final` or `early` (in a 103).
-    pub hint_links: Family<ResponseLabels, Counter>,
+    /// `Link: rel=preload` values sent, by `response`: `final` or `early` (in a 103);
+    /// the family's two counters, resolved once (most pages' responses count some).
+    final_hint_links: Counter,
+    early_hint_links: Counter,
     /// 103 Early Hints responses sent.
     pub early_hints: Counter,
     /// Idle HTTP/1.1 connections held outside hyper now, and how often one was
@@ -479,12 +481,18 @@ impl Metrics {
             "Entries in the page manifests built",
             manifest_entries.clone(),
         );
-        let hint_links = Family::default();
+        let hint_links = Family::<ResponseLabels, Counter>::default();
         registry.register(
             "hint_links",
             "Link rel=preload values sent, by response: final or early (103)",
             hint_links.clone(),
         );
+        let final_hint_links = hint_links
+            .get_or_create(&ResponseLabels { response: "final" })
+            .clone();
+        let early_hint_links = hint_links
+            .get_or_create(&ResponseLabels { response: "early" })
+            .clone();
         let early_hints = Counter::default();
         registry.register(
             "early_hints",
@@ -564,7 +572,8 @@ impl Metrics {
             fidelity,
             manifests_built,
             manifest_entries,
-            hint_links,
+            final_hint_links,
+            early_hint_links,
             early_hints,
             connections_parked,
             connection_parks,
@@ -602,13 +611,14 @@ impl Metrics {
         self.manifest_entries.inc_by(entries as u64);
     }
 
-    /// Counts `links` preload links sent in a `response` (`final` or `early`).
-    pub fn hinted(&self, response: &'static str, links: usize) {
-        if links > 0 {
-            self.hint_links
-                .get_or_create(&ResponseLabels { response })
-                .inc_by(links as u64);
-        }
+    /// Counts `links` preload links sent in a final response.
+    pub fn hinted_final(&self, links: usize) {
+        self.final_hint_links.inc_by(links as u64);
+    }
+
+    /// Counts `links` preload links sent in a 103 Early Hints response.
+    pub fn hinted_early(&self, links: usize) {
+        self.early_hint_links.inc_by(links as u64);
     }
 
     /// Records one body sent: its size before and after the encode stage.
@@ -651,10 +661,7 @@ impl Metrics {
 
     /// The counters the delta engine's derived bodies keep, registered here.
     pub fn derived_counters(&self) -> DerivedCounters {
-        DerivedCounters {
-            lookups: self.encoding_cache.clone(),
-            store_write_errors: self.store_write_errors.clone(),
-        }
+        DerivedCounters::new(&self.encoding_cache, self.store_write_errors.clone())
     }
 
     /// Counts one promised subresource by how its push ended.

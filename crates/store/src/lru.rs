@@ -44,11 +44,22 @@ impl<V> Lru<V> {
         self.weight += weight;
     }
 
-    /// Marks `hash` as just used; false when absent.
+    /// Marks `hash` as just used; false when absent. An entry already among the most
+    /// recently used quarter stays where it is: at most `next_tick - tick` entries were
+    /// used after it, and moving a hot entry on every hit (a tree removal and insertion
+    /// under the store's lock) would change no eviction soon to come.
     pub(crate) fn touch(&mut self, hash: &Hash) -> bool {
-        let tick = self.tick();
+        let recent = self.entries.len() as u64 / 4;
+        let next_tick = self.next_tick;
         let Some(entry) = self.entries.get_mut(hash) else {
             return false;
+        };
+        if next_tick - entry.tick <= recent {
+            return true;
+        }
+        let tick = {
+            self.next_tick += 1;
+            self.next_tick
         };
         self.order.remove(&entry.tick);
         self.order.insert(tick, *hash);
@@ -134,5 +145,20 @@ mod tests {
         lru.insert(h(1), "uno", 5);
         assert_eq!(lru.weight(), 5);
         assert!(!lru.touch(&h(9)));
+    }
+
+    #[test]
+    fn only_entries_outside_the_recent_quarter_move() {
+        let mut lru = Lru::new();
+        for n in 1..=8 {
+            lru.insert(h(n), n, 1);
+        }
+        // 7 is second newest of 8: within the newest quarter, it stays.
+        assert!(lru.touch(&h(7)));
+        assert_eq!(lru.oldest_first().last(), Some((h(8), 1)));
+        // 1 is the oldest: it becomes the newest, and 2 is the next to go.
+        assert!(lru.touch(&h(1)));
+        assert_eq!(lru.oldest_first().last(), Some((h(1), 1)));
+        assert_eq!(lru.pop_oldest(), Some((h(2), 2)));
     }
 }

@@ -250,7 +250,7 @@ impl Pipeline {
             manifest.as_ref(),
             instance,
         );
-        self.metrics.hinted("final", links);
+        self.metrics.hinted_final(links);
         let representation =
             encode::encode(&config, &self.bodies, &self.deltas, &ctx, instance).await;
         let (mut response, delivery) = respond::respond(&self.metrics, &ctx, representation);
@@ -523,7 +523,7 @@ impl Pipeline {
         let manifest = self.manifests.latest(&ctx.url()).await?;
         let fields = hint::early_hints(&self.config().hints, &self.preloads, &ctx, &manifest)?;
         self.metrics.early_hints.inc();
-        self.metrics.hinted("early", fields.len());
+        self.metrics.hinted_early(fields.len());
         Some(fields)
     }
 
