@@ -5,6 +5,8 @@
 //! malformed or out-of-grammar q-value is dropped rather than guessed at, since
 //! guessing could send a coding the client cannot decode.
 
+use std::borrow::Cow;
+
 use crate::ContentCoding;
 use http::header::{HeaderMap, ACCEPT_ENCODING};
 
@@ -21,7 +23,7 @@ pub struct AcceptEncoding {
     /// wirefold treats absence as "identity only", like common servers do.
     present: bool,
     /// `(lowercase token, q)` in header order; `x-gzip` is stored as `gzip`.
-    entries: Vec<(String, f32)>,
+    entries: Vec<(Cow<'static, str>, f32)>,
 }
 
 impl AcceptEncoding {
@@ -117,7 +119,7 @@ impl AcceptEncoding {
 }
 
 /// Parses `token *( OWS ";" OWS name=value )`; `None` for a malformed member.
-fn parse_member(member: &str) -> Option<(String, f32)> {
+fn parse_member(member: &str) -> Option<(Cow<'static, str>, f32)> {
     let mut parts = member.split(';');
     let token = parts.next()?.trim();
     if token.is_empty() || !token.bytes().all(is_tchar) {
@@ -130,7 +132,7 @@ fn parse_member(member: &str) -> Option<(String, f32)> {
             q = parse_qvalue(value?)?;
         }
     }
-    Some((normalize_token(token), q))
+    Some((kept(normalize_token(token)), q))
 }
 
 /// A q-value: digits with at most one dot (so no `1e-1`, `inf`, `NaN` or
@@ -147,12 +149,28 @@ fn parse_qvalue(value: &str) -> Option<f32> {
 }
 
 /// Lowercases a coding token and maps the `x-gzip`/`x-compress` aliases
-/// (RFC 9110 §8.4.1.1, §8.4.1.3) to their registered names.
-fn normalize_token(token: &str) -> String {
-    let lower = token.trim().to_ascii_lowercase();
+/// (RFC 9110 §8.4.1.1, §8.4.1.3) to their registered names. A token already in
+/// that form is borrowed.
+fn normalize_token(token: &str) -> Cow<'_, str> {
+    let lower = fields::ascii_lowercase(token.trim());
     match lower.strip_prefix("x-") {
-        Some(base @ ("gzip" | "compress")) => base.to_owned(),
+        Some("gzip") => Cow::Borrowed("gzip"),
+        Some("compress") => Cow::Borrowed("compress"),
         _ => lower,
+    }
+}
+
+/// The tokens clients send, kept as themselves: parsing a usual `Accept-Encoding`
+/// copies nothing.
+const KNOWN_TOKENS: [&str; 9] = [
+    "gzip", "br", "zstd", "deflate", "dcb", "dcz", "identity", "*", "compress",
+];
+
+/// `token` for keeping: a known one as its static name, another as a copy.
+fn kept(token: Cow<'_, str>) -> Cow<'static, str> {
+    match KNOWN_TOKENS.iter().find(|known| **known == token) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(token.into_owned()),
     }
 }
 

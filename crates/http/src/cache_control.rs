@@ -68,7 +68,7 @@ impl CacheControl {
             let (name, raw_value) = fields::split_assignment(member);
             let value = raw_value.map(fields::unquote);
             let seconds = value.as_deref().and_then(fields::parse_delta_seconds);
-            match name.to_ascii_lowercase().as_str() {
+            match &*fields::ascii_lowercase(name) {
                 "no-store" => cc.no_store = true,
                 "no-cache" => cc.no_cache = true,
                 "private" => cc.private = true,
@@ -111,9 +111,7 @@ fn keep_smallest(slot: &mut Option<u64>, candidate: Option<u64>) {
 
 fn pragma_no_cache(headers: &HeaderMap) -> bool {
     fields::combined(headers, PRAGMA).is_some_and(|value| {
-        fields::split_list(&value)
-            .iter()
-            .any(|member| member.eq_ignore_ascii_case("no-cache"))
+        fields::split_list(&value).any(|member| member.eq_ignore_ascii_case("no-cache"))
     })
 }
 

@@ -31,7 +31,7 @@ pub enum ImageFormat {
 impl ImageFormat {
     /// The format a `Content-Type` names (parameters and case ignored).
     pub fn from_media_type(content_type: &str) -> Option<ImageFormat> {
-        match crate::media_type_essence(content_type).as_str() {
+        match &*crate::media_type_essence(content_type) {
             "image/jpeg" | "image/jpg" | "image/pjpeg" => Some(ImageFormat::Jpeg),
             "image/png" => Some(ImageFormat::Png),
             "image/gif" => Some(ImageFormat::Gif),
@@ -86,7 +86,7 @@ pub enum TextKind {
 impl TextKind {
     /// The kind a `Content-Type` names (parameters and case ignored).
     pub fn from_media_type(content_type: &str) -> Option<TextKind> {
-        match crate::media_type_essence(content_type).as_str() {
+        match &*crate::media_type_essence(content_type) {
             "text/html" => Some(TextKind::Html),
             "text/css" => Some(TextKind::Css),
             "text/javascript" | "application/javascript" | "application/x-javascript" => {

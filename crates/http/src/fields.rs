@@ -16,32 +16,45 @@ pub(crate) const MAX_DELTA_SECONDS: u64 = 1 << 31;
 
 /// All lines of field `name` joined with ", " (RFC 9110 §5.3), or `None` when
 /// the field is absent. Non-UTF-8 bytes (obs-text) become U+FFFD so that one
-/// odd member cannot hide the well-formed members next to it.
+/// odd member cannot hide the well-formed members next to it. A single line of
+/// UTF-8 (nearly every request's) is borrowed, not copied.
 pub(crate) fn combined(
     headers: &HeaderMap,
     name: impl http::header::AsHeaderName,
-) -> Option<String> {
-    let mut lines = headers.get_all(name).iter().peekable();
-    lines.peek()?;
-    let mut joined = String::new();
-    for (i, line) in lines.enumerate() {
-        if i > 0 {
-            joined.push_str(", ");
-        }
+) -> Option<Cow<'_, str>> {
+    let mut lines = headers.get_all(name).iter();
+    let first = lines.next()?;
+    let Some(second) = lines.next() else {
+        return Some(String::from_utf8_lossy(first.as_bytes()));
+    };
+    let mut joined = String::from_utf8_lossy(first.as_bytes()).into_owned();
+    for line in std::iter::once(second).chain(lines) {
+        joined.push_str(", ");
         joined.push_str(&String::from_utf8_lossy(line.as_bytes()));
     }
-    Some(joined)
+    Some(Cow::Owned(joined))
 }
 
 /// Splits a comma-separated list (RFC 9110 §5.6.1) into trimmed, non-empty
 /// members. Commas inside quoted strings do not split, so `no-cache="a, b"`
 /// stays one member.
-pub(crate) fn split_list(value: &str) -> Vec<&str> {
-    let mut members = Vec::new();
-    let mut start = 0;
+pub(crate) fn split_list(value: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(value);
+    std::iter::from_fn(move || {
+        let list = rest?;
+        let end = member_end(list);
+        rest = list.get(end + 1..);
+        Some(list[..end].trim())
+    })
+    .filter(|member| !member.is_empty())
+}
+
+/// Where the member at the start of `list` ends: its first comma outside quotes,
+/// or the end.
+fn member_end(list: &str) -> usize {
     let mut in_quotes = false;
     let mut escaped = false;
-    for (i, c) in value.char_indices() {
+    for (i, c) in list.char_indices() {
         if in_quotes {
             if escaped {
                 escaped = false;
@@ -53,16 +66,20 @@ pub(crate) fn split_list(value: &str) -> Vec<&str> {
         } else if c == '"' {
             in_quotes = true;
         } else if c == ',' {
-            members.push(&value[start..i]);
-            start = i + 1;
+            return i;
         }
     }
-    members.push(&value[start..]);
-    members
-        .into_iter()
-        .map(str::trim)
-        .filter(|m| !m.is_empty())
-        .collect()
+    list.len()
+}
+
+/// `text` in ASCII lowercase, borrowed when it already is (as nearly every token
+/// and media type a peer sends).
+pub(crate) fn ascii_lowercase(text: &str) -> Cow<'_, str> {
+    if text.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(text.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(text)
+    }
 }
 
 /// Splits `name=value` (either side trimmed); a bare `name` has no value.
@@ -156,14 +173,10 @@ pub(crate) fn test_map(pairs: &[(&str, &[u8])]) -> http::HeaderMap {
 }
 
 /// The essence of a media type (RFC 9110 §8.3.1): type and subtype, lowercase,
-/// parameters dropped (`Text/HTML; charset=utf-8` is `text/html`).
-pub fn media_type_essence(content_type: &str) -> String {
-    content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
+/// parameters dropped (`Text/HTML; charset=utf-8` is `text/html`). Borrowed when
+/// already lowercase, as nearly every one is.
+pub fn media_type_essence(content_type: &str) -> Cow<'_, str> {
+    ascii_lowercase(content_type.split(';').next().unwrap_or("").trim())
 }
 
 #[cfg(test)]
@@ -173,16 +186,12 @@ mod tests {
 
     #[test]
     fn split_list_respects_quotes_and_drops_empty_members() {
-        assert_eq!(
-            split_list(" a ,, b=\"x, y\" ,c,"),
-            vec!["a", "b=\"x, y\"", "c"]
-        );
-        assert_eq!(
-            split_list(r#"a="q\", still", b"#),
-            vec![r#"a="q\", still""#, "b"]
-        );
-        assert!(split_list(" , ,").is_empty());
-        assert!(split_list("").is_empty());
+        let split = |value| split_list(value).collect::<Vec<_>>();
+        assert_eq!(split(" a ,, b=\"x, y\" ,c,"), ["a", "b=\"x, y\"", "c"]);
+        assert_eq!(split(r#"a="q\", still", b"#), [r#"a="q\", still""#, "b"]);
+        assert_eq!(split("a,\"open, b"), ["a", "\"open, b"]);
+        assert!(split(" , ,").is_empty());
+        assert!(split("").is_empty());
     }
 
     #[test]
@@ -210,10 +219,27 @@ mod tests {
     }
 
     #[test]
+    fn media_type_essence_lowercases_and_drops_parameters() {
+        assert_eq!(
+            media_type_essence(" Text/HTML ; charset=utf-8"),
+            "text/html"
+        );
+        assert!(matches!(
+            media_type_essence("text/css;charset=utf-8"),
+            Cow::Borrowed("text/css")
+        ));
+        assert_eq!(media_type_essence(""), "");
+    }
+
+    #[test]
     fn combined_joins_lines_and_survives_non_utf8() {
         let mut headers = HeaderMap::new();
         assert_eq!(combined(&headers, "x-list"), None);
         headers.append("x-list", HeaderValue::from_static("a"));
+        assert!(matches!(
+            combined(&headers, "x-list"),
+            Some(Cow::Borrowed("a"))
+        ));
         headers.append("x-list", HeaderValue::from_bytes(b"b\xff").unwrap());
         assert_eq!(combined(&headers, "x-list").unwrap(), "a, b\u{fffd}");
     }

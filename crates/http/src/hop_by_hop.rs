@@ -60,7 +60,6 @@ fn connection_options(headers: &HeaderMap) -> Vec<HeaderName> {
         return Vec::new();
     };
     fields::split_list(&value)
-        .iter()
         .filter_map(|option| HeaderName::from_bytes(option.as_bytes()).ok())
         .collect()
 }

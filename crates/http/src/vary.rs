@@ -31,12 +31,10 @@ impl Vary {
         let Some(value) = fields::combined(resp, VARY) else {
             return Vary::Absent;
         };
-        let members = fields::split_list(&value);
-        if members.contains(&"*") {
+        if fields::split_list(&value).any(|m| m == "*") {
             return Vary::Any;
         }
-        let mut names: Vec<HeaderName> = members
-            .iter()
+        let mut names: Vec<HeaderName> = fields::split_list(&value)
             .filter_map(|m| HeaderName::from_bytes(m.as_bytes()).ok())
             .collect();
         names.sort_by(|a, b| a.as_str().cmp(b.as_str()));

@@ -100,7 +100,7 @@ pub const CONTENT_TYPE_FAMILIES: [&str; 11] = [
 /// ignored (`text/HTML; charset=utf-8` is `html`).
 pub fn content_type_family(content_type: &str) -> &'static str {
     let essence = wirefold_http::media_type_essence(content_type);
-    let (major, minor) = essence.split_once('/').unwrap_or((essence.as_str(), ""));
+    let (major, minor) = essence.split_once('/').unwrap_or((&essence, ""));
     match (major, minor) {
         ("text", "html") | ("application", "xhtml+xml") => "html",
         ("text", "css") => "css",

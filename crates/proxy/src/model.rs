@@ -130,8 +130,13 @@ impl RequestContext {
                 .host
                 .as_ref()
                 .map_or(self.site.as_str(), |h| h.as_str());
-            let url = format!("{scheme}://{host}{}", self.profile.path_and_query());
-            (url.into(), scheme.len() + "://".len() + host.len())
+            let path = self.profile.path_and_query();
+            let origin_len = scheme.len() + "://".len() + host.len();
+            let mut url = String::with_capacity(origin_len + path.len());
+            for part in [scheme, "://", host, path] {
+                url.push_str(part);
+            }
+            (url.into(), origin_len)
         })
     }
 }
@@ -272,5 +277,13 @@ pub fn content_etag(hash: &Hash) -> String {
     reason = "such a tag is visible ASCII, which a field value may hold"
 )]
 pub fn etag_value(tag: &EntityTag) -> HeaderValue {
-    HeaderValue::try_from(tag.to_string()).expect("an entity tag of visible ASCII")
+    // Sized once: most responses carry one made here.
+    let mut text = String::with_capacity(tag.opaque.len() + 4);
+    if tag.weak {
+        text.push_str("W/");
+    }
+    text.push('"');
+    text.push_str(&tag.opaque);
+    text.push('"');
+    HeaderValue::try_from(text).expect("an entity tag of visible ASCII")
 }

@@ -333,7 +333,7 @@ fn variant_list(
     let essences: Vec<String> = ladder
         .rungs
         .iter()
-        .map(|r| wirefold_http::media_type_essence(&r.media_type))
+        .map(|r| wirefold_http::media_type_essence(&r.media_type).into_owned())
         .collect();
     let mut list = vec![VariantDescription {
         url: ctx.profile.uri.path(),
