@@ -84,6 +84,11 @@ pub fn add_field(headers: &mut HeaderMap, field: &str) {
     let Ok(name) = HeaderName::from_bytes(field.trim().as_bytes()) else {
         return;
     };
+    if !headers.contains_key(VARY) {
+        // The usual case: a standard name's value is its static text, not a copy.
+        headers.insert(VARY, HeaderValue::from(name));
+        return;
+    }
     match Vary::from_headers(headers) {
         Vary::Any => return,
         Vary::Fields(names) if names.contains(&name) => return,
