@@ -58,7 +58,7 @@ pub use client_hints::ClientHints;
 pub use coding::ContentCoding;
 pub use conditional::{evaluate, last_modified, EntityTag, IfNoneMatch, Precondition};
 pub use fields::format_http_date;
-pub use fields::media_type_essence;
+pub use fields::{decimal_value, media_type_essence};
 pub use hop_by_hop::{is_upgrade_request, remove_hop_by_hop};
 pub use range::{content_range, range_for, unsatisfied_range, RangeFields, RangeRequest};
 pub use vary::Vary;

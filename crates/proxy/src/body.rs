@@ -297,22 +297,22 @@ pub struct Sent {
 
 /// Calls `done` with what went through, once the body ends or is dropped (a client
 /// that disconnects is counted for what it received).
-pub fn counted(body: Body, done: impl FnOnce(Sent) + Send + 'static) -> Body {
+pub fn counted(body: Body, done: impl FnOnce(Sent) + Send + Unpin + 'static) -> Body {
     Counted {
         inner: body,
         sent: Sent::default(),
-        done: Some(Box::new(done)),
+        done: Some(done),
     }
     .boxed_unsync()
 }
 
-struct Counted {
+struct Counted<F: FnOnce(Sent)> {
     inner: Body,
     sent: Sent,
-    done: Option<Box<dyn FnOnce(Sent) + Send>>,
+    done: Option<F>,
 }
 
-impl HttpBody for Counted {
+impl<F: FnOnce(Sent) + Unpin> HttpBody for Counted<F> {
     type Data = Bytes;
     type Error = BoxError;
     fn poll_frame(
@@ -339,7 +339,7 @@ impl HttpBody for Counted {
     }
 }
 
-impl Drop for Counted {
+impl<F: FnOnce(Sent)> Drop for Counted<F> {
     fn drop(&mut self) {
         if let Some(done) = self.done.take() {
             // A connection stops polling a body that says it has ended.

@@ -16,7 +16,7 @@ use wirefold_http::dictionary::USE_AS_DICTIONARY;
 use wirefold_http::digest::{digest_value, WIREFOLD_DIGEST};
 use wirefold_http::range::{content_range, unsatisfied_range, RangeFields, RangeRequest};
 use wirefold_http::vary::add_field;
-use wirefold_http::ContentCoding;
+use wirefold_http::{decimal_value, ContentCoding};
 
 use super::encode::{Representation, RepresentationBody, SentCoding};
 use crate::body::{self, error_response, Body};
@@ -240,7 +240,7 @@ pub fn respond(
     };
 
     if let Some(len) = length {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        headers.insert(header::CONTENT_LENGTH, decimal_value(len));
     }
     let body = if is_head { body::empty() } else { body };
     let mut response = Response::new(body);
