@@ -38,10 +38,7 @@ impl AcceptEncoding {
     /// Parses one (possibly combined) header value. An empty value is a
     /// present header that accepts no coding but identity.
     pub fn parse(value: &str) -> Self {
-        let entries = fields::split_list(value)
-            .into_iter()
-            .filter_map(parse_member)
-            .collect();
+        let entries = fields::split_list(value).filter_map(parse_member).collect();
         AcceptEncoding {
             present: true,
             entries,
