@@ -66,7 +66,7 @@ pub fn respond(
         headers.insert(WIREFOLD_DIGEST, digest_value(&hash.0));
     }
     let instance_etag = EntityTag::from_headers(&headers);
-    let etag = representation_etag(&mut headers, &coding);
+    let etag = representation_etag(&mut headers, instance_etag.as_ref(), &coding);
     if negotiated {
         add_field(&mut headers, "accept-encoding");
     }
@@ -263,21 +263,27 @@ fn announces_dictionary(headers: &HeaderMap) -> bool {
         })
 }
 
-/// The representation's validator: an encoding wirefold produced gets the coding
-/// appended and is weakened (levels may differ between responses), so no cache
-/// confuses representations and the client's revalidation maps back to it.
-fn representation_etag(headers: &mut HeaderMap, coding: &SentCoding) -> Option<EntityTag> {
-    let tag = headers
-        .get(header::ETAG)
-        .and_then(|v| v.to_str().ok())
-        .and_then(EntityTag::parse)?;
+/// The representation's validator, from the `instance`'s (its one valid `ETag`): an
+/// encoding wirefold produced gets the coding appended and is weakened (levels may
+/// differ between responses), so no cache confuses representations and the client's
+/// revalidation maps back to it. A coded representation of an instance without one
+/// (several `ETag` lines, or a malformed one) carries none.
+fn representation_etag(
+    headers: &mut HeaderMap,
+    instance: Option<&EntityTag>,
+    coding: &SentCoding,
+) -> Option<EntityTag> {
     let token = match coding {
         SentCoding::Encoded(c) => c.token(),
         SentCoding::Dictionary(c) => c.token(),
         // An origin's own coding keeps its validator; a 226 names the new instance.
         SentCoding::Identity | SentCoding::Origin(_) | SentCoding::Vcdiff { .. } => {
-            return Some(tag)
+            return instance.cloned()
         }
+    };
+    let Some(tag) = instance else {
+        headers.remove(header::ETAG);
+        return None;
     };
     let tag = EntityTag {
         weak: true,
@@ -403,5 +409,45 @@ impl Accounting {
     /// Wraps a stream so its size is recorded when it ends (or is dropped).
     fn count(self, body: Body) -> Body {
         body::counted(body, move |sent| self.record(sent.bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_etags(lines: &[&'static str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for line in lines {
+            headers.append(header::ETAG, HeaderValue::from_static(line));
+        }
+        headers
+    }
+
+    #[test]
+    fn a_coded_representation_gets_its_own_etag_or_none() {
+        let br = SentCoding::Encoded(ContentCoding::Br);
+        let mut headers = with_etags(&["\"a1\""]);
+        let instance = EntityTag::from_headers(&headers);
+        let tag = representation_etag(&mut headers, instance.as_ref(), &br);
+        assert_eq!(tag.map(|t| t.to_string()).as_deref(), Some("W/\"a1-br\""));
+        assert_eq!(headers[header::ETAG], "W/\"a1-br\"");
+
+        // Several lines name no instance: none of them goes out on a coded body.
+        for lines in [&["\"a1\"", "\"b2\""][..], &["not a tag"]] {
+            let mut headers = with_etags(lines);
+            let instance = EntityTag::from_headers(&headers);
+            assert_eq!(
+                representation_etag(&mut headers, instance.as_ref(), &br),
+                None
+            );
+            assert!(headers.get(header::ETAG).is_none(), "{lines:?}");
+        }
+
+        let mut headers = with_etags(&["\"a1\""]);
+        let instance = EntityTag::from_headers(&headers);
+        let tag = representation_etag(&mut headers, instance.as_ref(), &SentCoding::Identity);
+        assert_eq!(tag, instance);
+        assert_eq!(headers[header::ETAG], "\"a1\"");
     }
 }
