@@ -4,10 +4,11 @@
 #
 # `wirefold serve --root` with the corpus page nearest 100 KB (the page of
 # bench/compare-nginx.sh, same compression profile) answers REQUESTS requests for its
-# cached encoding, one connection, HTTP/1.1 (h2load --h1). Every malloc, calloc and
-# realloc the server makes meanwhile is counted with uprobes on libc (perf probe; needs
-# root) and attributed to the first frame of wirefold's or its HTTP crates' code (DWARF
-# call graphs). The last line is JSON: {"requests": N, "allocations_per_request": X}.
+# cached encoding, one connection, HTTP/1.1 (h2load --h1), twice. The first time every
+# malloc, calloc and realloc the server makes is counted (perf stat on uprobes on libc;
+# needs root); the second, recorded with DWARF call graphs, attributes them to the first
+# frame of wirefold's or its HTTP crates' code. The last line is JSON:
+# {"requests": N, "allocations_per_request": X}.
 #
 # Environment:
 #   WIREFOLD=PATH     a wirefold binary (default: cargo build --release -p wirefold)
