@@ -611,14 +611,19 @@ impl Metrics {
         self.manifest_entries.inc_by(entries as u64);
     }
 
-    /// Counts `links` preload links sent in a final response.
+    /// Counts `links` preload links sent in a final response (most responses send
+    /// none, and leave the shared counter alone).
     pub fn hinted_final(&self, links: usize) {
-        self.final_hint_links.inc_by(links as u64);
+        if links > 0 {
+            self.final_hint_links.inc_by(links as u64);
+        }
     }
 
     /// Counts `links` preload links sent in a 103 Early Hints response.
     pub fn hinted_early(&self, links: usize) {
-        self.early_hint_links.inc_by(links as u64);
+        if links > 0 {
+            self.early_hint_links.inc_by(links as u64);
+        }
     }
 
     /// Records one body sent: its size before and after the encode stage.
