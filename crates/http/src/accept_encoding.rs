@@ -157,15 +157,17 @@ fn normalize_token(token: &str) -> Cow<'_, str> {
     }
 }
 
-/// The tokens clients send, kept as themselves: parsing a usual `Accept-Encoding`
-/// copies nothing.
-const KNOWN_TOKENS: [&str; 9] = [
-    "gzip", "br", "zstd", "deflate", "dcb", "dcz", "identity", "*", "compress",
-];
+/// Tokens clients send besides [`ContentCoding`]'s, kept as themselves: parsing a
+/// usual `Accept-Encoding` copies nothing.
+const OTHER_KNOWN_TOKENS: [&str; 5] = ["dcb", "dcz", IDENTITY, ANY, "compress"];
 
-/// `token` for keeping: a known one as its static name, another as a copy.
+/// A normalized `token` for keeping: a known one as its static name, another as a
+/// copy.
 fn kept(token: Cow<'_, str>) -> Cow<'static, str> {
-    match KNOWN_TOKENS.iter().find(|known| **known == token) {
+    if let Some(coding) = ContentCoding::from_token(&token) {
+        return Cow::Borrowed(coding.token());
+    }
+    match OTHER_KNOWN_TOKENS.iter().find(|known| **known == token) {
         Some(known) => Cow::Borrowed(known),
         None => Cow::Owned(token.into_owned()),
     }

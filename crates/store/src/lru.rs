@@ -49,21 +49,18 @@ impl<V> Lru<V> {
     /// used after it, and moving a hot entry on every hit (a tree removal and insertion
     /// under the store's lock) would change no eviction soon to come.
     pub(crate) fn touch(&mut self, hash: &Hash) -> bool {
-        let recent = self.entries.len() as u64 / 4;
-        let next_tick = self.next_tick;
-        let Some(entry) = self.entries.get_mut(hash) else {
+        let Some(last) = self.entries.get(hash).map(|entry| entry.tick) else {
             return false;
         };
-        if next_tick - entry.tick <= recent {
+        if self.next_tick - last <= self.entries.len() as u64 / 4 {
             return true;
         }
-        let tick = {
-            self.next_tick += 1;
-            self.next_tick
-        };
-        self.order.remove(&entry.tick);
+        let tick = self.tick();
+        self.order.remove(&last);
         self.order.insert(tick, *hash);
-        entry.tick = tick;
+        if let Some(entry) = self.entries.get_mut(hash) {
+            entry.tick = tick;
+        }
         true
     }
 
