@@ -17,6 +17,10 @@
 #   LOADGEN=PATH     a wirefold-loadgen binary (open-loop; default: cargo build --release)
 #   LOAD_SHARE=0.8   open-loop: the rate, as a share of nginx's saturation req/s
 #   LOADGEN_THREADS=1  open-loop: the loader's I/O threads (one leaves the most CPU to servers)
+#   LOADGEN_SCHED=   batch: wrk, h2load and the open-loop loader run under SCHED_BATCH
+#                    (chrt -b 0), so that their wake-ups do not preempt a server
+#                    mid-request, as packets from other machines would not; unset: the
+#                    default policy (both servers are measured under the same one)
 #   FILE_CHECK_MS=   wirefold's files.check_interval_ms, 0-1000 (unset: its default, 0)
 #   KEEP_TMP=1       keep the temp dir (configs, logs) for inspection
 #
@@ -43,7 +47,7 @@
 # handshakes are part of each run; p50/p99 come from h2load's per-request log.
 #
 # Both servers get 2 cores' worth of workers (nginx worker_processes 2 with reuseport so
-# both workers get connections; wirefold's tokio runtime uses one worker per core). wrk,
+# both workers get connections; wirefold one connection thread per core). wrk,
 # the origin and both servers share the machine, and every server is measured in turn
 # (interleaved, REPEATS times), so the ratios are comparable within one run; absolute
 # numbers are not portable. Every body is decoded and compared with the file ("ok").
@@ -92,6 +96,12 @@ H2_STREAMS=${H2_STREAMS:-10}
 LOAD_SHARE=${LOAD_SHARE:-0.8}
 LOADGEN_THREADS=${LOADGEN_THREADS:-1}
 MODE=${MODE:-closed}
+LOADGEN_SCHED=${LOADGEN_SCHED:-}
+case "$LOADGEN_SCHED" in
+    "") LOADER=() ;;
+    batch) LOADER=(chrt --batch 0) ;;
+    *) die "LOADGEN_SCHED=$LOADGEN_SCHED: batch, or unset for the default policy" ;;
+esac
 case "$MODE" in
     closed) ROWS=${ROWS:-1 2a 2b 2c 3a 3b 3c 4a 4b 4c 5a 5b 5c}; TARGETS=${TARGETS:-html mix} ;;
     open-loop) ROWS=${ROWS:-2a 3b}; TARGETS=${TARGETS:-html} ;;
@@ -296,7 +306,7 @@ fi
 # nginx's worker (and cache helper) processes: children of the peer's master.
 PEER_PIDS="$PEER_PID $(children_of "$PEER_PID" | tr '\n' ' ')"
 CLK_TCK=$(getconf CLK_TCK)
-log "nginx $(nginx -v 2>&1 | sed 's/.*\///'), wirefold $("$WIREFOLD" --version | awk '{print $2}'), wrk -t$THREADS -c$CONNS -d${DURATION}s x$REPEATS"
+log "nginx $(nginx -v 2>&1 | sed 's/.*\///'), wirefold $("$WIREFOLD" --version | awk '{print $2}'), wrk -t$THREADS -c$CONNS -d${DURATION}s x$REPEATS, load generator's policy: ${LOADGEN_SCHED:-default}"
 
 # ---------------------------------------------------------------- servers and rows
 # server id -> "port|path prefix|label|scheme (empty: http)"
@@ -445,7 +455,7 @@ run_wrk() {
     [[ -n "$ae" ]] && args=(-H "Accept-Encoding: $ae")
     local c0 c1
     c0=$(cpu_ticks "$s")
-    out=$(WRK_PREFIX="$(srv_prefix "$s")" wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency \
+    out=$(WRK_PREFIX="$(srv_prefix "$s")" "${LOADER[@]}" wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency \
           -s "$TMP/$t.lua" "${args[@]}" "http://127.0.0.1:$(srv_port "$s")" 2>&1) || true
     c1=$(cpu_ticks "$s")
     echo "$out" >>"$TMP/wrk-raw.log"
@@ -470,7 +480,7 @@ run_h2load() {
     local c0 c1
     rm -f "$TMP/h2load-requests.log"
     c0=$(cpu_ticks "$s")
-    out=$(h2load -n "$H2_REQUESTS" -c "$CONNS" -m "$H2_STREAMS" "${args[@]}" \
+    out=$("${LOADER[@]}" h2load -n "$H2_REQUESTS" -c "$CONNS" -m "$H2_STREAMS" "${args[@]}" \
           --log-file="$TMP/h2load-requests.log" "${uris[@]}" 2>&1) || true
     c1=$(cpu_ticks "$s")
     echo "$out" >>"$TMP/h2load-raw.log"
@@ -508,7 +518,7 @@ run_loadgen() {
     [[ -n "$ae" ]] && args=(-H "accept-encoding: $ae")
     local c0 c1
     c0=$(cpu_ticks "$s")
-    out=$("$LOADGEN" rate --url "$(srv_url "$s")${TARGET_PATHS[$t]}" --rate "$rate" --duration "$DURATION" \
+    out=$("${LOADER[@]}" "$LOADGEN" rate --url "$(srv_url "$s")${TARGET_PATHS[$t]}" --rate "$rate" --duration "$DURATION" \
           --connections "$CONNS" --threads "$LOADGEN_THREADS" "${args[@]}" 2>&1) || true
     c1=$(cpu_ticks "$s")
     echo "$out" >>"$TMP/loadgen-raw.log"
@@ -595,7 +605,7 @@ if [[ $MODE == open-loop ]]; then
     done
     echo "wall time: $(wall_seconds) s; load average at start $LOAD_START, at end $(load_now) (anything else running skews both sides)"
     {
-        printf '{"bench":"compare-nginx","mode":"open-loop","wirefold":%s,"nginx":%s,' "$(jstr "$("$WIREFOLD" --version)")" "$(jstr "$(nginx -v 2>&1)")"
+        printf '{"bench":"compare-nginx","mode":"open-loop","loadgen_sched":"%s","wirefold":%s,"nginx":%s,' "${LOADGEN_SCHED:-default}" "$(jstr "$("$WIREFOLD" --version)")" "$(jstr "$(nginx -v 2>&1)")"
         printf '"load_share":%s,"loadgen_threads":%s,"connections":%s,"duration_s":%s,"repeats":%s,"wall_s":%s,"loadavg_start":%s,"loadavg_end":%s,"rows":[' \
             "$LOAD_SHARE" "$LOADGEN_THREADS" "$CONNS" "$DURATION" "$REPEATS" "$(wall_seconds)" "$(jstr "$LOAD_START")" "$(jstr "$(load_now)")"
         first=1
@@ -699,7 +709,7 @@ echo "wall time: $(wall_seconds) s; load average at start $LOAD_START, at end $(
 
 # ---------------------------------------------------------------- JSON
 {
-    printf '{"bench":"compare-nginx","mode":"closed","wirefold":%s,"nginx":%s,' "$(jstr "$("$WIREFOLD" --version)")" "$(jstr "$(nginx -v 2>&1)")"
+    printf '{"bench":"compare-nginx","mode":"closed","loadgen_sched":"%s","wirefold":%s,"nginx":%s,' "${LOADGEN_SCHED:-default}" "$(jstr "$("$WIREFOLD" --version)")" "$(jstr "$(nginx -v 2>&1)")"
     printf '"wrk":{"threads":%s,"connections":%s,"duration_s":%s,"repeats":%s},"h2load":{"requests":%s,"clients":%s,"streams":%s},"wall_s":%s,"loadavg_start":%s,"loadavg_end":%s,' \
         "$THREADS" "$CONNS" "$DURATION" "$REPEATS" "$H2_REQUESTS" "$CONNS" "$H2_STREAMS" "$(wall_seconds)" "$(jstr "$LOAD_START")" "$(jstr "$(load_now)")"
     printf '"levels":{"wirefold_cached":%s,"wirefold_on_the_fly":%s,"nginx_gzip":%s,"nginx_br":%s,"precompressed":"gzip -9, brotli -q 11"},' \
