@@ -40,6 +40,12 @@ if [ ! -d ../shared/corpus ]; then
     echo "the shared corpus is expected at $(cd .. && pwd)/shared/corpus" >&2
     exit 1
 fi
+# A clean build's target/ takes about 11 GB: on a fuller disk the linker fails mid-build
+# with errors that do not say why (a bus error, an I/O failure).
+free_gb=$(df --output=avail -B1G . | tail -1 | tr -d ' ')
+if [ -n "$free_gb" ] && [ "$free_gb" -lt 12 ]; then
+    echo "warning: ${free_gb} GB free on this disk; a clean build needs about 11 GB for target/" >&2
+fi
 # Lints and formatting first (the lints are the [workspace.lints] table in Cargo.toml).
 if command -v rustup >/dev/null 2>&1; then
     installed=$(rustup component list --installed)
