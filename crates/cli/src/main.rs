@@ -285,6 +285,14 @@ fn main() -> ExitCode {
         return exit_code(generated);
     }
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // A server's shutdown gives in-flight and background work its grace; what still
+    // runs on the blocking pool after it (a root scan's encoding, minutes of br 11 on a
+    // large file) ends with the process instead of holding it up, as dropping the
+    // runtime would. The store's writes are made to be cut off safely.
+    let leaves_strays = matches!(
+        cli.command,
+        Command::Serve(_) | Command::Demo { .. } | Command::Client(_)
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -308,6 +316,9 @@ fn main() -> ExitCode {
         Command::Get(args) => runtime.block_on(get(args)),
         Command::Reload { admin, admin_token } => runtime.block_on(reload(admin, admin_token)),
     };
+    if leaves_strays {
+        runtime.shutdown_timeout(std::time::Duration::ZERO);
+    }
     exit_code(result)
 }
 

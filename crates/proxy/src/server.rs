@@ -99,14 +99,17 @@ impl Running {
         self.pipeline.config()
     }
 
-    /// Stops accepting, lets in-flight requests and background work (encodes, store
-    /// writes) finish within the grace period, then returns with the store closed and
-    /// the access log written out.
+    /// Stops accepting, lets in-flight requests finish within the grace period, then
+    /// background work (encodes, store writes) within another, then returns with the
+    /// store closed and the access log written out. Blocking work still running at the
+    /// end of the second (a large body's encoding) is not waited for: it ends with the
+    /// process, and the store's writes are made to be cut off safely.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for t in self.tasks {
             let _ = t.await;
         }
+        let background_ends = tokio::time::Instant::now() + self.grace;
         if tokio::time::timeout(self.grace, self.background.idle())
             .await
             .is_err()
@@ -115,7 +118,10 @@ impl Running {
         }
         // The accept loop, the only other holder, has ended.
         match Arc::try_unwrap(self.shards) {
-            Ok(shards) => shards.stop().await,
+            Ok(shards) => {
+                let left = background_ends.saturating_duration_since(tokio::time::Instant::now());
+                shards.stop(left).await;
+            }
             Err(_) => tracing::warn!("connection threads still shared at shutdown: left running"),
         }
         if let Some(log) = self.pipeline.records.access_log() {

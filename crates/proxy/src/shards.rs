@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -21,8 +22,9 @@ use tokio::sync::oneshot;
 pub struct Shards {
     handles: Vec<Handle>,
     next: AtomicUsize,
-    /// Dropped with `Shards`: each thread's signal to end.
-    ends: Vec<oneshot::Sender<()>>,
+    /// Each thread's signal to end, with how long it may wait for its blocking work;
+    /// dropped with `Shards`, it ends the thread without waiting.
+    ends: Vec<oneshot::Sender<Duration>>,
     /// Each thread's word that its runtime, and all it held, is gone.
     gone: Vec<oneshot::Receiver<()>>,
 }
@@ -41,17 +43,18 @@ impl Shards {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let (end, ended) = oneshot::channel::<()>();
+            let (end, ended) = oneshot::channel::<Duration>();
             let (went, thread_gone) = oneshot::channel::<()>();
             handles.push(runtime.handle().clone());
             std::thread::Builder::new()
                 .name(format!("wirefold-conn-{index}"))
                 .spawn(move || {
-                    // Runs the thread's tasks until `Shards` ends it; dropping the
-                    // runtime here (not in an async context) drops what is left and
-                    // waits for its blocking work.
-                    let _ = runtime.block_on(ended);
-                    drop(runtime);
+                    // Runs the thread's tasks until `Shards` ends it, then drops what
+                    // is left (here, not in an async context). A dropped runtime would
+                    // wait for its blocking work however long it runs (a large
+                    // body's encoding): that wait is bounded by the shutdown's grace.
+                    let wait = runtime.block_on(ended).unwrap_or(Duration::ZERO);
+                    runtime.shutdown_timeout(wait);
                     let _ = went.send(());
                 })?;
             ends.push(end);
@@ -67,10 +70,14 @@ impl Shards {
 
     /// Ends the threads and waits until each has dropped what it still ran (the
     /// connections past the shutdown's grace, and with them what they held: the
-    /// store, for one).
-    pub async fn stop(self) {
+    /// store, for one) and its blocking work has ended, or `wait` has passed: work
+    /// still running then (an encoding, a store write, each written to be cut off
+    /// safely) is left to finish on its own or to end with the process.
+    pub async fn stop(self, wait: Duration) {
         let Shards { ends, gone, .. } = self;
-        drop(ends);
+        for end in ends {
+            let _ = end.send(wait);
+        }
         for thread in gone {
             let _ = thread.await;
         }
@@ -117,10 +124,35 @@ mod tests {
             let _held = held;
             std::future::pending::<()>().await;
         });
-        shards.stop().await;
+        shards.stop(Duration::from_secs(30)).await;
         assert_eq!(
             dropped.try_recv(),
             Err(oneshot::error::TryRecvError::Closed)
         );
+    }
+
+    #[tokio::test]
+    async fn stopping_waits_for_blocking_work_no_longer_than_it_is_told() {
+        let shards = Shards::start(1).unwrap();
+        let (started, running) = oneshot::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        shards.spawn(async move {
+            let _ = tokio::task::spawn_blocking(move || {
+                let _ = started.send(());
+                // Blocks until the test lets it go, after `stop` has returned.
+                let _ = released.recv();
+            })
+            .await;
+        });
+        running.await.unwrap();
+        // Before: the runtime's drop waited for the blocking work, so `stop` never
+        // returned while it ran.
+        let stopped = tokio::time::timeout(
+            Duration::from_secs(30),
+            shards.stop(Duration::from_millis(50)),
+        )
+        .await;
+        let _ = release.send(());
+        assert!(stopped.is_ok(), "stop waited for the blocking work");
     }
 }
