@@ -101,9 +101,10 @@ impl Running {
 
     /// Stops accepting, lets in-flight requests finish within the grace period, then
     /// background work (encodes, store writes) within another, then returns with the
-    /// store closed and the access log written out. Blocking work still running at the
-    /// end of the second (a large body's encoding) is not waited for: it ends with the
-    /// process, and the store's writes are made to be cut off safely.
+    /// access log written out and the store closed, unless blocking work still running
+    /// at the end of the second (a large body's encoding) holds it: that is not waited
+    /// for, it ends with the process, and the store's writes are made to be cut off
+    /// safely.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for t in self.tasks {
