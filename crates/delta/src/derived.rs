@@ -201,7 +201,8 @@ impl DerivedBodies {
     /// The body derived from the content `hash` as `variant` at level `best`: kept
     /// when stored; otherwise the `quick` level (stored, or made now and kept) while
     /// `best` is made in the background, so no client waits for a slow level and
-    /// repeats cost no CPU. Without a `quick` level, `best` is made now.
+    /// repeats cost no CPU. Without a `quick` level, `best` is made now. `producer`
+    /// is called only when something is to be made: a hit costs no closure.
     pub async fn get_or_make(
         &self,
         hash: Hash,
@@ -209,9 +210,10 @@ impl DerivedBodies {
         variant: &Variant,
         quick: Option<u32>,
         best: u32,
-        produce: Produce,
+        producer: impl FnOnce() -> Produce,
     ) -> Bytes {
-        let Some(store) = self.store.clone() else {
+        let Some(store) = &self.store else {
+            let produce = producer();
             return produce_off_reactor(&produce, quick.unwrap_or(best), input_len).await;
         };
         let wanted = variant.at_level(best);
@@ -241,10 +243,11 @@ impl DerivedBodies {
             self.counters.hit.inc();
             return hit;
         }
+        let produce = producer();
         let Some((quick_level, quick_variant)) = quick else {
             self.counters.miss.inc();
             let made = produce_off_reactor(&produce, best, input_len).await;
-            self.keep(store, hash, wanted, made.clone());
+            self.keep(store.clone(), hash, wanted, made.clone());
             return made;
         };
         self.start_background(store.clone(), hash, wanted, best, produce.clone());
@@ -254,7 +257,7 @@ impl DerivedBodies {
         }
         self.counters.miss.inc();
         let made = produce_off_reactor(&produce, quick_level, input_len).await;
-        self.keep(store, hash, quick_variant, made.clone());
+        self.keep(store.clone(), hash, quick_variant, made.clone());
         made
     }
 

@@ -42,7 +42,7 @@ use crate::config::DeltaConfig;
 use crate::derived::{DerivedBodies, Produce, Variant};
 use crate::dictionaries::Destination;
 use crate::subresources::PageSubresources;
-use store::memo::Bounded;
+use store::memo::{Bounded, Equivalent};
 
 /// What the delta engine reads of a request, parsed once by the server's `classify`.
 pub struct DeltaRequest<'a> {
@@ -219,8 +219,10 @@ impl DeltaEngine {
         {
             return None;
         }
-        let target = content.clone();
-        let produce: Produce = Arc::new(move |_| codec::vcdiff::encode(&base, &target));
+        let produce = move || -> Produce {
+            let target = content.clone();
+            Arc::new(move |_| codec::vcdiff::encode(&base, &target))
+        };
         let body = self
             .bodies
             .get_or_make(hash, input as usize, &variant, None, 0, produce)
@@ -266,9 +268,10 @@ impl DeltaEngine {
         if !already && !path.worth_computing(quick_work, input, limit as u64) {
             return None;
         }
-        let target = content.clone();
-        let produce: Produce =
-            Arc::new(move |level| codec::dictionary::encode(coding, level, &dictionary, &target));
+        let produce = move || -> Produce {
+            let target = content.clone();
+            Arc::new(move |level| codec::dictionary::encode(coding, level, &dictionary, &target))
+        };
         let body = self
             .bodies
             .get_or_make(hash, input as usize, &variant, Some(now), best, produce)
@@ -283,11 +286,13 @@ impl DeltaEngine {
     /// same-site subresources, at most `delta.subresource_dictionaries`). A response
     /// that is not the same for everyone (`audience`) is neither announced nor derived
     /// from and links no derived dictionary; it still links the site's trained
-    /// dictionaries, which are public. `content` is the instance's body (`hash`).
+    /// dictionaries, which are public. `content` is the instance's body (`hash`), `cc`
+    /// its `Cache-Control` as parsed from `headers`.
     pub async fn announce(
         &self,
         request: &DeltaRequest<'_>,
         headers: &mut HeaderMap,
+        cc: &CacheControl,
         hash: Hash,
         content: &Bytes,
     ) {
@@ -304,8 +309,7 @@ impl DeltaEngine {
         let uri = request.uri;
         let for_everyone = audience(request.headers, headers, request.public_path).may_derive();
         let pattern = || dictionaries::pattern_for(&config, uri.path(), uri.query());
-        let cc = CacheControl::from_headers(headers);
-        let keeps = browser_keeps(&cc, headers);
+        let keeps = browser_keeps(cc, headers);
         let html = is_html(headers);
         if keeps && for_everyone {
             // The value depends only on the resource (path and query) and the configuration:
@@ -348,12 +352,12 @@ impl DeltaEngine {
         } else {
             0
         };
-        let page = (
-            request.site.to_string(),
-            uri.path().to_string(),
+        let page = PageKeyRef {
+            site: request.site,
+            path: uri.path(),
             page_derived,
-            subresource_limit > 0,
-        );
+            subresources: subresource_limit > 0,
+        };
         let links = match self.announcements.page_links(&page) {
             Some(links) => links,
             None => {
@@ -393,19 +397,20 @@ impl DeltaEngine {
                 })
                 .await
                 .unwrap_or_default();
-                let values: Vec<HeaderValue> = links
+                let values: Arc<[HeaderValue]> = links
                     .iter()
                     .filter_map(|url| {
                         HeaderValue::from_str(&format!("<{url}>; rel=\"compression-dictionary\""))
                             .ok()
                     })
                     .collect();
-                self.announcements.put_page_links(page, values.clone());
+                self.announcements
+                    .put_page_links(page.owned(), values.clone());
                 values
             }
         };
-        for value in links {
-            headers.append(header::LINK, value);
+        for value in links.iter() {
+            headers.append(header::LINK, value.clone());
         }
     }
 
@@ -504,16 +509,53 @@ pub fn dictionary_levels(coding: DictionaryCoding) -> (u32, u32) {
 /// of the resource and the configuration.
 pub struct DictionaryAnnouncements {
     /// Pages' `Link: <url>; rel="compression-dictionary"` values.
-    links: Bounded<PageKey, Vec<HeaderValue>>,
+    links: Bounded<PageKey, Arc<[HeaderValue]>>,
     /// resource → (whether it was HTML, the `Use-As-Dictionary` value).
     use_as: Bounded<String, (bool, Option<HeaderValue>)>,
     /// Subresources whose derived dictionary is published: no store read per request.
     published: Bounded<PublishedKey, ()>,
 }
 
-/// (site, path, whether the page's own derived dictionary applies, whether its
-/// subresources' do).
-type PageKey = (String, String, bool, bool);
+/// A page's links are kept by its site and path, whether the page's own derived
+/// dictionary applies and whether its subresources' do.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct PageKey {
+    site: String,
+    path: String,
+    page_derived: bool,
+    subresources: bool,
+}
+
+/// A [`PageKey`] borrowed from the request, to look one up without copying the site
+/// and path. Its fields are in the same order and hash alike (a `String` hashes as its
+/// `str`), as a lookup by an equivalent key needs.
+#[derive(Hash)]
+struct PageKeyRef<'a> {
+    site: &'a str,
+    path: &'a str,
+    page_derived: bool,
+    subresources: bool,
+}
+
+impl PageKeyRef<'_> {
+    fn owned(&self) -> PageKey {
+        PageKey {
+            site: self.site.to_string(),
+            path: self.path.to_string(),
+            page_derived: self.page_derived,
+            subresources: self.subresources,
+        }
+    }
+}
+
+impl Equivalent<PageKey> for PageKeyRef<'_> {
+    fn equivalent(&self, key: &PageKey) -> bool {
+        self.site == key.site
+            && self.path == key.path
+            && self.page_derived == key.page_derived
+            && self.subresources == key.subresources
+    }
+}
 
 /// (site, `match` pattern, destination) of a subresource's derived dictionary.
 type PublishedKey = (String, String, Destination);
@@ -533,7 +575,7 @@ impl Default for DictionaryAnnouncements {
 
 impl DictionaryAnnouncements {
     /// The `Link` field values (`<url>; rel="compression-dictionary"`) for a page.
-    fn page_links(&self, page: &PageKey) -> Option<Vec<HeaderValue>> {
+    fn page_links(&self, page: &PageKeyRef<'_>) -> Option<Arc<[HeaderValue]>> {
         self.links.get(page)
     }
 
@@ -551,7 +593,7 @@ impl DictionaryAnnouncements {
         self.published.insert(key, ());
     }
 
-    fn put_page_links(&self, page: PageKey, links: Vec<HeaderValue>) {
+    fn put_page_links(&self, page: PageKey, links: Arc<[HeaderValue]>) {
         self.links.insert(page, links);
     }
 
@@ -622,4 +664,38 @@ pub fn now_unix() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pages_links_are_found_by_the_key_borrowed_from_its_request() {
+        let announcements = DictionaryAnnouncements::default();
+        let links: Arc<[HeaderValue]> = Arc::from([HeaderValue::from_static(
+            "</d>; rel=\"compression-dictionary\"",
+        )]);
+        let key = |site, path, page_derived| PageKeyRef {
+            site,
+            path,
+            page_derived,
+            subresources: true,
+        };
+        announcements.put_page_links(key("e.com", "/a", true).owned(), links.clone());
+        // Found only if the borrowed key hashes as the owned one it was kept under.
+        assert_eq!(
+            announcements
+                .page_links(&key("e.com", "/a", true))
+                .as_deref(),
+            Some(&*links)
+        );
+        for other in [
+            key("e.com", "/b", true),
+            key("f.com", "/a", true),
+            key("e.com", "/a", false),
+        ] {
+            assert!(announcements.page_links(&other).is_none());
+        }
+    }
 }

@@ -200,7 +200,7 @@ fn check_accept(accept: &AcceptEncoding) {
         assert!((0.0..=1.0).contains(&q), "quality {q}");
     }
     let _ = accept.identity_acceptable();
-    if let Some(chosen) = accept.negotiate(&ContentCoding::ALL) {
+    if let Some(chosen) = accept.negotiate(ContentCoding::ALL) {
         assert!(accept.accepts(chosen), "negotiated a coding not accepted");
     }
 }

@@ -5,7 +5,7 @@
 //! malformed or out-of-grammar q-value is dropped rather than guessed at, since
 //! guessing could send a coding the client cannot decode.
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 
 use crate::ContentCoding;
 use http::header::{HeaderMap, ACCEPT_ENCODING};
@@ -92,9 +92,14 @@ impl AcceptEncoding {
     /// `None` means send identity: the header was absent, nothing in
     /// `preference` is acceptable, or the client explicitly rated `identity`
     /// above every acceptable coding (e.g. `gzip;q=0.5, identity`).
-    pub fn negotiate(&self, preference: &[ContentCoding]) -> Option<ContentCoding> {
+    pub fn negotiate<P>(&self, preference: P) -> Option<ContentCoding>
+    where
+        P: IntoIterator,
+        P::Item: Borrow<ContentCoding>,
+    {
         let mut best: Option<(ContentCoding, f32)> = None;
-        for &coding in preference {
+        for coding in preference {
+            let coding = *coding.borrow();
             let q = self.quality(coding.token());
             if q > 0.0 && best.is_none_or(|(_, best_q)| q > best_q) {
                 best = Some((coding, q));
@@ -189,15 +194,15 @@ mod tests {
     #[test]
     fn browser_header_negotiates_first_preference() {
         let ae = AcceptEncoding::parse("gzip, deflate, br, zstd");
-        assert_eq!(ae.negotiate(&SERVER_ORDER), Some(Br));
-        assert_eq!(ae.negotiate(&[Gzip, Br]), Some(Gzip));
+        assert_eq!(ae.negotiate(SERVER_ORDER), Some(Br));
+        assert_eq!(ae.negotiate([Gzip, Br]), Some(Gzip));
         assert!(ae.identity_acceptable());
     }
 
     #[test]
     fn higher_q_beats_server_order() {
         let ae = AcceptEncoding::parse("br;q=0.5, gzip;q=0.9, zstd;q=0");
-        assert_eq!(ae.negotiate(&SERVER_ORDER), Some(Gzip));
+        assert_eq!(ae.negotiate(SERVER_ORDER), Some(Gzip));
         assert!(!ae.accepts(Zstd));
         assert_eq!(ae.quality("BR"), 0.5);
     }
@@ -206,7 +211,7 @@ mod tests {
     fn absent_header_means_identity() {
         let ae = AcceptEncoding::from_headers(&HeaderMap::new());
         assert!(!ae.is_present());
-        assert_eq!(ae.negotiate(&SERVER_ORDER), None);
+        assert_eq!(ae.negotiate(SERVER_ORDER), None);
         assert!(!ae.accepts(Gzip));
         assert!(ae.identity_acceptable());
     }
@@ -215,7 +220,7 @@ mod tests {
     fn empty_header_accepts_only_identity() {
         let ae = AcceptEncoding::parse("");
         assert!(ae.is_present());
-        assert_eq!(ae.negotiate(&SERVER_ORDER), None);
+        assert_eq!(ae.negotiate(SERVER_ORDER), None);
         assert!(ae.identity_acceptable());
     }
 
@@ -225,29 +230,26 @@ mod tests {
         assert_eq!(ae.quality("gzip"), 0.3);
         assert_eq!(ae.quality("dcz"), 0.3);
         assert_eq!(ae.quality("identity"), 0.3);
-        assert_eq!(ae.negotiate(&SERVER_ORDER), Some(Zstd));
+        assert_eq!(ae.negotiate(SERVER_ORDER), Some(Zstd));
 
         assert!(!AcceptEncoding::parse("*;q=0").identity_acceptable());
         assert!(!AcceptEncoding::parse("gzip, identity;q=0").identity_acceptable());
         assert!(AcceptEncoding::parse("*;q=0, identity").identity_acceptable());
-        assert_eq!(
-            AcceptEncoding::parse("*;q=0").negotiate(&SERVER_ORDER),
-            None
-        );
+        assert_eq!(AcceptEncoding::parse("*;q=0").negotiate(SERVER_ORDER), None);
     }
 
     #[test]
     fn explicit_identity_preference_wins() {
         assert_eq!(
-            AcceptEncoding::parse("gzip;q=0.5, identity").negotiate(&[Gzip]),
+            AcceptEncoding::parse("gzip;q=0.5, identity").negotiate([Gzip]),
             None
         );
         assert_eq!(
-            AcceptEncoding::parse("gzip;q=0.5").negotiate(&[Gzip]),
+            AcceptEncoding::parse("gzip;q=0.5").negotiate([Gzip]),
             Some(Gzip)
         );
         assert_eq!(
-            AcceptEncoding::parse("gzip, identity;q=0.5").negotiate(&[Gzip]),
+            AcceptEncoding::parse("gzip, identity;q=0.5").negotiate([Gzip]),
             Some(Gzip)
         );
     }
@@ -267,12 +269,12 @@ mod tests {
         let ae = AcceptEncoding::parse(
             "br;q=abc, zstd;q=1e-1, gzip;q=, deflate;q=-1, ;q=1, g zip, \"gzip\", compress;q=nan",
         );
-        assert_eq!(ae.negotiate(&SERVER_ORDER), None);
+        assert_eq!(ae.negotiate(SERVER_ORDER), None);
         assert!(!ae.accepts_token("compress"));
         let ae = AcceptEncoding::parse("  gzip ;  q=7  ,,, br;q=0.0001;level=9 ,");
         assert_eq!(ae.quality("gzip"), 1.0);
         assert!(ae.accepts(Br));
-        assert_eq!(ae.negotiate(&SERVER_ORDER), Some(Gzip));
+        assert_eq!(ae.negotiate(SERVER_ORDER), Some(Gzip));
     }
 
     #[test]
@@ -290,7 +292,7 @@ mod tests {
             HeaderValue::from_bytes(b"\xe9\xff;q=1, br").unwrap(),
         );
         let ae = AcceptEncoding::from_headers(&headers);
-        assert_eq!(ae.negotiate(&SERVER_ORDER), Some(Br));
+        assert_eq!(ae.negotiate(SERVER_ORDER), Some(Br));
         assert!(ae.accepts(Gzip));
     }
 }

@@ -182,9 +182,9 @@ fn no_panic_on_generated_headers() {
         let text = String::from_utf8_lossy(rng.value().as_bytes()).into_owned();
 
         let ae = AcceptEncoding::from_headers(&req);
-        let _ = AcceptEncoding::parse(&text).negotiate(&ContentCoding::ALL);
+        let _ = AcceptEncoding::parse(&text).negotiate(ContentCoding::ALL);
         let _ = (
-            ae.negotiate(&ContentCoding::ALL),
+            ae.negotiate(ContentCoding::ALL),
             ae.identity_acceptable(),
             ae.accepts_token(&text),
         );

@@ -95,7 +95,7 @@ impl State {
         };
         let gzip = resource.origin_gzip
             && AcceptEncoding::from_headers(req.headers())
-                .negotiate(&[ContentCoding::Gzip])
+                .negotiate([ContentCoding::Gzip])
                 .is_some();
         // Each representation has its own strong tag (RFC 9110 §8.8.3).
         let etag = EntityTag::strong(if gzip {

@@ -9,7 +9,9 @@
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
-use quick_cache::{Equivalent, Weighter};
+/// What a borrowed key implements to look up an owned one ([`Bounded::get`]).
+pub use quick_cache::Equivalent;
+use quick_cache::Weighter;
 
 /// A concurrent map bounded by entries or by weight, optionally forgetting entries a
 /// time after they were inserted.

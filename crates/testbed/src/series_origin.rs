@@ -319,7 +319,7 @@ impl State {
             }
         };
         let coding = AcceptEncoding::from_headers(req.headers())
-            .negotiate(&[ContentCoding::Br, ContentCoding::Gzip]);
+            .negotiate([ContentCoding::Br, ContentCoding::Gzip]);
         let (body, etag) = version.representation(coding);
         let not_modified = IfNoneMatch::from_headers(req.headers())
             .is_some_and(|condition| condition.matches(Some(&etag)));

@@ -280,8 +280,7 @@ fn client_coding(
     if !compressible || codings.is_empty() {
         return None;
     }
-    let preference: Vec<ContentCoding> = codings.iter().map(|(c, _)| *c).collect();
-    accept.negotiate(&preference)
+    accept.negotiate(codings.iter().map(|(c, _)| *c))
 }
 
 /// Image formats that not every client shows, most compact first.

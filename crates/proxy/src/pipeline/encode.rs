@@ -105,7 +105,8 @@ pub async fn encode(
         ..
     } = instance;
     let compression = &config.compression;
-    let no_transform = CacheControl::from_headers(&headers).no_transform;
+    let cache_control = CacheControl::from_headers(&headers);
+    let no_transform = cache_control.no_transform;
     let profile = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -120,8 +121,7 @@ pub async fn encode(
     let big_enough = |len: u64| len >= compression.min_size as u64;
     let accept = &ctx.profile.accept_encoding;
     let pick = |list: &CodingList| -> Option<(ContentCoding, u32)> {
-        let preference: Vec<ContentCoding> = list.0.iter().map(|(c, _)| *c).collect();
-        let chosen = accept.negotiate(&preference)?;
+        let chosen = accept.negotiate(list.0.iter().map(|(c, _)| *c))?;
         list.0.iter().find(|(c, _)| *c == chosen).copied()
     };
     let rep = |body, coding, negotiated, original_len| Representation {
@@ -177,7 +177,9 @@ pub async fn encode(
                 None => None,
             };
             if let Some(request) = &request {
-                deltas.announce(request, &mut headers, hash, &bytes).await;
+                deltas
+                    .announce(request, &mut headers, &cache_control, hash, &bytes)
+                    .await;
             }
             let mut whole = match delta {
                 Some(DeltaChoice::Dictionary { coding, body }) => rep(
@@ -326,8 +328,10 @@ async fn cached_compression(
         .find(|(c, _)| *c == coding)
         .map(|(_, l)| *l)
         .filter(|l| *l < level);
-    let content = bytes.clone();
-    let produce: Produce = Arc::new(move |l| codec::compress(coding, l, &content));
+    let produce = || -> Produce {
+        let content = bytes.clone();
+        Arc::new(move |l| codec::compress(coding, l, &content))
+    };
     let variant = Variant::Coded { coding, level };
     bodies
         .get_or_make(hash, bytes.len(), &variant, quick, level, produce)
