@@ -288,11 +288,9 @@ fn main() -> ExitCode {
     // A server's shutdown gives in-flight and background work its grace; what still
     // runs on the blocking pool after it (a root scan's encoding, minutes of br 11 on a
     // large file) ends with the process instead of holding it up, as dropping the
-    // runtime would. The store's writes are made to be cut off safely.
-    let leaves_strays = matches!(
-        cli.command,
-        Command::Serve(_) | Command::Demo { .. } | Command::Client(_)
-    );
+    // runtime would. The store's writes are made to be cut off safely. The client
+    // proxy has no grace to have spent: its short store writes are waited for.
+    let leaves_strays = matches!(cli.command, Command::Serve(_) | Command::Demo { .. });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
