@@ -64,6 +64,14 @@ pub struct BytesLabels {
 /// The `method` label: the standard methods by name, anything else `other`. Methods
 /// come from clients, and every distinct label value is a series kept for the life
 /// of the process: a client sending made-up methods must not grow `/metrics`.
+/// Adds `links` to a hint counter: most responses send none, and then leave the
+/// counter, shared by every connection thread, alone.
+fn count_links(counter: &Counter, links: usize) {
+    if links > 0 {
+        counter.inc_by(links as u64);
+    }
+}
+
 pub fn method_label(method: &http::Method) -> &'static str {
     match method.as_str() {
         "GET" => "GET",
@@ -611,19 +619,14 @@ impl Metrics {
         self.manifest_entries.inc_by(entries as u64);
     }
 
-    /// Counts `links` preload links sent in a final response (most responses send
-    /// none, and leave the shared counter alone).
+    /// Counts `links` preload links sent in a final response.
     pub fn hinted_final(&self, links: usize) {
-        if links > 0 {
-            self.final_hint_links.inc_by(links as u64);
-        }
+        count_links(&self.final_hint_links, links);
     }
 
     /// Counts `links` preload links sent in a 103 Early Hints response.
     pub fn hinted_early(&self, links: usize) {
-        if links > 0 {
-            self.early_hint_links.inc_by(links as u64);
-        }
+        count_links(&self.early_hint_links, links);
     }
 
     /// Records one body sent: its size before and after the encode stage.
