@@ -3,7 +3,7 @@
 //! closed only after the last write.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -17,6 +17,8 @@ pub struct Background {
 struct State {
     pending: AtomicUsize,
     idle: Notify,
+    /// Pieces of work started plus pieces ended: see [`Background::changes`].
+    changes: AtomicU64,
 }
 
 /// Marks one piece of work; dropping it (even by a panic) ends that work.
@@ -24,6 +26,8 @@ pub struct Pending(Arc<State>);
 
 impl Drop for Pending {
     fn drop(&mut self) {
+        // Counted once the work is over, so whatever it published is visible first.
+        self.0.changes.fetch_add(1, Ordering::AcqRel);
         if self.0.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.idle.notify_waiters();
         }
@@ -36,6 +40,7 @@ impl Background {
     /// keeps the wrapped future twice over (rustc keeps both the captured future and
     /// the one being awaited).
     pub fn pending(&self) -> Pending {
+        self.state.changes.fetch_add(1, Ordering::AcqRel);
         self.state.pending.fetch_add(1, Ordering::AcqRel);
         Pending(self.state.clone())
     }
@@ -58,6 +63,14 @@ impl Background {
         });
     }
 
+    /// Counts every piece of work as it starts and as it ends. Background work is how
+    /// state changes after the request that started it (an encoding kept, a variant
+    /// made, a manifest replaced, a revalidation stored), so an unchanged count between
+    /// two reads says none started or finished meanwhile (the prepared responses).
+    pub fn changes(&self) -> u64 {
+        self.state.changes.load(Ordering::Acquire)
+    }
+
     /// Resolves once no work is pending.
     pub async fn idle(&self) {
         loop {
@@ -74,5 +87,27 @@ impl Background {
 impl delta::derived::Spawner for Background {
     fn spawn_blocking(&self, work: Box<dyn FnOnce() + Send>) {
         Background::spawn_blocking(self, work);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn changes_count_each_piece_of_work_as_it_starts_and_as_it_ends() {
+        let background = Background::default();
+        let before = background.changes();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
+        background.spawn(async move {
+            let _ = started_tx.send(());
+            let _ = end_rx.await;
+        });
+        started_rx.await.unwrap();
+        assert_eq!(background.changes(), before + 1, "started");
+        end_tx.send(()).unwrap();
+        background.idle().await;
+        assert_eq!(background.changes(), before + 2, "ended");
     }
 }

@@ -256,6 +256,14 @@ pub struct CacheConfig {
     /// kept as a delta base or dictionary) only when the origin marks it `public`
     /// or gives `s-maxage`, as Varnish does by default.
     pub public_paths: Vec<String>,
+    /// Bytes of prepared responses kept in memory (answers sent again to the same
+    /// request while nothing they were made from changed; docs/architecture.md); 0
+    /// turns them off. Taken at start.
+    pub prepared_bytes: u64,
+    /// Also run the stages for every request a prepared response answers, send their
+    /// answer, and count (`prepared_responses{result="mismatch"}`) and log any
+    /// difference: a check for an operator, at the full cost.
+    pub prepared_verify: bool,
 }
 
 impl Default for CacheConfig {
@@ -265,6 +273,8 @@ impl Default for CacheConfig {
             max_bytes: 1 << 30,
             memory_bytes: 128 << 20,
             public_paths: Vec::new(),
+            prepared_bytes: 32 << 20,
+            prepared_verify: false,
         }
     }
 }

@@ -12,14 +12,14 @@ use store::{Hash, Store};
 
 use store::memo::Bounded;
 
-use crate::model::{content_etag, etag_value};
+use crate::model::{content_etag, etag_value, FileMark};
 use wirefold_http::conditional::EntityTag;
 
 /// What a request path resolves to: kept for [`RESOLUTION_TTL`] and shared, not
 /// copied, by the requests that use it.
 pub struct Resolution {
     /// The canonical path of the file, inside the root.
-    pub path: PathBuf,
+    pub path: Arc<Path>,
     pub content_type: String,
     /// `content_type` as a field value.
     pub content_type_value: HeaderValue,
@@ -52,6 +52,16 @@ pub struct FoundFile {
 impl FoundFile {
     pub fn path(&self) -> &Path {
         &self.resolution.path
+    }
+
+    /// The file as found: a later request finds the same file unchanged when it finds
+    /// the same mark.
+    pub fn mark(&self) -> FileMark {
+        FileMark {
+            path: self.resolution.path.clone(),
+            len: self.len,
+            modified: self.modified,
+        }
     }
 }
 
@@ -215,7 +225,7 @@ impl FileSource {
             len,
             modified,
             resolution: Arc::new(Resolution {
-                path: canonical,
+                path: canonical.into(),
                 content_type,
                 content_type_value,
                 versioned: wirefold_http::url_pattern::is_versioned(request_path),

@@ -107,6 +107,7 @@ fn keep_what_needs_a_restart(running: &Config, new: &mut Config) {
     new.cache.enabled = running.cache.enabled;
     new.cache.max_bytes = running.cache.max_bytes;
     new.cache.memory_bytes = running.cache.memory_bytes;
+    new.cache.prepared_bytes = running.cache.prepared_bytes;
     new.limits.max_decoding_memory = running.limits.max_decoding_memory;
     new.limits.max_buffered_body = running.limits.max_buffered_body;
     new.files.serve_dotfiles = running.files.serve_dotfiles;

@@ -217,6 +217,9 @@ pub struct Metrics {
     /// Bytes of the body actually sent.
     pub bytes_sent: Family<BytesLabels, Counter>,
     pub cache: Family<ResultLabels, Counter>,
+    /// Prepared responses, by result: `sent` (a copy answered), `kept` (an answer
+    /// kept as a copy), `verified` and `mismatch` (`cache.prepared_verify`).
+    pub prepared: Family<ResultLabels, Counter>,
     /// Derived-body lookups (`encoding_cache_lookups`), counted by the delta engine.
     pub encoding_cache: Family<LookupResult, Counter>,
     pub origin_errors: Family<ResultLabels, Counter>,
@@ -339,6 +342,12 @@ impl Metrics {
         );
         let cache = Family::default();
         registry.register("cache_lookups", "HTTP cache outcomes", cache.clone());
+        let prepared = Family::default();
+        registry.register(
+            "prepared_responses",
+            "Prepared responses: copies sent, answers kept, verifications",
+            prepared.clone(),
+        );
         let encoding_cache = Family::default();
         registry.register(
             "encoding_cache_lookups",
@@ -599,6 +608,7 @@ impl Metrics {
             bytes_original,
             bytes_sent,
             cache,
+            prepared,
             encoding_cache,
             origin_errors,
             origin_latency,
@@ -665,6 +675,10 @@ impl Metrics {
 
     pub fn cache_result(&self, result: &'static str) {
         self.cache.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    pub fn prepared_result(&self, result: &'static str) {
+        self.prepared.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// The counters the delta engine's derived bodies keep, registered here.

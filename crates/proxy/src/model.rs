@@ -85,6 +85,9 @@ pub struct RequestContext {
     pub started: Instant,
     /// How long the origin took to answer, set by `fetch` for the request's record.
     pub origin_wait: OriginWait,
+    /// Whether this answer may be prepared for the same request again, and on what
+    /// it rests ([`crate::prepared`]).
+    pub repeat: Repeat,
     /// [`RequestContext::url`], made on first use (a page asks for it in several
     /// stages, most requests never), with the length of its origin.
     url: OnceLock<(Arc<str>, usize)>,
@@ -105,6 +108,7 @@ impl RequestContext {
             conn,
             started,
             origin_wait: OriginWait::default(),
+            repeat: Repeat::default(),
             url: OnceLock::new(),
         }
     }
@@ -156,6 +160,101 @@ impl OriginWait {
     /// `None` when no origin was asked (a cache hit, a file, a refusal).
     pub fn get(&self) -> Option<Duration> {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Whether the answer to a request may be sent again to the same request without
+/// running the stages ([`crate::prepared`]), and what that rests on. Nothing is
+/// repeatable until `fetch` vouches for its instance (a file of a known size and
+/// modification time, a fresh cache hit, a derived dictionary); a stage that reads
+/// anything that changes without a store write, background work or a reload (a
+/// network estimate) rules the answer out.
+#[derive(Debug, Default)]
+pub struct Repeat(Mutex<Repeatability>);
+
+#[derive(Clone, Debug, Default)]
+pub enum Repeatability {
+    /// Nothing vouched for the instance.
+    #[default]
+    Unknown,
+    Vouched(Rests),
+    RuledOut,
+}
+
+/// What a prepared answer rests on besides the store, background work and the
+/// configuration, and what a repeat must redo besides the request's record and
+/// metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Rests {
+    /// The file the instance was read from, as found: a repeat finds it again
+    /// (`files.check_interval_ms` applies) and is made only while it is unchanged.
+    pub file: Option<FileMark>,
+    /// The instance is a cache hit, fresh for a while.
+    pub fresh: Option<Fresh>,
+    /// A page's size for the page weights (adaptive fidelity), remembered again.
+    pub page_size: Option<(Arc<str>, u64, bool)>,
+}
+
+/// A stored response's freshness as `fetch` read it.
+#[derive(Clone, Copy, Debug)]
+pub struct Fresh {
+    /// Its age when read…
+    pub age: Duration,
+    /// …at this time;
+    pub read: Instant,
+    /// fresh until then.
+    pub until: Instant,
+}
+
+impl Fresh {
+    /// Its age now.
+    pub fn age_now(&self) -> Duration {
+        self.age + self.read.elapsed()
+    }
+}
+
+/// A file as `fetch` found it.
+#[derive(Clone, Debug)]
+pub struct FileMark {
+    pub path: Arc<std::path::Path>,
+    pub len: u64,
+    pub modified: SystemTime,
+}
+
+impl Repeat {
+    fn with<T>(&self, f: impl FnOnce(&mut Repeatability) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// `fetch` vouches for its instance, resting on `rests`.
+    pub fn vouch(&self, rests: Rests) {
+        self.with(|r| {
+            if let Repeatability::Unknown = r {
+                *r = Repeatability::Vouched(rests);
+            }
+        });
+    }
+
+    /// The answer read something a repeat could not check: never repeated.
+    pub fn rule_out(&self) {
+        self.with(|r| *r = Repeatability::RuledOut);
+    }
+
+    /// Remembers a page size a repeat must remember again.
+    pub fn redo_page_size(&self, url: &Arc<str>, len: u64, negotiable: bool) {
+        self.with(|r| {
+            if let Repeatability::Vouched(rests) = r {
+                rests.page_size = Some((url.clone(), len, negotiable));
+            }
+        });
+    }
+
+    /// What the answer rests on, when it is repeatable.
+    pub fn rests(&self) -> Option<Rests> {
+        self.with(|r| match r {
+            Repeatability::Vouched(rests) => Some(rests.clone()),
+            _ => None,
+        })
     }
 }
 

@@ -26,6 +26,7 @@ mod target;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -165,6 +166,8 @@ struct Inner {
     /// process, so its own threads queue instead of failing each other's
     /// compare-and-set; only other instances' writes make an update try again.
     update_turns: [Mutex<()>; UPDATE_STRIPES],
+    /// Writes made through this handle and its clones: see [`Store::changes`].
+    changes: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -217,6 +220,7 @@ impl Store {
                 local,
                 durable,
                 update_turns: std::array::from_fn(|_| Mutex::new(())),
+                changes: Arc::default(),
             }),
         })
     }
@@ -226,14 +230,31 @@ impl Store {
         self.inner.durable.shared_state()
     }
 
+    /// How many writes this process has made to the store (stored, replaced, removed,
+    /// evicted to make room; failed ones too, which may have evicted), counted once
+    /// each has taken effect: what a caller keeping something made from the store's
+    /// content compares to learn that nothing changed since (the prepared responses).
+    /// Another instance's writes to a shared store are not counted.
+    pub fn changes(&self) -> u64 {
+        self.inner.changes.load(Ordering::Acquire)
+    }
+
+    /// Counts a write that has taken effect (or failed) and hands back its result.
+    fn changed<T>(&self, result: T) -> T {
+        self.inner.changes.fetch_add(1, Ordering::AcqRel);
+        result
+    }
+
     /// Stores `data` and returns its hash; storing the same bytes again is a no-op.
     pub fn put_blob(&self, data: &[u8]) -> Result<Hash, StoreError> {
         self.check_size(data.len() as u64)?;
         let hash = Hash::of(data);
-        self.inner.durable.put_blob(hash, data)?;
-        // What was just stored is about to be asked for: keep it hot rather than read it back.
-        self.inner.local.keep(&hash, &Bytes::copy_from_slice(data));
-        Ok(hash)
+        let stored = self.inner.durable.put_blob(hash, data);
+        if stored.is_ok() {
+            // What was just stored is about to be asked for: keep it hot rather than read it back.
+            self.inner.local.keep(&hash, &Bytes::copy_from_slice(data));
+        }
+        self.changed(stored.map(|()| hash))
     }
 
     /// A writer that stores a blob streamed in pieces: on disk without holding it in
@@ -241,6 +262,7 @@ impl Store {
     pub fn blob_writer(&self) -> Result<BlobWriter, StoreError> {
         Ok(BlobWriter {
             partial: self.inner.durable.blob_writer(self.object_limit())?,
+            changes: self.inner.changes.clone(),
         })
     }
 
@@ -269,10 +291,11 @@ impl Store {
     /// is evicted; on Redis a record may outlive its blobs, which then read as absent.
     pub fn put_record(&self, key: &str, value: &[u8], refs: &[Hash]) -> Result<(), StoreError> {
         self.check_size(value.len() as u64)?;
-        self.inner
+        let written = self
+            .inner
             .durable
-            .put_record(key, value, refs, Precondition::None)?;
-        Ok(())
+            .put_record(key, value, refs, Precondition::None);
+        self.changed(written.map(drop))
     }
 
     /// Reads the record under `key`, gives it to `change`, and stores what `change`
@@ -298,10 +321,12 @@ impl Store {
             };
             self.check_size(value.len() as u64)?;
             let precondition = Precondition::Holds(current.as_deref());
-            let written = self
-                .inner
-                .durable
-                .put_record(key, &value, &refs, precondition)?;
+            let written = self.changed(self.inner.durable.put_record(
+                key,
+                &value,
+                &refs,
+                precondition,
+            ))?;
             if written != RecordWrite::Conflict {
                 return Ok(());
             }
@@ -330,7 +355,7 @@ impl Store {
 
     /// Removes the record under `key`, if any. The blobs it referenced stay until evicted.
     pub fn remove_record(&self, key: &str) -> Result<(), StoreError> {
-        self.inner.durable.remove_record(key)
+        self.changed(self.inner.durable.remove_record(key))
     }
 
     /// Stores `encoded` as the `variant` (e.g. "br-5") encoding of the blob `source`, which
@@ -343,14 +368,17 @@ impl Store {
     ) -> Result<(), StoreError> {
         self.check_size(encoded.len() as u64)?;
         let hash = Hash::of(encoded);
-        self.inner
+        let stored = self
+            .inner
             .durable
-            .put_encoding(source, variant, hash, encoded)?;
-        self.inner.local.remember_encoding(source, variant, hash);
-        self.inner
-            .local
-            .keep(&hash, &Bytes::copy_from_slice(encoded));
-        Ok(())
+            .put_encoding(source, variant, hash, encoded);
+        if stored.is_ok() {
+            self.inner.local.remember_encoding(source, variant, hash);
+            self.inner
+                .local
+                .keep(&hash, &Bytes::copy_from_slice(encoded));
+        }
+        self.changed(stored)
     }
 
     pub fn get_encoding(&self, source: &Hash, variant: &str) -> Result<Option<Bytes>, StoreError> {
@@ -429,6 +457,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// failure again.
 pub struct BlobWriter {
     partial: Box<dyn PartialBlob>,
+    /// The store's [`Store::changes`].
+    changes: Arc<AtomicU64>,
 }
 
 impl BlobWriter {
@@ -440,6 +470,8 @@ impl BlobWriter {
 
     /// Makes the blob durable and stores it; returns its hash.
     pub fn finish(self) -> Result<Hash, StoreError> {
-        self.partial.finish()
+        let stored = self.partial.finish();
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        stored
     }
 }

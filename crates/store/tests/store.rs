@@ -497,3 +497,42 @@ fn records_are_listed_by_prefix() {
     assert_eq!(store.records_with_prefix("hist:", 2).unwrap().len(), 2);
     assert!(store.records_with_prefix("none:", 10).unwrap().is_empty());
 }
+
+#[test]
+fn every_write_is_counted_once_it_took_effect_and_no_read_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let body = content(2, 3000);
+    let mut counted = store.changes();
+    let mut step = |what: &str| {
+        let now = store.changes();
+        assert_eq!(now, counted + 1, "{what}");
+        counted = now;
+    };
+    let hash = store.put_blob(&body).unwrap();
+    step("a blob");
+    store.put_record("k", b"v", &[hash]).unwrap();
+    step("a record");
+    store
+        .update_record("k", |_| Some((b"w".to_vec(), vec![hash])))
+        .unwrap();
+    step("an update");
+    store.put_encoding(&hash, "br-11", b"coded").unwrap();
+    step("an encoding");
+    let mut writer = store.blob_writer().unwrap();
+    writer.write(b"streamed").unwrap();
+    writer.finish().unwrap();
+    step("a streamed blob");
+    store.remove_record("k").unwrap();
+    step("a removal");
+    let before_reads = store.changes();
+    store.get_blob(&hash).unwrap();
+    store.get_record("k").unwrap();
+    store.get_encoding(&hash, "br-11").unwrap();
+    store.update_record("k", |_| None).unwrap();
+    assert_eq!(
+        store.changes(),
+        before_reads,
+        "reads and an update that writes nothing"
+    );
+}

@@ -18,6 +18,7 @@
 //! `Negotiate: vlist` gets `300 Multiple Choices` with the list.
 
 use std::fmt::Write;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use fidelity::choice::{choose, Inputs, LinkEstimate, PageWeight, Reason};
@@ -121,7 +122,9 @@ pub async fn adapt(
     let ladder = variants.ladder(&original).await;
     if ladder.as_ref().is_none_or(|l| !l.later.is_empty()) {
         // A first sight, or a ladder whose later pass (AVIF) is due: served whole, or
-        // from the rungs there are, meanwhile.
+        // from the rungs there are, meanwhile. Asked again until the ladder is made
+        // (the queue may be full), so not prepared.
+        ctx.repeat.rule_out();
         let so_far = ladder.clone();
         variants.schedule(
             original,
@@ -179,6 +182,9 @@ pub async fn adapt(
         coding,
         config.text_min_saving,
     );
+    // What follows reads the link's estimate and the egress controller, which change
+    // with every response sent: a choice no prepared copy could repeat.
+    ctx.repeat.rule_out();
     let hints = &request.client_hints;
     let from_hints = LinkEstimate::from_hints(hints);
     let sample = LinkSample::measure(ctx.conn.socket);
@@ -256,7 +262,7 @@ fn remember_size(
     ctx: &RequestContext,
     instance: &Instance,
     kind: Option<OriginalKind>,
-    url: &str,
+    url: &Arc<str>,
 ) {
     if instance.status != StatusCode::OK || !instance.reusable || !ctx.profile.is_get_or_head() {
         return;
@@ -270,6 +276,8 @@ fn remember_size(
         None => false,
     };
     variants.pages.record(url, bytes.len() as u64, negotiable);
+    ctx.repeat
+        .redo_page_size(url, bytes.len() as u64, negotiable);
 }
 
 fn client_coding(

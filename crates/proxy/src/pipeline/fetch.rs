@@ -30,8 +30,8 @@ use crate::forward::ForwardOrigins;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::model::{
-    content_etag, etag_value, ClientProfile, ConnInfo, Instance, InstanceBody, OriginEvent,
-    OriginObserver, OriginWait, Provenance, RequestContext, StreamCoding,
+    content_etag, etag_value, ClientProfile, ConnInfo, FileMark, Fresh, Instance, InstanceBody,
+    OriginEvent, OriginObserver, OriginWait, Provenance, RequestContext, Rests, StreamCoding,
 };
 use crate::origin::{clean_response_head, is_request_body_error, Origin, OriginError};
 use delta::dictionaries::{self, DERIVED_PREFIX};
@@ -105,6 +105,18 @@ impl Fetcher {
 
     pub fn source(&self) -> &Source {
         &self.source
+    }
+
+    /// Whether `request_path` still finds the file `mark` names, unchanged: as
+    /// `fetch` would find it now (`files.check_interval_ms` applies).
+    pub fn finds_unchanged(&self, request_path: &str, mark: &FileMark) -> bool {
+        let Source::Files(files) = &self.source else {
+            return false;
+        };
+        let trust = Duration::from_millis(self.config().files.check_interval_ms);
+        files.resolve(request_path, trust).is_some_and(|found| {
+            found.len == mark.len && found.modified == mark.modified && *found.path() == *mark.path
+        })
     }
 
     /// Whether a response is text (its media type has a compression profile): only
@@ -215,6 +227,10 @@ async fn derived_dictionary(
         last_modified: None,
         origin_coded: None,
     })
+    .inspect(|_| {
+        // Content-addressed: it rests on the store alone.
+        ctx.repeat.vouch(Rests::default());
+    })
 }
 
 async fn fetch_file(
@@ -247,6 +263,10 @@ async fn fetch_file(
             tracing::warn!(path = %found.path().display(), error = %e, "file read failed");
             error_response(StatusCode::NOT_FOUND, "not found")
         })?;
+    ctx.repeat.vouch(Rests {
+        file: Some(found.mark()),
+        ..Rests::default()
+    });
     let resolution = &found.resolution;
     // Room for what `respond` adds: no rehash midway.
     let mut headers = HeaderMap::with_capacity(16);
@@ -356,6 +376,20 @@ async fn fetch_origin<'a>(
         match reuse(&freshness, &response_cc, &profile.cache_control, now) {
             Reuse::Fresh => {
                 f.metrics.cache_result("hit");
+                // Fresh for as long as the stored response is, when the request adds no
+                // directive of its own (`max-age`, `min-fresh`, `Pragma`).
+                let directives = [header::CACHE_CONTROL, header::PRAGMA];
+                if !directives.iter().any(|d| profile.headers.contains_key(d)) {
+                    let read = std::time::Instant::now();
+                    ctx.repeat.vouch(Rests {
+                        fresh: Some(Fresh {
+                            age,
+                            read,
+                            until: read + freshness.lifetime().saturating_sub(age),
+                        }),
+                        ..Rests::default()
+                    });
+                }
                 return Ok(Fetched::plain(cached(Provenance::Hit { age })));
             }
             Reuse::StaleWhileRevalidate => {

@@ -15,13 +15,15 @@
 //! | [`adapt`] | on every instance | [`Variants`](crate::variants::Variants), `[fidelity]` | the instance's fidelity: a smaller variant, `Alternates`, `TCN`, `Vary`, `Accept-CH`; queues first-seen originals for variants | an instance |
 //! | [`hint`] | on every instance | `[hints]`, the page's manifest ([`Manifests`](crate::manifests::Manifests)) | `Link: rel=preload` fields for the page's subresources | an instance |
 //! | [`encode`] | on every instance | [`DerivedBodies`](delta::derived::DerivedBodies), [`DeltaEngine`](delta::DeltaEngine) | the representation's coding, `Use-As-Dictionary` and dictionary links | a [`Representation`](encode::Representation) |
-//! | [`respond`] | last | metrics | status (304, 206, 412, 416), validators, `Vary`, `Cache-Status` | the response, and what it delivers for the request's record |
+//! | [`respond`] | last | metrics | status (304, 206, 412, 416), validators, `Vary`, `Cache-Status` | the response, what it delivers for the request's record, and its body when whole |
 //!
 //! Stages share nothing but the [`RequestContext`](crate::model::RequestContext) and the
 //! values they hand on. The values are in [`crate::model`], a leaf every caller of a
 //! stage may use; a server proxy's link exchange runs `fetch` and `remember` itself.
 //! Every answer, error or not, completes the request's
-//! [`RequestRecord`](crate::record::RequestRecord) as its body is sent.
+//! [`RequestRecord`](crate::record::RequestRecord) as its body is sent. Before the
+//! stages, a request exactly like one answered before may get that answer again
+//! ([`crate::prepared`]) while nothing it was made from has changed.
 
 pub mod adapt;
 pub mod classify;
@@ -44,7 +46,8 @@ use crate::config::Config;
 use crate::live::{LiveConfig, ReloadError, Reloaded};
 use crate::manifests::Manifests;
 use crate::metrics::Metrics;
-use crate::model::{ConnInfo, RequestContext};
+use crate::model::{ConnInfo, RequestContext, Rests};
+use crate::prepared::{Kept, KeyRef, Made, Prepared};
 use crate::record::{Delivery, RequestRecord};
 use crate::recorder::{OpenRecord, Records};
 use crate::variants::{Variants, VARIANT_PREFIX};
@@ -72,6 +75,9 @@ pub struct Pipeline {
     /// Work that outlives a request (revalidations, encodings at the kept level),
     /// waited for at shutdown.
     pub background: Background,
+    /// Answers sent again to the same request (`cache.prepared_bytes`); none without
+    /// a store of this process's own.
+    prepared: Option<Prepared>,
 }
 
 impl Pipeline {
@@ -96,6 +102,11 @@ impl Pipeline {
             store,
             bodies.clone(),
         ));
+        let prepared = Prepared::new(
+            live.current().cache.prepared_bytes,
+            cache.store.as_ref(),
+            &background,
+        );
         let fetcher = Arc::new(Fetcher::new(
             live.clone(),
             source,
@@ -116,6 +127,7 @@ impl Pipeline {
             variants,
             records,
             background,
+            prepared,
         }
     }
 
@@ -136,6 +148,9 @@ impl Pipeline {
         match self.live.reload() {
             Ok(reloaded) => {
                 self.deltas.set_config(self.live.current().delta.clone());
+                if let Some(prepared) = &self.prepared {
+                    prepared.reloaded();
+                }
                 for key in &reloaded.needs_restart {
                     tracing::warn!(key = %key, "configuration reload: this key changed but needs a restart; the running value stays");
                 }
@@ -172,24 +187,109 @@ impl Pipeline {
             started,
             self.records.clone(),
         );
-        let response = self.run_stages(req, conn, started, &record).await;
+        let response = match &self.prepared {
+            Some(prepared) => {
+                self.prepared_or_made(prepared, req, conn, started, &record)
+                    .await
+            }
+            None => self.run_stages(req, conn, started, &record, false).await.0,
+        };
         self.metrics
             .record_request(&method, response.status(), started.elapsed());
         record.watch(response)
     }
 
+    /// The answer prepared for this very request, when one stands (see
+    /// [`crate::prepared`]); else the stages' answer, kept when it may be repeated.
+    async fn prepared_or_made(
+        self: &Arc<Self>,
+        prepared: &Prepared,
+        req: Request<Body>,
+        conn: ConnInfo,
+        started: Instant,
+        record: &OpenRecord,
+    ) -> Response<Body> {
+        let Some(key) = KeyRef::of(&req, conn.tls) else {
+            return self.run_stages(req, conn, started, record, false).await.0;
+        };
+        let path = req.uri().path();
+        let instance_holds = |rests: &Rests| {
+            rests.fresh.is_none_or(|fresh| Instant::now() < fresh.until)
+                && rests
+                    .file
+                    .as_ref()
+                    .is_none_or(|mark| self.fetcher.finds_unchanged(path, mark))
+        };
+        if let Some(kept) = prepared.answer(&key, instance_holds) {
+            if !self.config().cache.prepared_verify {
+                return self.send_again(&kept, record);
+            }
+            let (response, made) = self.run_stages(req, conn, started, record, true).await;
+            let difference = match &made {
+                Some(made) => kept.difference(made),
+                None => Some("the stages' answer is not one to keep".to_string()),
+            };
+            match difference {
+                None => self.metrics.prepared_result("verified"),
+                Some(difference) => {
+                    self.metrics.prepared_result("mismatch");
+                    tracing::warn!(%difference, "a prepared response differs from the stages' answer");
+                }
+            }
+            return response;
+        }
+        let key = key.owned();
+        let epoch = prepared.epoch();
+        let (response, made) = self.run_stages(req, conn, started, record, true).await;
+        if let Some(made) = made {
+            if prepared.keep(key, epoch, made) {
+                self.metrics.prepared_result("kept");
+            }
+        }
+        response
+    }
+
+    /// Sends a kept answer again, and redoes what the stages' answer did besides:
+    /// the request's record, the metrics, the page weights.
+    fn send_again(&self, kept: &Kept, record: &OpenRecord) -> Response<Body> {
+        record.update(|r| r.resource = Some(kept.resource.clone()));
+        record.deliver(kept.delivery_now());
+        if kept.is_cache_hit() {
+            self.metrics.cache_result("hit");
+        }
+        self.metrics.hinted_final(kept.links);
+        kept.whole.count_again();
+        if let Some((url, len, negotiable)) = &kept.rests.page_size {
+            self.variants.pages.record(url, *len, *negotiable);
+        }
+        self.metrics.prepared_result("sent");
+        let body = if kept.whole.body.is_empty() {
+            crate::body::empty()
+        } else {
+            crate::body::full(kept.whole.body.clone())
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = kept.status;
+        *response.headers_mut() = kept.headers_now();
+        response
+    }
+
+    /// Runs the stages; with `keep`, also returns what a prepared response needs of
+    /// the answer when the stages found it repeatable.
     async fn run_stages(
         self: &Arc<Self>,
         req: Request<Body>,
         conn: ConnInfo,
         started: Instant,
         record: &OpenRecord,
-    ) -> Response<Body> {
+        keep: bool,
+    ) -> (Response<Body>, Option<Made>) {
         let ctx = match self.context(&req, conn, started) {
             Ok(ctx) => ctx,
             Err(message) => {
                 record.deliver(Delivery::error(None));
-                return crate::body::error_response(StatusCode::BAD_REQUEST, &message);
+                let refused = crate::body::error_response(StatusCode::BAD_REQUEST, &message);
+                return (refused, None);
             }
         };
         record.update(|r| r.resource = Some(ctx.resource.clone()));
@@ -204,7 +304,9 @@ impl Pipeline {
                 };
                 let Some(instance) = found else {
                     record.deliver(Delivery::error(None));
-                    return crate::body::error_response(StatusCode::NOT_FOUND, "no such variant");
+                    let none =
+                        crate::body::error_response(StatusCode::NOT_FOUND, "no such variant");
+                    return (none, None);
                 };
                 instance
             }
@@ -215,7 +317,7 @@ impl Pipeline {
                     Ok(fetched) => fetched,
                     Err(response) => {
                         record.deliver(Delivery::error(None));
-                        return response;
+                        return (response, None);
                     }
                 };
                 let instance =
@@ -253,12 +355,28 @@ impl Pipeline {
         self.metrics.hinted_final(links);
         let representation =
             encode::encode(&config, &self.bodies, &self.deltas, &ctx, instance).await;
-        let (mut response, delivery) = respond::respond(&self.metrics, &ctx, representation);
+        let respond::Answer {
+            mut response,
+            delivery,
+            whole,
+        } = respond::respond(&self.metrics, &ctx, representation);
+        let made = match (whole, ctx.repeat.rests()) {
+            (Some(whole), Some(rests)) if keep && pushes.is_empty() => Some(Made {
+                rests,
+                status: response.status(),
+                headers: response.headers().clone(),
+                whole,
+                delivery: delivery.clone(),
+                resource: ctx.resource.clone(),
+                links,
+            }),
+            _ => None,
+        };
         record.deliver(delivery);
         if !pushes.is_empty() && response.status() == StatusCode::OK {
             response.extensions_mut().insert(hint::PushPromises(pushes));
         }
-        response
+        (response, made)
     }
 
     /// The manifest of `instance` when it is a page and hints are on (see

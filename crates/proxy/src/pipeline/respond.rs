@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use codec::dictionary::DictionaryCoding;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Response, StatusCode};
@@ -41,12 +42,8 @@ const NOT_MODIFIED_FIELDS: [HeaderName; 8] = [
 /// `ETag` is its own), `Vary`, `Cache-Status` and `Age`, the instance digest, then
 /// answers a conditional request (304, 412) or a range (206, 416) from what
 /// `encode` chose. Returns the response, whose body is counted into the metrics as it
-/// is sent, and what it delivers, for the request's record.
-pub fn respond(
-    metrics: &Arc<Metrics>,
-    ctx: &RequestContext,
-    rep: Representation,
-) -> (Response<Body>, Delivery) {
+/// is sent, what it delivers, for the request's record, and its body when whole.
+pub fn respond(metrics: &Arc<Metrics>, ctx: &RequestContext, rep: Representation) -> Answer {
     let Representation {
         status,
         mut headers,
@@ -108,11 +105,15 @@ pub fn respond(
                     original_len: None,
                     ..delivery
                 };
-                return (not_modified(&headers, held), nothing);
+                return Answer {
+                    response: not_modified(&headers, held),
+                    delivery: nothing,
+                    whole: Some(WholeBody::default()),
+                };
             }
             Precondition::Failed => {
                 let failed = error_response(StatusCode::PRECONDITION_FAILED, "precondition failed");
-                return (failed, Delivery::error(Some(provenance)));
+                return Answer::partial(failed, Delivery::error(Some(provenance)));
             }
         }
     }
@@ -166,8 +167,12 @@ pub fn respond(
         original_len,
     };
 
+    let mut whole = None;
     let (status, body, length) = match body {
-        RepresentationBody::Empty => (status, body::empty(), None),
+        RepresentationBody::Empty => {
+            whole = Some(WholeBody::default());
+            (status, body::empty(), None)
+        }
         RepresentationBody::Whole(bytes) => {
             let len = bytes.len() as u64;
             if rangeable || status == StatusCode::OK && coding == SentCoding::Identity {
@@ -188,16 +193,18 @@ pub fn respond(
                     let part = bytes.slice(start as usize..=end_inclusive as usize);
                     let n = part.len() as u64;
                     accounting.record(n);
+                    whole = Some(WholeBody::counted(&part, accounting, n));
                     (StatusCode::PARTIAL_CONTENT, body::full(part), Some(n))
                 }
                 Some(_) => {
-                    return (
+                    return Answer::partial(
                         range_not_satisfiable(len),
                         Delivery::error(Some(provenance)),
                     )
                 }
                 None => {
                     accounting.record(len);
+                    whole = Some(WholeBody::counted(&bytes, accounting, len));
                     (status, body::full(bytes), Some(len))
                 }
             }
@@ -225,7 +232,7 @@ pub fn respond(
                     )
                 }
                 Some(_) => {
-                    return (
+                    return Answer::partial(
                         range_not_satisfiable(len),
                         Delivery::error(Some(provenance)),
                     )
@@ -242,7 +249,14 @@ pub fn respond(
     if let Some(len) = length {
         headers.insert(header::CONTENT_LENGTH, decimal_value(len));
     }
-    let body = if is_head { body::empty() } else { body };
+    let body = if is_head {
+        if let Some(whole) = &mut whole {
+            whole.body = Bytes::new();
+        }
+        body::empty()
+    } else {
+        body
+    };
     let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;
@@ -250,7 +264,55 @@ pub fn respond(
         // A part is counted as it is: identity, nothing saved.
         delivery.original_len = None;
     }
-    (response, delivery)
+    Answer {
+        response,
+        delivery,
+        whole,
+    }
+}
+
+/// What `respond` made of a representation.
+pub struct Answer {
+    pub response: Response<Body>,
+    /// What it delivers, for the request's record.
+    pub delivery: Delivery,
+    /// The body as sent, when it was whole in memory (not a file or a stream) and the
+    /// answer is not an error: what a prepared copy sends again.
+    pub whole: Option<WholeBody>,
+}
+
+impl Answer {
+    /// An answer whose body is not kept whole.
+    fn partial(response: Response<Body>, delivery: Delivery) -> Answer {
+        Answer {
+            response,
+            delivery,
+            whole: None,
+        }
+    }
+}
+
+/// A body sent whole, and how it was counted into the metrics.
+#[derive(Clone, Default)]
+pub struct WholeBody {
+    pub body: Bytes,
+    counted: Option<(Accounting, u64)>,
+}
+
+impl WholeBody {
+    fn counted(body: &Bytes, accounting: Accounting, len: u64) -> WholeBody {
+        WholeBody {
+            body: body.clone(),
+            counted: Some((accounting, len)),
+        }
+    }
+
+    /// Counts it into the metrics again, as sent again.
+    pub fn count_again(&self) {
+        if let Some((accounting, len)) = &self.counted {
+            accounting.record(*len);
+        }
+    }
 }
 
 /// Whether a response offers the client a dictionary: itself (`Use-As-Dictionary`)
@@ -391,6 +453,7 @@ fn add_cache_status(headers: &mut HeaderMap, provenance: Provenance) {
 }
 
 /// Counts a body's bytes into the per-mechanism metrics.
+#[derive(Clone)]
 struct Accounting {
     metrics: Arc<Metrics>,
     mechanism: &'static str,
