@@ -997,6 +997,21 @@ async fn script_changed_in_place(serving: Serving) {
         "instantly stale: Chromium would not keep it: {script:#?}"
     );
 
+    // Chromium fetches the dictionary load 1's page linked (its own derived one) when
+    // idle after the load; load 2 must follow that fetch, or its page is a 304, which
+    // carries no `Link`, instead of a delta with the page's links.
+    let page_dictionary = || {
+        relay
+            .exchanges()
+            .iter()
+            .any(|e| e.target.starts_with("/.wirefold/dict/") && e.status == 200)
+    };
+    assert!(
+        session.wait_until(page_dictionary, limit).await,
+        "Chromium fetched the page's dictionary after load 1: {}",
+        describe(&relay.exchanges())
+    );
+
     // Load 2: the page links the script's derived dictionary; Chromium fetches it.
     session.open(&relay.url("/")).await;
     let script_dictionary = || {

@@ -23,6 +23,7 @@ pub mod subresources;
 pub mod training;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
@@ -287,7 +288,8 @@ impl DeltaEngine {
     /// that is not the same for everyone (`audience`) is neither announced nor derived
     /// from and links no derived dictionary; it still links the site's trained
     /// dictionaries, which are public. `content` is the instance's body (`hash`), `cc`
-    /// its `Cache-Control` as parsed from `headers`.
+    /// its `Cache-Control` as parsed from `headers`. Returns when the page links added
+    /// are next read again from the store (their memo expires), if any were.
     pub async fn announce(
         &self,
         request: &DeltaRequest<'_>,
@@ -295,16 +297,14 @@ impl DeltaEngine {
         cc: &CacheControl,
         hash: Hash,
         content: &Bytes,
-    ) {
+    ) -> Option<Instant> {
         let config = self.config.load_full();
-        let Some(store) = self.store.clone() else {
-            return;
-        };
+        let store = self.store.clone()?;
         if !config.enabled
             || !config.dictionaries
             || headers.contains_key(wirefold_http::dictionary::USE_AS_DICTIONARY)
         {
-            return;
+            return None;
         }
         let uri = request.uri;
         let for_everyone = audience(request.headers, headers, request.public_path).may_derive();
@@ -340,7 +340,7 @@ impl DeltaEngine {
                         .await;
                 }
             }
-            return;
+            return None;
         }
         // Pages get links to the dictionaries that serve them: a trained one (first
         // visits to any page it covers); for pages a browser will not keep, one derived
@@ -358,7 +358,7 @@ impl DeltaEngine {
             page_derived,
             subresources: subresource_limit > 0,
         };
-        let links = match self.announcements.page_links(&page) {
+        let (links, until) = match self.announcements.page_links(&page) {
             Some(links) => links,
             None => {
                 // The page's URL (a parse) is needed only to read its references.
@@ -406,12 +406,13 @@ impl DeltaEngine {
                     .collect();
                 self.announcements
                     .put_page_links(page.owned(), values.clone());
-                values
+                (values, Some(Instant::now() + PAGE_LINKS_TTL))
             }
         };
         for value in links.iter() {
             headers.append(header::LINK, value.clone());
         }
+        until
     }
 
     /// Publishes the derived dictionary of an instantly stale script or stylesheet
@@ -574,9 +575,10 @@ impl Default for DictionaryAnnouncements {
 }
 
 impl DictionaryAnnouncements {
-    /// The `Link` field values (`<url>; rel="compression-dictionary"`) for a page.
-    fn page_links(&self, page: &PageKeyRef<'_>) -> Option<Arc<[HeaderValue]>> {
-        self.links.get(page)
+    /// The `Link` field values (`<url>; rel="compression-dictionary"`) for a page, and
+    /// when they are next read from the store.
+    fn page_links(&self, page: &PageKeyRef<'_>) -> Option<(Arc<[HeaderValue]>, Option<Instant>)> {
+        self.links.get_until(page)
     }
 
     fn clear(&self) {
@@ -687,6 +689,7 @@ mod tests {
         assert_eq!(
             announcements
                 .page_links(&key("e.com", "/a", true))
+                .map(|(found, _)| found)
                 .as_deref(),
             Some(&*links)
         );

@@ -189,21 +189,22 @@ pub struct Rests {
     /// The file the instance was read from, as found: a repeat finds it again
     /// (`files.check_interval_ms` applies) and is made only while it is unchanged.
     pub file: Option<FileMark>,
-    /// The instance is a cache hit, fresh for a while.
+    /// The answer holds until then at most: a cache hit's freshness, a memo the
+    /// stages read expiring.
+    pub expires: Option<Instant>,
+    /// The instance is a cache hit, whose `Age` grows.
     pub fresh: Option<Fresh>,
     /// A page's size for the page weights (adaptive fidelity), remembered again.
     pub page_size: Option<(Arc<str>, u64, bool)>,
 }
 
-/// A stored response's freshness as `fetch` read it.
+/// A fresh stored response's age as `fetch` read it.
 #[derive(Clone, Copy, Debug)]
 pub struct Fresh {
     /// Its age when read…
     pub age: Duration,
-    /// …at this time;
+    /// …at this time.
     pub read: Instant,
-    /// fresh until then.
-    pub until: Instant,
 }
 
 impl Fresh {
@@ -231,6 +232,15 @@ impl Repeat {
         self.with(|r| {
             if let Repeatability::Unknown = r {
                 *r = Repeatability::Vouched(rests);
+            }
+        });
+    }
+
+    /// The answer holds until `deadline` at most (what it read is read afresh then).
+    pub fn expire_by(&self, deadline: Instant) {
+        self.with(|r| {
+            if let Repeatability::Vouched(rests) = r {
+                rests.expires = Some(rests.expires.map_or(deadline, |e| e.min(deadline)));
             }
         });
     }

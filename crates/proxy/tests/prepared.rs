@@ -258,3 +258,25 @@ async fn verified_copies_match_the_stages_while_the_site_changes() {
     assert!(proxy.metric(VERIFIED).await > 0.0, "copies were verified");
     assert_eq!(proxy.metric(MISMATCH).await, 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pages_dictionary_links_are_read_again_when_the_stages_would_read_them() {
+    let page = b"<!doctype html><html><head><title>t</title><script src=\"/app.js\"></script></head><body>".repeat(40);
+    let root = site(&[("index.html", &page), ("app.js", &corpus_file(SCRIPT_V1))]);
+    let proxy = start_root(root.path(), |_| {}).await;
+    let url = proxy.url("/");
+    let args = ["-H", "Accept-Encoding: br"];
+    let copy = until_prepared(&proxy, &url, &args).await;
+    assert!(
+        !copy.dictionary_links().is_empty(),
+        "the page links its derived dictionary: {:?}",
+        copy.headers
+    );
+    // The links are read from the store again once their memo expires (5 s): a copy
+    // made from them stands no longer.
+    tokio::time::sleep(Duration::from_millis(5_200)).await;
+    let (sent, kept) = (proxy.metric(SENT).await, proxy.metric(KEPT).await);
+    curl(&url, &args).await;
+    assert_eq!(proxy.metric(SENT).await, sent, "answered by the stages");
+    assert!(proxy.metric(KEPT).await > kept, "and kept again");
+}

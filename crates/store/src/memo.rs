@@ -71,10 +71,18 @@ impl<K: Eq + Hash, V: Clone> Bounded<K, V> {
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
+        self.get_until(key).map(|(value, _)| value)
+    }
+
+    /// The value under `key` and, for a memo whose entries expire, when this one does.
+    pub fn get_until<Q>(&self, key: &Q) -> Option<(V, Option<Instant>)>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
         let kept = self.entries.get(key)?;
         match self.time_to_live {
             Some(ttl) if kept.inserted.elapsed() >= ttl => None,
-            _ => Some(kept.value),
+            ttl => Some((kept.value, ttl.map(|ttl| kept.inserted + ttl))),
         }
     }
 
@@ -114,6 +122,13 @@ mod tests {
         let memo = Bounded::with_entries(16).expiring_after(Duration::from_secs(3600));
         memo.insert("k".to_string(), 1);
         assert_eq!(memo.get("k"), Some(1));
+        let (value, until) = memo.get_until("k").unwrap();
+        assert_eq!(value, 1);
+        let left = until.unwrap() - Instant::now();
+        assert!(left > Duration::from_secs(3590) && left <= Duration::from_secs(3600));
+        let forever = Bounded::with_entries(16);
+        forever.insert("k".to_string(), 1);
+        assert_eq!(forever.get_until("k"), Some((1, None)));
         memo.remove("k");
         assert_eq!(memo.get("k"), None);
     }

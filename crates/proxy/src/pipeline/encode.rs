@@ -177,9 +177,12 @@ pub async fn encode(
                 None => None,
             };
             if let Some(request) = &request {
-                deltas
+                let links_until = deltas
                     .announce(request, &mut headers, &cache_control, hash, &bytes)
                     .await;
+                if let Some(until) = links_until {
+                    ctx.repeat.expire_by(until);
+                }
             }
             let mut whole = match delta {
                 Some(DeltaChoice::Dictionary { coding, body }) => rep(

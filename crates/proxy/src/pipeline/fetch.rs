@@ -382,11 +382,8 @@ async fn fetch_origin<'a>(
                 if !directives.iter().any(|d| profile.headers.contains_key(d)) {
                     let read = std::time::Instant::now();
                     ctx.repeat.vouch(Rests {
-                        fresh: Some(Fresh {
-                            age,
-                            read,
-                            until: read + freshness.lifetime().saturating_sub(age),
-                        }),
+                        expires: Some(read + freshness.lifetime().saturating_sub(age)),
+                        fresh: Some(Fresh { age, read }),
                         ..Rests::default()
                     });
                 }

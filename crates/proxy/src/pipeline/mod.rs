@@ -214,7 +214,7 @@ impl Pipeline {
         };
         let path = req.uri().path();
         let instance_holds = |rests: &Rests| {
-            rests.fresh.is_none_or(|fresh| Instant::now() < fresh.until)
+            rests.expires.is_none_or(|expires| Instant::now() < expires)
                 && rests
                     .file
                     .as_ref()
