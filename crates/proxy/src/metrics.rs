@@ -66,6 +66,31 @@ pub struct BytesLabels {
 /// of the process: a client sending made-up methods must not grow `/metrics`.
 /// Adds `links` to a hint counter: most responses send none, and then leave the
 /// counter, shared by every connection thread, alone.
+/// The prepared responses' counters, made at start (every result shows, at 0 until
+/// it happens) and held, so that a prepared answer looks no label up.
+pub struct PreparedCounters {
+    /// Kept answers sent again.
+    pub sent: Counter,
+    /// Answers kept.
+    pub kept: Counter,
+    /// Kept answers the stages agreed with (`cache.prepared_verify`)…
+    pub verified: Counter,
+    /// …and those they did not.
+    pub mismatch: Counter,
+}
+
+impl PreparedCounters {
+    fn new(family: &Family<ResultLabels, Counter>) -> PreparedCounters {
+        let counter = |result| family.get_or_create(&ResultLabels { result }).clone();
+        PreparedCounters {
+            sent: counter("sent"),
+            kept: counter("kept"),
+            verified: counter("verified"),
+            mismatch: counter("mismatch"),
+        }
+    }
+}
+
 fn count_links(counter: &Counter, links: usize) {
     if links > 0 {
         counter.inc_by(links as u64);
@@ -217,9 +242,8 @@ pub struct Metrics {
     /// Bytes of the body actually sent.
     pub bytes_sent: Family<BytesLabels, Counter>,
     pub cache: Family<ResultLabels, Counter>,
-    /// Prepared responses, by result: `sent` (a copy answered), `kept` (an answer
-    /// kept as a copy), `verified` and `mismatch` (`cache.prepared_verify`).
-    pub prepared: Family<ResultLabels, Counter>,
+    /// Prepared responses, by result.
+    pub prepared: PreparedCounters,
     /// Derived-body lookups (`encoding_cache_lookups`), counted by the delta engine.
     pub encoding_cache: Family<LookupResult, Counter>,
     pub origin_errors: Family<ResultLabels, Counter>,
@@ -342,12 +366,13 @@ impl Metrics {
         );
         let cache = Family::default();
         registry.register("cache_lookups", "HTTP cache outcomes", cache.clone());
-        let prepared = Family::default();
+        let prepared_family = Family::default();
         registry.register(
             "prepared_responses",
-            "Prepared responses: copies sent, answers kept, verifications",
-            prepared.clone(),
+            "Prepared responses: answers kept, kept answers sent again, verifications",
+            prepared_family.clone(),
         );
+        let prepared = PreparedCounters::new(&prepared_family);
         let encoding_cache = Family::default();
         registry.register(
             "encoding_cache_lookups",
@@ -675,10 +700,6 @@ impl Metrics {
 
     pub fn cache_result(&self, result: &'static str) {
         self.cache.get_or_create(&ResultLabels { result }).inc();
-    }
-
-    pub fn prepared_result(&self, result: &'static str) {
-        self.prepared.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// The counters the delta engine's derived bodies keep, registered here.

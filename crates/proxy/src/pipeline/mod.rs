@@ -230,9 +230,11 @@ impl Pipeline {
                 None => Some("the stages' answer is not one to keep".to_string()),
             };
             match difference {
-                None => self.metrics.prepared_result("verified"),
+                None => {
+                    self.metrics.prepared.verified.inc();
+                }
                 Some(difference) => {
-                    self.metrics.prepared_result("mismatch");
+                    self.metrics.prepared.mismatch.inc();
                     tracing::warn!(%difference, "a prepared response differs from the stages' answer");
                 }
             }
@@ -243,7 +245,7 @@ impl Pipeline {
         let (response, made) = self.run_stages(req, conn, started, record, true).await;
         if let Some(made) = made {
             if prepared.keep(key, epoch, made) {
-                self.metrics.prepared_result("kept");
+                self.metrics.prepared.kept.inc();
             }
         }
         response
@@ -262,7 +264,7 @@ impl Pipeline {
         if let Some((url, len, negotiable)) = &kept.rests.page_size {
             self.variants.pages.record(url, *len, *negotiable);
         }
-        self.metrics.prepared_result("sent");
+        self.metrics.prepared.sent.inc();
         let body = if kept.whole.body.is_empty() {
             crate::body::empty()
         } else {
