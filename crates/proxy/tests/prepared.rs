@@ -23,6 +23,15 @@ const KEPT: &str = "wirefold_prepared_responses_total{result=\"kept\"}";
 const VERIFIED: &str = "wirefold_prepared_responses_total{result=\"verified\"}";
 const MISMATCH: &str = "wirefold_prepared_responses_total{result=\"mismatch\"}";
 
+/// With the `minify` feature text has variants, chosen by the client's link estimate,
+/// which no prepared answer could repeat (`text_with_variants_is_never_prepared`): the
+/// other tests serve text without them.
+fn without_text_variants(config: &mut Config) {
+    if fidelity::text::MINIFIERS {
+        config.fidelity.enabled = false;
+    }
+}
+
 fn site(files: &[(&str, &[u8])]) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     for (name, content) in files {
@@ -49,7 +58,7 @@ async fn until_prepared(proxy: &Proxy, url: &str, args: &[&str]) -> Curled {
 async fn a_rewritten_file_is_served_new_at_once() {
     let (v1, v2) = (corpus_file(SCRIPT_V1), corpus_file(SCRIPT_V2));
     let root = site(&[("app.js", &v1)]);
-    let proxy = start_root(root.path(), |_| {}).await;
+    let proxy = start_root(root.path(), without_text_variants).await;
     let url = proxy.url("/app.js");
     let args = ["--compressed"];
     assert!(until_prepared(&proxy, &url, &args).await.body == v1);
@@ -75,7 +84,7 @@ async fn a_rewritten_file_is_served_new_at_once() {
 async fn each_request_gets_the_answer_made_for_its_own_fields() {
     let page = corpus_file(SCRIPT_V1);
     let root = site(&[("app.js", &page)]);
-    let proxy = start_root(root.path(), |_| {}).await;
+    let proxy = start_root(root.path(), without_text_variants).await;
     let url = proxy.url("/app.js");
     let br = until_prepared(&proxy, &url, &["-H", "Accept-Encoding: br"]).await;
     assert_eq!(br.header("content-encoding"), Some("br"));
@@ -107,7 +116,7 @@ async fn each_request_gets_the_answer_made_for_its_own_fields() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_with_credentials_are_always_answered_by_the_stages() {
     let root = site(&[("app.js", &corpus_file(SCRIPT_V1))]);
-    let proxy = start_root(root.path(), |_| {}).await;
+    let proxy = start_root(root.path(), without_text_variants).await;
     let url = proxy.url("/app.js");
     for args in [
         &["-H", "Cookie: session=a"][..],
@@ -136,7 +145,7 @@ async fn a_cache_hit_is_repeated_while_fresh_with_its_age_counting_up() {
         )
     })
     .await;
-    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let proxy = start_proxy(&origin.url(""), without_text_variants).await;
     let url = proxy.url("/app.js");
     let first = until_prepared(&proxy, &url, &[]).await;
     assert!(first.body == body);
@@ -164,7 +173,7 @@ async fn a_cache_hit_is_repeated_while_fresh_with_its_age_counting_up() {
 async fn an_encoding_kept_later_replaces_the_answers_made_before_it() {
     let page = corpus_file(SCRIPT_V1);
     let root = site(&[]);
-    let proxy = start_root(root.path(), |_| {}).await;
+    let proxy = start_root(root.path(), without_text_variants).await;
     // Written after the start: the root scan at start makes no encoding of it ahead.
     std::fs::write(root.path().join("app.js"), &page).unwrap();
     let url = proxy.url("/app.js");
@@ -208,6 +217,7 @@ async fn a_reload_puts_its_configuration_into_the_next_answer() {
             let mut config: Config = test_config(&data);
             config.root = Some(root.clone());
             config.files.cache_control = cache_control.lock().unwrap().clone();
+            without_text_variants(&mut config);
             config
         }
     };
@@ -231,7 +241,11 @@ async fn a_reload_puts_its_configuration_into_the_next_answer() {
 async fn verified_copies_match_the_stages_while_the_site_changes() {
     let (v1, v2) = (corpus_file(SCRIPT_V1), corpus_file(SCRIPT_V2));
     let root = site(&[("app.js", &v1), ("note.txt", b"a short text")]);
-    let proxy = start_root(root.path(), |c| c.cache.prepared_verify = true).await;
+    let proxy = start_root(root.path(), |c| {
+        c.cache.prepared_verify = true;
+        without_text_variants(c);
+    })
+    .await;
     let asks: [&[&str]; 6] = [
         &[],
         &["-H", "Accept-Encoding: br"],
@@ -263,7 +277,7 @@ async fn verified_copies_match_the_stages_while_the_site_changes() {
 async fn a_pages_dictionary_links_are_read_again_when_the_stages_would_read_them() {
     let page = b"<!doctype html><html><head><title>t</title><script src=\"/app.js\"></script></head><body>".repeat(40);
     let root = site(&[("index.html", &page), ("app.js", &corpus_file(SCRIPT_V1))]);
-    let proxy = start_root(root.path(), |_| {}).await;
+    let proxy = start_root(root.path(), without_text_variants).await;
     let url = proxy.url("/");
     let args = ["-H", "Accept-Encoding: br"];
     let copy = until_prepared(&proxy, &url, &args).await;
@@ -279,4 +293,23 @@ async fn a_pages_dictionary_links_are_read_again_when_the_stages_would_read_them
     curl(&url, &args).await;
     assert_eq!(proxy.metric(SENT).await, sent, "answered by the stages");
     assert!(proxy.metric(KEPT).await > kept, "and kept again");
+}
+
+#[cfg(feature = "minify")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_with_variants_is_never_prepared() {
+    let script = corpus_file(SCRIPT_V1);
+    let root = site(&[("app.js", &script)]);
+    let proxy = start_root(root.path(), |_| {}).await;
+    let url = proxy.url("/app.js");
+    let mut listed = false;
+    for _ in 0..40 {
+        let answer = curl(&url, &["--compressed"]).await;
+        assert_eq!(answer.status, 200);
+        listed |= answer.header("alternates").is_some();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listed, "the script's minified variant was made and offered");
+    assert_eq!(proxy.metric(KEPT).await, 0.0);
+    assert_eq!(proxy.metric(SENT).await, 0.0);
 }
