@@ -25,7 +25,6 @@ pub mod page_stream;
 pub mod page_weight;
 mod park;
 pub mod pipeline;
-mod prepared;
 pub mod record;
 pub mod recorder;
 mod scan;

@@ -86,7 +86,7 @@ pub struct RequestContext {
     /// How long the origin took to answer, set by `fetch` for the request's record.
     pub origin_wait: OriginWait,
     /// Whether this answer may be prepared for the same request again, and on what
-    /// it rests ([`crate::prepared`]).
+    /// it rests ([`crate::pipeline::prepared`]).
     pub repeat: Repeat,
     /// [`RequestContext::url`], made on first use (a page asks for it in several
     /// stages, most requests never), with the length of its origin.
@@ -164,7 +164,7 @@ impl OriginWait {
 }
 
 /// Whether the answer to a request may be sent again to the same request without
-/// running the stages ([`crate::prepared`]), and what that rests on. Nothing is
+/// running the stages ([`crate::pipeline::prepared`]), and what that rests on. Nothing is
 /// repeatable until `fetch` vouches for its instance (a file of a known size and
 /// modification time, a fresh cache hit, a derived dictionary); a stage that reads
 /// anything that changes without a store write, background work or a reload (a

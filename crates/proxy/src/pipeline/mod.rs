@@ -23,13 +23,14 @@
 //! Every answer, error or not, completes the request's
 //! [`RequestRecord`](crate::record::RequestRecord) as its body is sent. Before the
 //! stages, a request exactly like one answered before may get that answer again
-//! ([`crate::prepared`]) while nothing it was made from has changed.
+//! ([`prepared`]) while nothing it was made from has changed.
 
 pub mod adapt;
 pub mod classify;
 pub mod encode;
 pub mod fetch;
 pub mod hint;
+pub mod prepared;
 pub mod remember;
 pub mod respond;
 
@@ -47,13 +48,13 @@ use crate::live::{LiveConfig, ReloadError, Reloaded};
 use crate::manifests::Manifests;
 use crate::metrics::Metrics;
 use crate::model::{ConnInfo, RequestContext, Rests};
-use crate::prepared::{Kept, KeyRef, Made, Prepared};
 use crate::record::{Delivery, RequestRecord};
 use crate::recorder::{OpenRecord, Records};
 use crate::variants::{Variants, VARIANT_PREFIX};
 use delta::derived::DerivedBodies;
 use delta::DeltaEngine;
 use fetch::{Fetcher, Source};
+use prepared::{Kept, KeyRef, Made, Prepared};
 
 /// The services the stages use, for the life of the server.
 pub struct Pipeline {
@@ -200,7 +201,7 @@ impl Pipeline {
     }
 
     /// The answer prepared for this very request, when one stands (see
-    /// [`crate::prepared`]); else the stages' answer, kept when it may be repeated.
+    /// [`prepared`]); else the stages' answer, kept when it may be repeated.
     async fn prepared_or_made(
         self: &Arc<Self>,
         prepared: &Prepared,
@@ -254,24 +255,24 @@ impl Pipeline {
     /// Sends a kept answer again, and redoes what the stages' answer did besides:
     /// the request's record, the metrics, the page weights.
     fn send_again(&self, kept: &Kept, record: &OpenRecord) -> Response<Body> {
-        record.update(|r| r.resource = Some(kept.resource.clone()));
+        record.update(|r| r.resource = Some(kept.made.resource.clone()));
         record.deliver(kept.delivery_now());
         if kept.is_cache_hit() {
             self.metrics.cache_result("hit");
         }
-        self.metrics.hinted_final(kept.links);
-        kept.whole.count_again();
-        if let Some((url, len, negotiable)) = &kept.rests.page_size {
+        self.metrics.hinted_final(kept.made.links);
+        kept.made.whole.count_again();
+        if let Some((url, len, negotiable)) = &kept.made.rests.page_size {
             self.variants.pages.record(url, *len, *negotiable);
         }
         self.metrics.prepared.sent.inc();
-        let body = if kept.whole.body.is_empty() {
+        let body = if kept.made.whole.body.is_empty() {
             crate::body::empty()
         } else {
-            crate::body::full(kept.whole.body.clone())
+            crate::body::full(kept.made.whole.body.clone())
         };
         let mut response = Response::new(body);
-        *response.status_mut() = kept.status;
+        *response.status_mut() = kept.made.status;
         *response.headers_mut() = kept.headers_now();
         response
     }

@@ -36,9 +36,9 @@ use http::{Method, Request, StatusCode, Uri, Version};
 use store::memo::{Bounded, Equivalent};
 use store::Store;
 
+use super::respond::WholeBody;
 use crate::background::Background;
 use crate::model::{Fresh, Provenance, Rests};
-use crate::pipeline::respond::WholeBody;
 use crate::record::Delivery;
 
 /// Requests with more fields, or more bytes of them, are not keyed.
@@ -63,10 +63,17 @@ pub struct Prepared {
     reloads: AtomicU64,
 }
 
-/// An answer kept, and what sending it again redoes.
+/// An answer kept.
 pub struct Kept {
     /// [`Prepared::epoch`] when the stages began making it.
     epoch: u64,
+    pub made: Made,
+    /// What the key and the fields weigh, with the body: the memo's bound.
+    weight: u64,
+}
+
+/// What the stages' answer to a keyed request was, and what sending it again redoes.
+pub struct Made {
     pub rests: Rests,
     pub status: StatusCode,
     pub headers: HeaderMap,
@@ -75,19 +82,6 @@ pub struct Kept {
     /// The request record's resource.
     pub resource: String,
     /// Preload links in the response, for the hint metrics.
-    pub links: usize,
-    /// What the key and the fields weigh, with the body: the memo's bound.
-    weight: u64,
-}
-
-/// What the stages' answer to a keyed request was, for [`Prepared::keep`].
-pub struct Made {
-    pub rests: Rests,
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub whole: WholeBody,
-    pub delivery: Delivery,
-    pub resource: String,
     pub links: usize,
 }
 
@@ -123,7 +117,7 @@ impl Prepared {
         instance_holds: impl FnOnce(&Rests) -> bool,
     ) -> Option<Arc<Kept>> {
         let kept = self.answers.get(key)?;
-        if kept.epoch == self.epoch() && instance_holds(&kept.rests) {
+        if kept.epoch == self.epoch() && instance_holds(&kept.made.rests) {
             return Some(kept);
         }
         self.answers.remove(key);
@@ -146,13 +140,7 @@ impl Prepared {
             + made.resource.len() as u64;
         let kept = Kept {
             epoch,
-            rests: made.rests,
-            status: made.status,
-            headers: made.headers,
-            whole: made.whole,
-            delivery: made.delivery,
-            resource: made.resource,
-            links: made.links,
+            made,
             weight,
         };
         self.answers.insert(key, Arc::new(kept));
@@ -163,8 +151,8 @@ impl Prepared {
 impl Kept {
     /// The fields to send now: the kept ones, with `Age` as it is now.
     pub fn headers_now(&self) -> HeaderMap {
-        let mut headers = self.headers.clone();
-        if let Some(fresh) = &self.rests.fresh {
+        let mut headers = self.made.headers.clone();
+        if let Some(fresh) = &self.made.rests.fresh {
             headers.insert(header::AGE, HeaderValue::from(fresh.age_now().as_secs()));
         }
         headers
@@ -172,9 +160,9 @@ impl Kept {
 
     /// The request record's delivery now: a cache hit's age as it is now.
     pub fn delivery_now(&self) -> Delivery {
-        let mut delivery = self.delivery.clone();
+        let mut delivery = self.made.delivery.clone();
         if let (Some(Provenance::Hit { age }), Some(fresh)) =
-            (&mut delivery.cache, &self.rests.fresh)
+            (&mut delivery.cache, &self.made.rests.fresh)
         {
             *age = Fresh::age_now(fresh);
         }
@@ -183,34 +171,37 @@ impl Kept {
 
     /// Whether the instance was a fresh cache hit (counted as one again).
     pub fn is_cache_hit(&self) -> bool {
-        self.rests.fresh.is_some()
+        self.made.rests.fresh.is_some()
     }
 
-    /// How the stages' answer `made` to the same request differs from this one, if
+    /// How the stages' answer to the same request differs from this one, if
     /// it does (`cache.prepared_verify`): status, body, fields (`Age` within a second,
     /// as the two were read at different times).
-    pub fn difference(&self, made: &Made) -> Option<String> {
-        if made.status != self.status {
-            return Some(format!("status {} instead of {}", self.status, made.status));
+    pub fn difference(&self, stages: &Made) -> Option<String> {
+        if stages.status != self.made.status {
+            return Some(format!(
+                "status {} instead of {}",
+                self.made.status, stages.status
+            ));
         }
-        if made.whole.body != self.whole.body {
+        if stages.whole.body != self.made.whole.body {
             return Some(format!(
                 "a body of {} bytes instead of {}",
-                self.whole.body.len(),
-                made.whole.body.len()
+                self.made.whole.body.len(),
+                stages.whole.body.len()
             ));
         }
         let age = |headers: &HeaderMap| -> Option<u64> {
             headers.get(header::AGE)?.to_str().ok()?.parse().ok()
         };
         let mut kept = self.headers_now();
-        match (age(&kept), age(&made.headers)) {
+        match (age(&kept), age(&stages.headers)) {
             (Some(a), Some(b)) if a.abs_diff(b) <= 1 => {}
             (None, None) => {}
             (a, b) => return Some(format!("Age {a:?} instead of {b:?}")),
         }
         kept.remove(header::AGE);
-        let mut expected = made.headers.clone();
+        let mut expected = stages.headers.clone();
         expected.remove(header::AGE);
         if kept != expected {
             let names = |h: &HeaderMap| {
