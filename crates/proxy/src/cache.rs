@@ -7,6 +7,7 @@
 //! as references, so evicting a body removes the entry that needs it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -240,6 +241,8 @@ pub fn decode_head(head: &str) -> HeaderMap {
 /// a hot body is answered on the reactor thread without an index transaction.
 pub struct HotEntries {
     entries: Bounded<String, Arc<HotEntry>>,
+    /// Entries put or removed, each counted once in place: see [`HotEntries::changes`].
+    changes: AtomicU64,
 }
 
 /// A decoded cache entry: each stored response with its fields.
@@ -258,6 +261,7 @@ impl Default for HotEntries {
             entries: Bounded::with_weight(HOT_BYTES, HOT_ENTRIES_ESTIMATE, |hot| {
                 hot.memory_estimate()
             }),
+            changes: AtomicU64::new(0),
         }
     }
 }
@@ -281,10 +285,19 @@ impl HotEntries {
     pub fn put(&self, key: &str, entry: &CacheEntry) {
         self.entries
             .insert(key.to_string(), Arc::new(Self::decoded(entry)));
+        self.changes.fetch_add(1, Ordering::AcqRel);
     }
 
     pub fn remove(&self, key: &str) {
         self.entries.remove(key);
+        self.changes.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Entries put or removed so far. A lookup answers from a hot entry before the
+    /// store, and an entry is put after the store write that made it: what a prepared
+    /// response counts, beside the store's writes, to see a new entry.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 }
 
@@ -422,6 +435,15 @@ mod tests {
         }
         let kept = hot_keys.iter().filter(|k| hot.get(k).is_some()).count();
         assert_eq!(kept, hot_keys.len(), "hot entries kept after the burst");
+
+        // Every put and removal is counted once it took effect, a read is not.
+        let before = hot.changes();
+        hot.put("site/new", &entry);
+        assert_eq!(hot.changes(), before + 1);
+        assert!(hot.get("site/new").is_some());
+        assert_eq!(hot.changes(), before + 1);
+        hot.remove("site/new");
+        assert_eq!(hot.changes(), before + 2);
     }
 
     #[test]

@@ -101,6 +101,14 @@ async fn each_request_gets_the_answer_made_for_its_own_fields() {
     assert_eq!(head.status, 200);
     assert_eq!(head.header("content-length"), br.header("content-length"));
 
+    // A part is never kept: it shares the whole body's buffer.
+    let kept = proxy.metric(KEPT).await;
+    for _ in 0..3 {
+        let part = curl(&url, &["-H", "Range: bytes=0-9"]).await;
+        assert_eq!((part.status, part.body.as_slice()), (206, &page[..10]));
+    }
+    assert_eq!(proxy.metric(KEPT).await, kept);
+
     let etag = br.header("etag").unwrap().to_string();
     let held = [
         "-H",
@@ -140,6 +148,7 @@ async fn a_cache_hit_is_repeated_while_fresh_with_its_age_counting_up() {
             &[
                 ("content-type", "text/javascript"),
                 ("cache-control", "max-age=3"),
+                ("etag", "\"v1\""),
             ],
             served.clone(),
         )
@@ -155,6 +164,12 @@ async fn a_cache_hit_is_repeated_while_fresh_with_its_age_counting_up() {
     let later = until_prepared(&proxy, &url, &[]).await;
     let later_age: u64 = later.header("age").unwrap().parse().unwrap();
     assert!(later_age > first_age, "Age {first_age} then {later_age}");
+    // A 304 carries no `Age`, kept or not.
+    let etag = first.header("etag").unwrap().to_string();
+    let held = ["-H", &format!("If-None-Match: {etag}")];
+    let not_modified = until_prepared(&proxy, &url, &held).await;
+    assert_eq!(not_modified.status, 304);
+    assert_eq!(not_modified.header("age"), None);
     assert_eq!(
         origin.hits(),
         hits,

@@ -38,6 +38,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::{Method, Request, Response, StatusCode};
+use http_body::Body as _;
 use store::Store;
 
 use crate::background::Background;
@@ -103,11 +104,7 @@ impl Pipeline {
             store,
             bodies.clone(),
         ));
-        let prepared = Prepared::new(
-            live.current().cache.prepared_bytes,
-            cache.store.as_ref(),
-            &background,
-        );
+        let prepared = Prepared::new(live.current().cache.prepared_bytes, &cache, &background);
         let fetcher = Arc::new(Fetcher::new(
             live.clone(),
             source,
@@ -210,7 +207,10 @@ impl Pipeline {
         started: Instant,
         record: &OpenRecord,
     ) -> Response<Body> {
-        let Some(key) = KeyRef::of(&req, conn.tls) else {
+        // A body, however framed (an HTTP/2 stream may carry one without a length),
+        // goes to the stages with the request.
+        let key = KeyRef::of(&req, conn.tls).filter(|_| req.body().is_end_stream());
+        let Some(key) = key else {
             return self.run_stages(req, conn, started, record, false).await.0;
         };
         let path = req.uri().path();

@@ -38,6 +38,7 @@ use store::Store;
 
 use super::respond::WholeBody;
 use crate::background::Background;
+use crate::cache::Cache;
 use crate::model::{Fresh, Provenance, Rests};
 use crate::record::Delivery;
 
@@ -46,10 +47,10 @@ const MAX_KEY_FIELDS: usize = 64;
 const MAX_KEY_BYTES: usize = 8 << 10;
 /// What an entry is expected to weigh, for the memo's sizing.
 const TYPICAL_ENTRY_BYTES: u64 = 16 << 10;
-/// Statuses an answer may be kept with.
-const KEPT_STATUSES: [StatusCode; 4] = [
+/// Statuses an answer may be kept with. Not a 206: its part shares the whole body's
+/// buffer, which a kept part would hold while weighing as the part.
+const KEPT_STATUSES: [StatusCode; 3] = [
     StatusCode::OK,
-    StatusCode::PARTIAL_CONTENT,
     StatusCode::IM_USED,
     StatusCode::NOT_MODIFIED,
 ];
@@ -58,6 +59,7 @@ const KEPT_STATUSES: [StatusCode; 4] = [
 pub struct Prepared {
     answers: Bounded<RequestKey, Arc<Kept>>,
     store: Store,
+    cache: Arc<Cache>,
     background: Background,
     /// Configuration reloads: each may change any answer.
     reloads: AtomicU64,
@@ -86,13 +88,18 @@ pub struct Made {
 }
 
 impl Prepared {
-    /// `bytes` of answers at most; `None` when that is 0 or the store is shared.
-    pub fn new(bytes: u64, store: Option<&Store>, background: &Background) -> Option<Prepared> {
-        let store = store.filter(|s| bytes > 0 && s.shared_state().is_none())?;
+    /// `bytes` of answers at most; `None` when that is 0, or the cache has no store
+    /// or a shared one.
+    pub fn new(bytes: u64, cache: &Arc<Cache>, background: &Background) -> Option<Prepared> {
+        let store = cache
+            .store
+            .as_ref()
+            .filter(|s| bytes > 0 && s.shared_state().is_none())?;
         let entries = (bytes / TYPICAL_ENTRY_BYTES).clamp(16, 1 << 20) as usize;
         Some(Prepared {
             answers: Bounded::with_weight(bytes, entries, |kept: &Arc<Kept>| kept.weight),
             store: store.clone(),
+            cache: cache.clone(),
             background: background.clone(),
             reloads: AtomicU64::new(0),
         })
@@ -101,7 +108,10 @@ impl Prepared {
     /// The sum of the counts that move when anything an answer is made from may
     /// have changed.
     pub fn epoch(&self) -> u64 {
-        self.store.changes() + self.background.changes() + self.reloads.load(Ordering::Acquire)
+        self.store.changes()
+            + self.cache.hot.changes()
+            + self.background.changes()
+            + self.reloads.load(Ordering::Acquire)
     }
 
     /// A reload put a new configuration in force: no answer made before stands.
@@ -149,11 +159,14 @@ impl Prepared {
 }
 
 impl Kept {
-    /// The fields to send now: the kept ones, with `Age` as it is now.
+    /// The fields to send now: the kept ones, with `Age` as it is now when they have
+    /// one (a 304 has none).
     pub fn headers_now(&self) -> HeaderMap {
         let mut headers = self.made.headers.clone();
         if let Some(fresh) = &self.made.rests.fresh {
-            headers.insert(header::AGE, HeaderValue::from(fresh.age_now().as_secs()));
+            if let Some(age) = headers.get_mut(header::AGE) {
+                *age = HeaderValue::from(fresh.age_now().as_secs());
+            }
         }
         headers
     }
