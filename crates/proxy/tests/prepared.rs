@@ -187,10 +187,13 @@ async fn a_cache_hit_is_repeated_while_fresh_with_its_age_counting_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_encoding_kept_later_replaces_the_answers_made_before_it() {
     let page = corpus_file(SCRIPT_V1);
-    let root = site(&[]);
-    let proxy = start_root(root.path(), without_text_variants).await;
-    // Written after the start: the root scan at start makes no encoding of it ahead.
-    std::fs::write(root.path().join("app.js"), &page).unwrap();
+    let root = site(&[("app.js", &page)]);
+    // No root scan: it would make the encoding ahead of the first request.
+    let proxy = start_root(root.path(), |c| {
+        c.delta.scan_interval_ms = 0;
+        without_text_variants(c);
+    })
+    .await;
     let url = proxy.url("/app.js");
     let args = ["-H", "Accept-Encoding: br"];
     // The first answers go out at the on-the-fly level while the cached level is
