@@ -369,8 +369,33 @@ async fn a_trained_dictionary_is_linked_by_both(fleet: &mut Fleet) {
         "samples stored by both instances: {report}"
     );
     let url = report["url"].as_str().unwrap().to_string();
-    // A new version: no instance has memoized the page's links yet.
     fleet.publish_next_version();
+    // An instance reads a page's links from the store again once its memo of them
+    // expires (5 s after the page's last answer): wait for the first answer linking
+    // the new dictionary from each instance.
+    let links_it = |headers: &[(String, String)]| {
+        headers
+            .iter()
+            .any(|(name, value)| name.eq_ignore_ascii_case("link") && value.contains(&url))
+    };
+    // Two answers in a row (nginx alternates the instances) link it.
+    let mut in_a_row = 0;
+    for _ in 0..60 {
+        let page = curl(&fleet.url, &["-H", "Accept-Encoding: br"]).await;
+        in_a_row = if links_it(&page.headers) {
+            in_a_row + 1
+        } else {
+            0
+        };
+        if in_a_row == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        in_a_row, 2,
+        "both instances linked the trained dictionary within 15 s"
+    );
     let before = fleet.nginx.answers().len();
     for _ in 0..2 {
         let page = curl(&fleet.url, &["-H", "Accept-Encoding: br"]).await;
