@@ -6,6 +6,8 @@
 //! What an answer is made from, and how a change to it is seen:
 //! - the store (instances, encodings, deltas, dictionaries, manifests, variants,
 //!   histories): [`store::Store::changes`] counts every write;
+//! - the cache's decoded entries in memory, read before the store and put after its
+//!   write: [`crate::cache::HotEntries::changes`] counts every put and removal;
 //! - work that outlives a request (an encoding kept at the cached level after the
 //!   first answers went out at the on-the-fly one, a revalidation, a stylesheet read
 //!   for a manifest): [`Background::changes`] counts every start and end;
@@ -13,13 +15,15 @@
 //! - the instance itself, which `fetch` vouches for ([`Rests`]): a file found again
 //!   unchanged (as `fetch` would find it, `files.check_interval_ms` and all), a cache
 //!   hit while it is fresh (its `Age` is rewritten per answer), a content-addressed
-//!   dictionary.
+//!   dictionary;
+//! - memos the stages read that expire (a page's dictionary links): the answer
+//!   expires with them.
 //!
-//! An answer is kept only when the sum of the three counts did not move while it was
+//! An answer is kept only when the sum of the four counts did not move while it was
 //! made (the answer changed nothing and saw no change), and sent only while that sum
 //! still holds and its instance does. A stage that reads what none of this covers
 //! (the link estimate adaptive fidelity chooses by) rules the answer out; so does a
-//! pushed resource, a streamed body, an error, a `Set-Cookie`.
+//! pushed resource, a streamed body, a part (206), an error, a `Set-Cookie`.
 //!
 //! The key is the request as received: method, target, version, scheme and every
 //! field with its value, in order. A request with a body, credentials (`Cookie`,
