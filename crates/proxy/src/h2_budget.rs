@@ -13,6 +13,14 @@
 //! I/O): a DATA frame's payload as it passes. A stream's bytes that `h2` drops
 //! instead (the stream was reset, by either side, or lies beyond a client's GOAWAY)
 //! are given back when the RST_STREAM or GOAWAY passes the same wrapper.
+//!
+//! The budget binds only once the connection has carried requests of two priority
+//! classes (urgency and incremental flag): until then there is nothing to put ahead
+//! of anything, and every stream hands `h2` all it has at once, as without a budget.
+//! Waiting for room costs a hand-off between the stream's task and the connection's
+//! per piece (docs/benchmarks.md, "Ordering only where there is something to
+//! order"); a browser's connection mixes classes from its first subresource, a
+//! client of one kind of request (an API client, a load generator) never does.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::IoSlice;
@@ -47,11 +55,19 @@ struct Queue {
     /// The streams waiting for room, in the order they get it ([`Place`]'s key).
     waiting: BTreeMap<Key, Waker>,
     arrivals: u64,
+    /// The priority class of the connection's first request, until a second class
+    /// arrives: then `None` and `mixed`.
+    class: Option<(u8, bool)>,
+    /// Requests of two classes have arrived: the budget binds from now on.
+    mixed: bool,
 }
 
 #[derive(Default)]
 struct Stake {
     unsent: usize,
+    /// Bytes handed to `h2` before the budget bound, not part of `Queue::unsent`;
+    /// written first (a stream's data leaves in order), so settled first.
+    untracked: usize,
     /// The stream's sender is still running (it may ask for more room).
     live: bool,
     /// `h2` dropped the stream's data (a reset): it gets no more room.
@@ -65,13 +81,52 @@ impl Queue {
         let Some(stake) = self.streams.get_mut(&stream) else {
             return;
         };
+        let untracked = bytes.min(stake.untracked);
+        stake.untracked -= untracked;
+        let settled = (bytes - untracked).min(stake.unsent);
+        stake.unsent -= settled;
+        self.unsent -= settled;
+        self.forget_if_done(stream);
+        self.wake_first(limit);
+    }
+
+    /// Takes `bytes` a stream was granted and did not hand over off its part: the
+    /// grant was the latest, so counted (`unsent`) if the budget bound then.
+    fn give_back(&mut self, stream: u32, bytes: usize, limit: usize) {
+        let Some(stake) = self.streams.get_mut(&stream) else {
+            return;
+        };
         let settled = bytes.min(stake.unsent);
         stake.unsent -= settled;
         self.unsent -= settled;
-        if stake.unsent == 0 && !stake.live {
+        stake.untracked -= (bytes - settled).min(stake.untracked);
+        self.forget_if_done(stream);
+        self.wake_first(limit);
+    }
+
+    fn forget_if_done(&mut self, stream: u32) {
+        if self
+            .streams
+            .get(&stream)
+            .is_some_and(|stake| stake.unsent == 0 && stake.untracked == 0 && !stake.live)
+        {
             self.streams.remove(&stream);
         }
-        self.wake_first(limit);
+    }
+
+    /// A request of `class` arrived on the connection.
+    fn arrived(&mut self, class: (u8, bool)) {
+        if self.mixed {
+            return;
+        }
+        match self.class {
+            None => self.class = Some(class),
+            Some(first) if first != class => {
+                self.class = None;
+                self.mixed = true;
+            }
+            Some(_) => {}
+        }
     }
 
     /// `h2` dropped `stream`'s unsent data: its part is free, and it gets no more.
@@ -80,6 +135,7 @@ impl Queue {
             return;
         };
         self.unsent -= std::mem::take(&mut stake.unsent);
+        stake.untracked = 0;
         if stake.live {
             stake.reset = true;
         } else {
@@ -112,9 +168,18 @@ impl Budget {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Registers a stream that is about to send; [`Budget::leave`] when it is done.
-    pub fn enter(&self, stream: u32) {
-        self.queue().streams.entry(stream).or_default().live = true;
+    /// A request of `priority` arrived: the budget binds once two classes have.
+    pub fn arrived(&self, priority: Priority) {
+        self.queue()
+            .arrived((priority.urgency(), priority.incremental));
+    }
+
+    /// Registers a stream of `priority` that is about to send; [`Budget::leave`]
+    /// when it is done.
+    pub fn enter(&self, stream: u32, priority: Priority) {
+        let mut queue = self.queue();
+        queue.arrived((priority.urgency(), priority.incremental));
+        queue.streams.entry(stream).or_default().live = true;
     }
 
     /// The stream's sender is done; what it handed `h2` is still counted until
@@ -123,15 +188,14 @@ impl Budget {
         let mut queue = self.queue();
         if let Some(stake) = queue.streams.get_mut(&stream) {
             stake.live = false;
-            if stake.unsent == 0 {
-                queue.streams.remove(&stream);
-            }
         }
+        queue.forget_if_done(stream);
     }
 
     /// Waits for room for `stream` (of `priority`) to hand `h2` up to `wanted` bytes:
     /// the unsent total is under the budget and no stream waits that goes before it
-    /// ([`Key`]: more urgent, or as urgent and asked for earlier). Returns the bytes
+    /// ([`Key`]: more urgent, or as urgent and asked for earlier); all of it at once
+    /// while the connection has carried one class only. Returns the bytes
     /// granted (the room left, at least a frame, at most `wanted`), already counted
     /// as unsent: [`Budget::give_back`] what is not handed over. `None` once the
     /// stream was reset.
@@ -146,7 +210,7 @@ impl Budget {
     /// Uncounts `bytes` of a grant that `stream` did not hand to `h2`.
     pub fn give_back(&self, stream: u32, bytes: usize) {
         if bytes > 0 {
-            self.queue().settle(stream, bytes, self.limit);
+            self.queue().give_back(stream, bytes, self.limit);
         }
     }
 }
@@ -175,6 +239,10 @@ impl Place<'_> {
                 queue.wake_first(limit);
             }
             return Poll::Ready(None);
+        }
+        if !queue.mixed {
+            queue.streams.entry(stream).or_default().untracked += wanted;
+            return Poll::Ready(Some(wanted));
         }
         let key = *self.key.get_or_insert_with(|| {
             let order = if priority.incremental {
@@ -502,6 +570,35 @@ mod tests {
         assert!(matches!(write(&mut io, 40_000), Poll::Ready(Ok(8192))));
         assert!(matches!(write(&mut io, 40_000), Poll::Ready(Ok(40_000))));
         assert_eq!(io.inner.taken, [40_000, 40_000, 8192, 40_000]);
+    }
+
+    fn grant(budget: &Budget, stream: u32, priority: Priority, wanted: usize) -> Poll<usize> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut place = Place { budget, key: None };
+        let granted = place.poll(&mut cx, stream, priority, wanted);
+        granted.map(|granted| granted.unwrap())
+    }
+
+    #[test]
+    fn grants_before_a_second_class_are_not_counted_and_are_settled_first() {
+        let budget = Budget::new(8192);
+        let (image, page) = (Priority::new(3, false), Priority::new(0, true));
+        budget.enter(1, image);
+        // One class so far: all at once, outside the count.
+        assert_eq!(grant(&budget, 1, image, 100_000), Poll::Ready(100_000));
+        budget.give_back(1, 1_000);
+        assert_eq!(budget.queue().unsent, 0);
+        // A second class: the budget binds, counting from now.
+        budget.arrived(page);
+        assert_eq!(grant(&budget, 1, image, 20_000), Poll::Ready(FRAME));
+        budget.enter(3, page);
+        assert_eq!(grant(&budget, 3, page, 20_000), Poll::Pending);
+        // Stream 1's uncounted bytes leave first: no room yet.
+        budget.queue().settle(1, 99_000, budget.limit);
+        assert_eq!(grant(&budget, 3, page, 20_000), Poll::Pending);
+        budget.queue().settle(1, FRAME, budget.limit);
+        assert_eq!(grant(&budget, 3, page, 20_000), Poll::Ready(FRAME));
+        assert_eq!(budget.queue().unsent, FRAME);
     }
 
     #[test]

@@ -275,7 +275,7 @@ struct Turn {
 
 impl Turn {
     fn new(budget: Arc<Budget>, stream: u32, priority: Priority) -> Self {
-        budget.enter(stream);
+        budget.enter(stream, priority);
         Turn {
             budget,
             stream,
@@ -316,6 +316,9 @@ async fn answer<R: Responder>(
         incremental = priority.incremental,
         "request priority"
     );
+    if let Some(budget) = &scheduler.0 {
+        budget.arrived(priority);
+    }
     if let Some(fields) = responder.early_hints(&request, conn).await {
         let links = fields.len();
         let mut early = Response::new(());
@@ -747,7 +750,25 @@ mod tests {
         paused: Arc<Pause>,
     }
 
+    /// [`connect_alone`], then, with ordering on, a browser's connection: a request
+    /// of another class than any test's first (the page's stylesheet), answered
+    /// before the test begins, so that the budget binds (see [`Budget`]).
     async fn connect(
+        http2: Http2Config,
+        pipe: usize,
+        stream_window: u32,
+        connection_window: u32,
+    ) -> Connected {
+        let prioritize = http2.prioritize;
+        let connected = connect_alone(http2, pipe, stream_window, connection_window).await;
+        if prioritize {
+            let (_, _, reader) = ask(&connected.client, "/opener/1024", STYLE).await;
+            reader.await.unwrap();
+        }
+        connected
+    }
+
+    async fn connect_alone(
         http2: Http2Config,
         pipe: usize,
         stream_window: u32,
@@ -887,6 +908,7 @@ mod tests {
 
     const IMAGE: Fields = &[("sec-fetch-dest", "image")];
     const PAGE: Fields = &[("sec-fetch-dest", "document")];
+    const STYLE: Fields = &[("sec-fetch-dest", "style")];
     /// What may still go out of the streams ahead once a more urgent one has data:
     /// what they handed `h2` (the budget, one frame over at most) and the frame it
     /// is writing.
@@ -938,10 +960,10 @@ mod tests {
     /// Asks for `first` then `second` while the client reads nothing, then reads
     /// both: how many of `second`'s bytes went out while `first` was being sent.
     async fn second_within_first(
+        connected: Connected,
         first: (&'static str, Fields),
         second: (&'static str, Fields),
     ) -> usize {
-        let connected = connect(ordered(), 64 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024).await;
         connected.paused.set(true);
         let (first_stream, _, first_reader) = ask(&connected.client, first.0, first.1).await;
         let (_, _, second_reader) = ask(&connected.client, second.0, second.1).await;
@@ -957,15 +979,34 @@ mod tests {
     async fn equal_urgencies_go_one_after_another_unless_incremental() {
         // RFC 9218's default (no `i`): only a whole response is of use, so the one
         // asked for first goes out whole first.
-        let sequential = second_within_first(("/a/262144", IMAGE), ("/b/262144", IMAGE)).await;
+        let sequential = second_within_first(
+            connect(ordered(), 64 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024).await,
+            ("/a/262144", IMAGE),
+            ("/b/262144", IMAGE),
+        )
+        .await;
         assert!(
             sequential <= leak(),
             "{sequential} bytes of the second within the first"
         );
         // Incremental ones take turns.
         const INCREMENTAL: Fields = &[("sec-fetch-dest", "image"), ("priority", "u=3, i")];
+        let shared = second_within_first(
+            connect(ordered(), 64 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024).await,
+            ("/a/262144", INCREMENTAL),
+            ("/b/262144", INCREMENTAL),
+        )
+        .await;
+        assert!(shared > 4 * leak(), "{shared}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_of_one_class_hands_h2_each_response_whole() {
+        // No other class to put ahead: the two go frame by frame, as without
+        // ordering, each handed to `h2` at once instead of a piece per write.
+        let alone = connect_alone(ordered(), 64 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024);
         let shared =
-            second_within_first(("/a/262144", INCREMENTAL), ("/b/262144", INCREMENTAL)).await;
+            second_within_first(alone.await, ("/a/262144", IMAGE), ("/b/262144", IMAGE)).await;
         assert!(shared > 4 * leak(), "{shared}");
     }
 
