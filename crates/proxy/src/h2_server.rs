@@ -338,7 +338,7 @@ async fn answer<R: Responder>(
     let scheme = request.uri().scheme().cloned();
     let response = responder.clone().respond(request, conn).await;
     let (mut parts, body) = response.into_parts();
-    strip_connection_fields(&mut parts.headers);
+    fit_for_h2(&mut parts.headers);
     let pushes = parts
         .extensions
         .remove::<crate::pipeline::hint::PushPromises>()
@@ -425,7 +425,7 @@ async fn push<R: Responder>(
         pushed.send_reset(Reason::CANCEL);
         return;
     }
-    strip_connection_fields(&mut parts.headers);
+    fit_for_h2(&mut parts.headers);
     let end = body.is_end_stream();
     match pushed.send_response(Response::from_parts(parts, ()), end) {
         Ok(send) if !end => {
@@ -434,6 +434,40 @@ async fn push<R: Responder>(
         Ok(_) => {}
         Err(e) => tracing::debug!(error = %e, "pushed response not sent"),
     }
+}
+
+/// What the connection layer does to a final response's fields, as hyper's servers
+/// do on the other listeners: drops connection-specific ones and adds `Date` when
+/// the response has none (RFC 9110 §6.6.1: an origin with a clock sends one, a
+/// recipient forwarding a response without one adds it).
+fn fit_for_h2(headers: &mut HeaderMap) {
+    strip_connection_fields(headers);
+    if !headers.contains_key(http::header::DATE) {
+        if let Some(date) = date_now() {
+            headers.insert(http::header::DATE, date);
+        }
+    }
+}
+
+/// The current `Date` value, formatted once a second per thread (always valid:
+/// `httpdate` writes ASCII).
+fn date_now() -> Option<http::HeaderValue> {
+    thread_local! {
+        static DATE: std::cell::RefCell<Option<(u64, http::HeaderValue)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let now = std::time::SystemTime::now();
+    let second = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    DATE.with_borrow_mut(|cached| match cached {
+        Some((at, value)) if *at == second => Some(value.clone()),
+        _ => {
+            let value = http::HeaderValue::from_str(&httpdate::fmt_http_date(now)).ok()?;
+            *cached = Some((second, value.clone()));
+            Some(value)
+        }
+    })
 }
 
 /// HTTP/2 forbids connection-specific fields (RFC 9113 §8.2.2); `h2` refuses a
@@ -622,6 +656,9 @@ mod tests {
     /// One DATA frame, `h2`'s default largest.
     const FRAME: usize = 16 * 1024;
 
+    /// The `Date` a `/dated/` response carries from its responder (an origin's).
+    const DATED: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
+
     /// Answers `/NAME/SIZE` with SIZE bytes at once; `/slow/SIZE` with one frame,
     /// then (when `release` is notified) the rest: an origin that takes its time;
     /// `/fail/SIZE` with SIZE bytes, then a failure.
@@ -646,6 +683,12 @@ mod tests {
             let (byte, size) = body_of(req.uri().path());
             let whole = Bytes::from(vec![byte; size]);
             let path = req.uri().path();
+            if path.starts_with("/dated/") {
+                let mut response = Response::new(body::full(whole));
+                let date = http::HeaderValue::from_static(DATED);
+                response.headers_mut().insert(http::header::DATE, date);
+                return Box::pin(async move { response });
+            }
             if !path.starts_with("/slow/") && !path.starts_with("/fail/") {
                 return Box::pin(async move { Response::new(body::full(whole)) });
             }
@@ -998,6 +1041,28 @@ mod tests {
         )
         .await;
         assert!(shared > 4 * leak(), "{shared}");
+    }
+
+    #[tokio::test]
+    async fn every_response_carries_a_date_and_keeps_its_own() {
+        let connected = connect_alone(unordered(), 64 * 1024, 65_535, 65_535).await;
+        for (path, own) in [("/plain/10", None), ("/dated/10", Some(DATED))] {
+            let mut client = connected.client.clone().ready().await.unwrap();
+            let request = Request::get(format!("https://localhost{path}")).body(());
+            let (response, _) = client.send_request(request.unwrap(), true).unwrap();
+            let response = response.await.unwrap();
+            let date = response.headers().get_all(http::header::DATE);
+            assert_eq!(date.iter().count(), 1, "{path}");
+            let date = date.iter().next().unwrap().to_str().unwrap();
+            match own {
+                Some(own) => assert_eq!(date, own),
+                None => {
+                    let sent = httpdate::parse_http_date(date).unwrap();
+                    let off = std::time::SystemTime::now().duration_since(sent).unwrap();
+                    assert!(off < Duration::from_secs(5), "{date}");
+                }
+            }
+        }
     }
 
     #[tokio::test]
