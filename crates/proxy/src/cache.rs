@@ -58,6 +58,9 @@ impl Cache {
                 }
             }
         }
+        // Read before the store: a put or removal of the key meanwhile (a refill, an
+        // invalidation) makes what is read here too old to keep.
+        let generation = self.hot.generation(key);
         let (owned_key, request) = (key.to_string(), request.clone());
         let (entry, found) = tokio::task::spawn_blocking(move || {
             let entry = CacheEntry::decode(&store.get_record(&owned_key).ok()??)?;
@@ -69,7 +72,7 @@ impl Cache {
         })
         .await
         .ok()??;
-        self.hot.put(key, &entry);
+        self.hot.put_unless_changed(key, &entry, generation);
         Some(found)
     }
 
@@ -78,12 +81,14 @@ impl Cache {
         let Some(store) = self.store.clone() else {
             return;
         };
-        self.hot.remove(key);
-        let key = key.to_string();
-        let result = tokio::task::spawn_blocking(move || store.remove_record(&key)).await;
+        let owned_key = key.to_string();
+        let result = tokio::task::spawn_blocking(move || store.remove_record(&owned_key)).await;
         if let Ok(Err(e)) = result {
             tracing::warn!(error = %e, "cache invalidation failed");
         }
+        // After the store: a lookup that read the record before it went sees this
+        // removal and keeps nothing (`put_unless_changed`).
+        self.hot.remove(key);
     }
 }
 
@@ -243,7 +248,12 @@ pub struct HotEntries {
     entries: Bounded<String, Arc<HotEntry>>,
     /// Entries put or removed, each counted once in place: see [`HotEntries::changes`].
     changes: AtomicU64,
+    /// Puts and removals per shard of keys, changed together with the entries (see
+    /// [`HotEntries::put_unless_changed`]).
+    generations: Mutex<[u64; GENERATION_SHARDS]>,
 }
+
+const GENERATION_SHARDS: usize = 64;
 
 /// A decoded cache entry: each stored response with its fields.
 pub struct HotEntry {
@@ -262,6 +272,7 @@ impl Default for HotEntries {
                 hot.memory_estimate()
             }),
             changes: AtomicU64::new(0),
+            generations: Mutex::new([0; GENERATION_SHARDS]),
         }
     }
 }
@@ -282,15 +293,48 @@ impl HotEntries {
         }
     }
 
+    /// Keeps `entry`, just written to the store, for `key`.
     pub fn put(&self, key: &str, entry: &CacheEntry) {
-        self.entries
-            .insert(key.to_string(), Arc::new(Self::decoded(entry)));
+        let decoded = Arc::new(Self::decoded(entry));
+        let mut generations = self.generations();
+        self.entries.insert(key.to_string(), decoded);
+        generations[shard(key)] += 1;
         self.changes.fetch_add(1, Ordering::AcqRel);
     }
 
-    pub fn remove(&self, key: &str) {
-        self.entries.remove(key);
+    /// Keeps `entry`, read from the store, unless `key` was put or removed since
+    /// [`HotEntries::generation`] returned `seen`: a refill or an invalidation that
+    /// raced the read is newer, and an older entry put over it would be served.
+    /// Another key of the same shard changing also skips it (the next lookup reads
+    /// the store again).
+    pub fn put_unless_changed(&self, key: &str, entry: &CacheEntry, seen: u64) {
+        let decoded = Arc::new(Self::decoded(entry));
+        let mut generations = self.generations();
+        if generations[shard(key)] != seen {
+            return;
+        }
+        self.entries.insert(key.to_string(), decoded);
+        generations[shard(key)] += 1;
         self.changes.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The count of puts and removals of `key`'s shard so far.
+    pub fn generation(&self, key: &str) -> u64 {
+        self.generations()[shard(key)]
+    }
+
+    pub fn remove(&self, key: &str) {
+        let mut generations = self.generations();
+        self.entries.remove(key);
+        generations[shard(key)] += 1;
+        self.changes.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn generations(&self) -> MutexGuard<'_, [u64; GENERATION_SHARDS]> {
+        // Counters only: a panic elsewhere leaves them usable.
+        self.generations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Entries put or removed so far. A lookup answers from a hot entry before the
@@ -299,6 +343,11 @@ impl HotEntries {
     pub fn changes(&self) -> u64 {
         self.changes.load(Ordering::Acquire)
     }
+}
+
+fn shard(key: &str) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(key) as usize % GENERATION_SHARDS
 }
 
 impl HotEntry {
@@ -444,6 +493,48 @@ mod tests {
         assert_eq!(hot.changes(), before + 1);
         hot.remove("site/new");
         assert_eq!(hot.changes(), before + 2);
+    }
+
+    fn entry_with_etag(etag: &'static str) -> CacheEntry {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::ETAG, HeaderValue::from_static(etag));
+        CacheEntry {
+            variants: vec![StoredResponse::new(
+                String::new(),
+                StatusCode::OK,
+                &headers,
+                Hash::of(etag.as_bytes()),
+                &Freshness::from_parts(0, 0, 60),
+            )],
+        }
+    }
+
+    fn hot_etag(hot: &HotEntries, key: &str) -> Option<String> {
+        let entry = hot.get(key)?;
+        let (_, headers) = entry.find(&HeaderMap::new())?;
+        Some(headers[http::header::ETAG].to_str().unwrap().to_string())
+    }
+
+    /// A lookup reads the store on the blocking pool; a refill or an invalidation of
+    /// the key may land meanwhile. What it read must not replace or revive them.
+    #[test]
+    fn a_lookup_keeps_what_it_read_only_if_the_key_did_not_change_meanwhile() {
+        let hot = HotEntries::default();
+        let seen = hot.generation("site/page");
+        hot.put("site/page", &entry_with_etag("\"new\""));
+        hot.put_unless_changed("site/page", &entry_with_etag("\"old\""), seen);
+        assert_eq!(hot_etag(&hot, "site/page").as_deref(), Some("\"new\""));
+
+        hot.put("site/gone", &entry_with_etag("\"old\""));
+        let seen = hot.generation("site/gone");
+        hot.remove("site/gone");
+        hot.put_unless_changed("site/gone", &entry_with_etag("\"old\""), seen);
+        assert!(hot.get("site/gone").is_none());
+
+        // Nothing changed: kept.
+        let seen = hot.generation("site/quiet");
+        hot.put_unless_changed("site/quiet", &entry_with_etag("\"read\""), seen);
+        assert_eq!(hot_etag(&hot, "site/quiet").as_deref(), Some("\"read\""));
     }
 
     #[test]
