@@ -329,6 +329,29 @@ async fn configured_dotfiles_are_served() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_counts_no_body_bytes_sent() {
+    let dir = site();
+    let server = start_root(dir.path(), |_| {}).await;
+    let sent = |m: &str| metric(m, "wirefold_body_bytes_sent_total{");
+    let metrics = || async {
+        String::from_utf8(curl(&server.admin_url("/metrics"), &[]).await.body).unwrap()
+    };
+    let get = curl(&server.url("/index.html"), &[]).await;
+    let after_get = sent(&metrics().await);
+    assert_eq!(after_get, get.body.len() as f64);
+    // Repeated: the later ones are prepared answers, counted again as sent.
+    for coding in ["identity", "gzip", "gzip", "gzip"] {
+        let head = curl(
+            &server.url("/index.html"),
+            &["-I", "-H", &format!("Accept-Encoding: {coding}")],
+        )
+        .await;
+        assert_eq!(head.status, 200);
+    }
+    assert_eq!(sent(&metrics().await), after_get);
+}
+
+#[tokio::test]
 async fn head_matches_get_without_a_body() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = site();

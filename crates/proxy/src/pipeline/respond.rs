@@ -164,7 +164,8 @@ pub fn respond(metrics: &Arc<Metrics>, ctx: &RequestContext, rep: Representation
         metrics: metrics.clone(),
         mechanism: coding.mechanism(),
         content_type,
-        original_len,
+        original_len: original_len.filter(|_| !is_head),
+        head: is_head,
     };
 
     let mut whole = None;
@@ -460,10 +461,13 @@ struct Accounting {
     /// [`content_type_family`] of the body's media type.
     content_type: &'static str,
     original_len: Option<u64>,
+    /// A HEAD request: the body is not sent, so nothing of it is counted.
+    head: bool,
 }
 
 impl Accounting {
     fn record(&self, sent: u64) {
+        let sent = if self.head { 0 } else { sent };
         let original = self.original_len.unwrap_or(sent);
         self.metrics
             .record_body(self.mechanism, self.content_type, original, sent);
