@@ -98,7 +98,7 @@ impl Instances {
     }
 
     /// The hashes to offer in `wirefold-have`: the URL's two newest instances, then
-    /// its cluster's, newest first, at most [`OFFERED`]. Each costs ~40 bytes of
+    /// its cluster's, newest first, at most `OFFERED` (4). Each costs ~40 bytes of
     /// request that no HPACK table can save (it changes with every version): on a
     /// 28.8 kbit/s link, 16 of them would add 0.2 s to every request, while older
     /// instances rarely make the better base.

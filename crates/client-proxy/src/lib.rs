@@ -4,7 +4,8 @@
 //!
 //! - [`config`]: every flag and key;
 //! - `connection`: the one HTTP/2-over-TLS connection and its reconnection;
-//! - [`reassemble`]: frames → the verified instance (pure);
+//! - `frames`: a link answer's body split into frames, each fed to
+//!   [`link_protocol::reassemble`] (frames → the verified instance, pure);
 //! - [`instances`]: what the client holds, per URL, per cluster and per origin;
 //! - `push`: what the server proxy pushes with a page, and the requests waiting for it;
 //! - `exchange`: one browser request, end to end;

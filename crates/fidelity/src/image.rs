@@ -284,7 +284,7 @@ pub struct Rendition {
 
 /// Makes up to `steps` renditions in `format`, each at most [`STEP_RATIO`] of the
 /// bytes of the one before, the first of `original_len`. Stops early when a rung
-/// would be smaller than [`MIN_SIDE`] or after [`MAX_ENCODES`] encodes.
+/// would be smaller than `MIN_SIDE` or after `MAX_ENCODES` encodes.
 pub fn ladder(
     pixels: &Pixels,
     original_len: usize,

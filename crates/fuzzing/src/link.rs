@@ -282,7 +282,7 @@ fn coded(coding: LinkCoding, data: &[u8], finish: bool) -> Bytes {
 /// 8 ERROR, 9 a valid dcz delta between held instances (DELTA, DATA, END), 10 a valid
 /// full body of a held instance or input bytes in any coding (FULL, DATA…, END),
 /// 11 a valid stale instance (STALE_BEGIN, STALE_DATA…).
-/// Hashes are chosen by [`Program::hash`]: a held instance, the stale/full body built
+/// Hashes are chosen by `Program::hash`: a held instance, the stale/full body built
 /// so far, or raw bytes.
 pub fn program(bytes: &[u8]) -> Vec<Frame> {
     let mut p = Program { bytes };

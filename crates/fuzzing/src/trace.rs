@@ -33,7 +33,7 @@ pub fn trace(input: &[u8]) {
     run(input);
 }
 
-/// [`trace`], counting the exchanges read.
+/// [`trace()`], counting the exchanges read.
 pub fn run(input: &[u8]) -> usize {
     let Some((&flags, rest)) = input.split_first() else {
         return 0;

@@ -136,7 +136,7 @@ pub fn together(frames: impl IntoIterator<Item = bytes::Bytes>) -> bytes::Bytes 
 /// decisions stay close to what is on the wire.
 const UNSENT_LIMIT: libc::c_int = 16 * 1024;
 
-/// Applies [`UNSENT_LIMIT`] (`TCP_NOTSENT_LOWAT`) to an accepted socket.
+/// Applies `UNSENT_LIMIT` (`TCP_NOTSENT_LOWAT`) to an accepted socket.
 #[allow(unsafe_code)] // std has no setsockopt
 pub fn limit_unsent(fd: std::os::fd::RawFd) {
     // SAFETY: a plain integer option on a descriptor the caller owns.

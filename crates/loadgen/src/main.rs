@@ -72,8 +72,7 @@ struct SurgeArgs {
 
 #[derive(Args)]
 struct RateArgs {
-    /// http://HOST[:PORT]/PATH
-    #[arg(long)]
+    #[arg(long, help = "http://HOST[:PORT]/PATH")]
     url: String,
     /// Requests per second.
     #[arg(long)]

@@ -2,7 +2,7 @@
 //! coalescing, behind one service, [`Cache`].
 //!
 //! A cache entry is a store record keyed by the request target; it lists up to
-//! [`MAX_VARIANTS`] stored responses that differ by the request fields named in
+//! `MAX_VARIANTS` stored responses that differ by the request fields named in
 //! `Vary`. Bodies are store blobs (decoded, content addressed); the record names them
 //! as references, so evicting a body removes the entry that needs it.
 

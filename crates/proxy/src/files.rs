@@ -15,7 +15,7 @@ use store::memo::Bounded;
 use crate::model::{content_etag, etag_value, FileMark};
 use wirefold_http::conditional::EntityTag;
 
-/// What a request path resolves to: kept for [`RESOLUTION_TTL`] and shared, not
+/// What a request path resolves to: kept for `RESOLUTION_TTL` and shared, not
 /// copied, by the requests that use it.
 pub struct Resolution {
     /// The canonical path of the file, inside the root.

@@ -13,7 +13,7 @@
 //! Each request's urgency is its RFC 9218 `Priority` field, or a default by
 //! destination, the page first ([`Priority::of_request`]); pushes are the least
 //! urgent. The choice is made where it still matters: a stream hands `h2` body data
-//! only within the connection's [`Budget`] of bytes `h2` holds unwritten
+//! only within the connection's `h2_budget::Budget` of bytes `h2` holds unwritten
 //! (`[http2] budget_bytes`), the most urgent waiting stream first when room opens,
 //! and below `h2` little may queue either: rustls's buffer (`[http2]
 //! tls_buffer_bytes`) and the socket's unsent bytes (`TCP_NOTSENT_LOWAT`, `[http2]

@@ -344,7 +344,7 @@ impl Store {
     /// Records whose keys start with `prefix`, in key order, at most `limit` of them. On
     /// Redis, records are listed by group (a key up to its first `/`), so `prefix` must
     /// reach that `/` ([`StoreError::PrefixTooShort`] otherwise), and a group lists its
-    /// [`MAX_GROUP_KEYS`] most recently written keys.
+    /// `MAX_GROUP_KEYS` (10,000) most recently written keys.
     pub fn records_with_prefix(
         &self,
         prefix: &str,

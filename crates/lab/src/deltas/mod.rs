@@ -53,7 +53,7 @@ pub struct DeltasArgs {
     /// Also print the savings table per series.
     #[arg(long)]
     pub by_series: bool,
-    /// Write every body measured to DIR/<corpus>/<series>/<old>_<new>.<method>.
+    /// Write every body measured to `DIR/<corpus>/<series>/<old>_<new>.<method>`.
     #[arg(long, value_name = "DIR")]
     pub keep_deltas: Option<PathBuf>,
 }

@@ -10,18 +10,18 @@
 //! | stage | runs | takes | may change | returns |
 //! | --- | --- | --- | --- | --- |
 //! | [`classify`] | first, on every request | the request head | nothing | a [`ClientProfile`](crate::model::ClientProfile), every field later stages use parsed once; or 400 |
-//! | [`fetch`] | after classify | [`Fetcher`](fetch::Fetcher) (source, cache, limits), an optional [`OriginObserver`](crate::model::OriginObserver) | the origin request it sends | the current [`Instance`](crate::model::Instance) and what to store; or a finished error response |
-//! | [`remember`] | after fetch, before anything is sent | [`Cache`](crate::cache::Cache), [`DeltaEngine`](delta::DeltaEngine) | the store | the instance, unchanged |
-//! | [`adapt`] | on every instance | [`Variants`](crate::variants::Variants), `[fidelity]` | the instance's fidelity: a smaller variant, `Alternates`, `TCN`, `Vary`, `Accept-CH`; queues first-seen originals for variants | an instance |
-//! | [`hint`] | on every instance | `[hints]`, the page's manifest ([`Manifests`](crate::manifests::Manifests)) | `Link: rel=preload` fields for the page's subresources | an instance |
-//! | [`encode`] | on every instance | [`DerivedBodies`](delta::derived::DerivedBodies), [`DeltaEngine`](delta::DeltaEngine) | the representation's coding, `Use-As-Dictionary` and dictionary links | a [`Representation`](encode::Representation) |
+//! | [`fetch`] | after classify | [`Fetcher`] (source, cache, limits), an optional [`OriginObserver`](crate::model::OriginObserver) | the origin request it sends | the current [`Instance`](crate::model::Instance) and what to store; or a finished error response |
+//! | [`remember`] | after fetch, before anything is sent | [`Cache`], [`DeltaEngine`] | the store | the instance, unchanged |
+//! | [`adapt`] | on every instance | [`Variants`], `[fidelity]` | the instance's fidelity: a smaller variant, `Alternates`, `TCN`, `Vary`, `Accept-CH`; queues first-seen originals for variants | an instance |
+//! | [`hint`] | on every instance | `[hints]`, the page's manifest ([`Manifests`]) | `Link: rel=preload` fields for the page's subresources | an instance |
+//! | [`encode`] | on every instance | [`DerivedBodies`], [`DeltaEngine`] | the representation's coding, `Use-As-Dictionary` and dictionary links | a [`Representation`](encode::Representation) |
 //! | [`respond`] | last | metrics | status (304, 206, 412, 416), validators, `Vary`, `Cache-Status` | the response, what it delivers for the request's record, and its body when whole |
 //!
-//! Stages share nothing but the [`RequestContext`](crate::model::RequestContext) and the
+//! Stages share nothing but the [`RequestContext`] and the
 //! values they hand on. The values are in [`crate::model`], a leaf every caller of a
 //! stage may use; a server proxy's link exchange runs `fetch` and `remember` itself.
 //! Every answer, error or not, completes the request's
-//! [`RequestRecord`](crate::record::RequestRecord) as its body is sent. Before the
+//! [`RequestRecord`] as its body is sent. Before the
 //! stages, a request exactly like one answered before may get that answer again
 //! ([`prepared`]) while nothing it was made from has changed.
 
@@ -506,7 +506,7 @@ impl Pipeline {
     /// per page version and in the background (the page is not delayed): each is
     /// fetched through `fetch` and `remember`, so the cache serves and keeps it like
     /// any request. Same-origin stylesheets only (the page's own site is the one
-    /// served), at most [`MAX_STYLESHEETS_READ`] per page, `hints.stylesheet_depth`
+    /// served), at most `MAX_STYLESHEETS_READ` per page, `hints.stylesheet_depth`
     /// deep, each once (an import cycle ends). The manifest is then replaced.
     ///
     /// Runs after a shared page is served, on the normal path and over the link (where

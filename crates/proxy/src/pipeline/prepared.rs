@@ -10,7 +10,7 @@
 //!   write: [`crate::cache::HotEntries::changes`] counts every put and removal;
 //! - work that outlives a request (an encoding kept at the cached level after the
 //!   first answers went out at the on-the-fly one, a revalidation, a stylesheet read
-//!   for a manifest): [`Background::changes`] counts every start and end;
+//!   for a manifest): `Background::changes` counts every start and end;
 //! - the configuration: reloads are counted here;
 //! - the instance itself, which `fetch` vouches for ([`Rests`]): a file found again
 //!   unchanged (as `fetch` would find it, `files.check_interval_ms` and all), a cache
