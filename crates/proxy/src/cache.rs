@@ -50,7 +50,8 @@ impl Cache {
         request: &HeaderMap,
     ) -> Option<(StoredResponse, HeaderMap, Bytes, Hash)> {
         let store = self.store.clone()?;
-        if let Some(hot) = self.hot.get(key) {
+        let hot = self.hot.get(key);
+        if let Some(hot) = &hot {
             let (stored, headers) = hot.find(request)?;
             if let Some(hash) = stored.body_hash() {
                 if let Some(bytes) = store.get_blob_in_memory(&hash) {
@@ -72,7 +73,10 @@ impl Cache {
         })
         .await
         .ok()??;
-        self.hot.put_unless_changed(key, &entry, generation);
+        // Only the body was not in memory: the entry is hot already.
+        if hot.is_none() {
+            self.hot.put_unless_changed(key, &entry, generation);
+        }
         Some(found)
     }
 
@@ -81,6 +85,9 @@ impl Cache {
         let Some(store) = self.store.clone() else {
             return;
         };
+        // Before the store too: this future may be dropped (the client left) while
+        // the store's removal goes on without it.
+        self.hot.remove(key);
         let owned_key = key.to_string();
         let result = tokio::task::spawn_blocking(move || store.remove_record(&owned_key)).await;
         if let Ok(Err(e)) = result {
@@ -293,29 +300,35 @@ impl HotEntries {
         }
     }
 
-    /// Keeps `entry`, just written to the store, for `key`.
-    pub fn put(&self, key: &str, entry: &CacheEntry) {
+    /// Keeps `entry`, just written to the store for `key`, if `key` was not put or
+    /// removed since [`HotEntries::generation`] returned `seen` (read before the
+    /// write); otherwise another write or an invalidation may have landed after this
+    /// one in the store, so the key's hot entry is dropped and the next lookup reads
+    /// the store.
+    pub fn put_written(&self, key: &str, entry: &CacheEntry, seen: u64) {
         let decoded = Arc::new(Self::decoded(entry));
         let mut generations = self.generations();
-        self.entries.insert(key.to_string(), decoded);
+        if generations[shard(key)] == seen {
+            self.entries.insert(key.to_string(), decoded);
+        } else {
+            self.entries.remove(key);
+        }
         generations[shard(key)] += 1;
         self.changes.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Keeps `entry`, read from the store, unless `key` was put or removed since
-    /// [`HotEntries::generation`] returned `seen`: a refill or an invalidation that
-    /// raced the read is newer, and an older entry put over it would be served.
-    /// Another key of the same shard changing also skips it (the next lookup reads
-    /// the store again).
+    /// `seen`: a refill or an invalidation that raced the read is newer, and an
+    /// older entry put over it would be served. Another key of the same shard
+    /// changing also skips it (the next lookup reads the store again). Counts as no
+    /// change: it is what the store holds, which every write puts or removes after
+    /// itself.
     pub fn put_unless_changed(&self, key: &str, entry: &CacheEntry, seen: u64) {
         let decoded = Arc::new(Self::decoded(entry));
-        let mut generations = self.generations();
-        if generations[shard(key)] != seen {
-            return;
+        let generations = self.generations();
+        if generations[shard(key)] == seen {
+            self.entries.insert(key.to_string(), decoded);
         }
-        self.entries.insert(key.to_string(), decoded);
-        generations[shard(key)] += 1;
-        self.changes.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The count of puts and removals of `key`'s shard so far.
@@ -439,6 +452,11 @@ pub async fn wait_for_leader(mut rx: watch::Receiver<()>, limit: Duration) {
 mod tests {
     use super::*;
 
+    /// A write's put, nothing having raced it.
+    fn put(hot: &HotEntries, key: &str, entry: &CacheEntry) {
+        hot.put_written(key, entry, hot.generation(key));
+    }
+
     #[test]
     fn head_round_trips_any_octets() {
         let mut h = HeaderMap::new();
@@ -470,7 +488,7 @@ mod tests {
         let hot = HotEntries::default();
         let hot_keys: Vec<String> = (0..8).map(|i| format!("site/hot/{i}")).collect();
         for key in &hot_keys {
-            hot.put(key, &entry);
+            put(&hot, key, &entry);
         }
         for _ in 0..3 {
             for key in &hot_keys {
@@ -480,14 +498,14 @@ mod tests {
         for i in 0..50_000 {
             let key = format!("site/once/{i}");
             assert!(hot.get(&key).is_none());
-            hot.put(&key, &entry);
+            put(&hot, &key, &entry);
         }
         let kept = hot_keys.iter().filter(|k| hot.get(k).is_some()).count();
         assert_eq!(kept, hot_keys.len(), "hot entries kept after the burst");
 
         // Every put and removal is counted once it took effect, a read is not.
         let before = hot.changes();
-        hot.put("site/new", &entry);
+        put(&hot, "site/new", &entry);
         assert_eq!(hot.changes(), before + 1);
         assert!(hot.get("site/new").is_some());
         assert_eq!(hot.changes(), before + 1);
@@ -521,20 +539,38 @@ mod tests {
     fn a_lookup_keeps_what_it_read_only_if_the_key_did_not_change_meanwhile() {
         let hot = HotEntries::default();
         let seen = hot.generation("site/page");
-        hot.put("site/page", &entry_with_etag("\"new\""));
+        put(&hot, "site/page", &entry_with_etag("\"new\""));
         hot.put_unless_changed("site/page", &entry_with_etag("\"old\""), seen);
         assert_eq!(hot_etag(&hot, "site/page").as_deref(), Some("\"new\""));
 
-        hot.put("site/gone", &entry_with_etag("\"old\""));
+        put(&hot, "site/gone", &entry_with_etag("\"old\""));
         let seen = hot.generation("site/gone");
         hot.remove("site/gone");
         hot.put_unless_changed("site/gone", &entry_with_etag("\"old\""), seen);
         assert!(hot.get("site/gone").is_none());
 
-        // Nothing changed: kept.
-        let seen = hot.generation("site/quiet");
+        // Nothing changed: kept, and not counted as a change (the store holds it).
+        let (seen, changes) = (hot.generation("site/quiet"), hot.changes());
         hot.put_unless_changed("site/quiet", &entry_with_etag("\"read\""), seen);
         assert_eq!(hot_etag(&hot, "site/quiet").as_deref(), Some("\"read\""));
+        assert_eq!(hot.changes(), changes);
+    }
+
+    /// Two writes of a key, or a write and an invalidation, may reach the hot
+    /// entries in the other order than the store: then none of theirs is kept.
+    #[test]
+    fn a_write_overtaken_by_another_change_of_its_key_drops_the_hot_entry() {
+        let hot = HotEntries::default();
+        let first = hot.generation("site/page");
+        let second = hot.generation("site/page");
+        hot.put_written("site/page", &entry_with_etag("\"second\""), second);
+        hot.put_written("site/page", &entry_with_etag("\"first\""), first);
+        assert!(hot.get("site/page").is_none());
+
+        let seen = hot.generation("site/gone");
+        hot.remove("site/gone");
+        hot.put_written("site/gone", &entry_with_etag("\"old\""), seen);
+        assert!(hot.get("site/gone").is_none());
     }
 
     #[test]

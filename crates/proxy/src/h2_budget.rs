@@ -14,13 +14,17 @@
 //! instead (the stream was reset, by either side, or lies beyond a client's GOAWAY)
 //! are given back when the RST_STREAM or GOAWAY passes the same wrapper.
 //!
-//! The budget binds only once the connection has carried requests of two priority
-//! classes (urgency and incremental flag): until then there is nothing to put ahead
-//! of anything, and every stream hands `h2` all it has at once, as without a budget.
-//! Waiting for room costs a hand-off between the stream's task and the connection's
-//! per piece (docs/benchmarks.md, "Ordering only where there is something to
-//! order"); a browser's connection mixes classes from its first subresource, a
-//! client of one kind of request (an API client, a load generator) never does.
+//! Streams wait for room only once the connection has carried requests of two
+//! priority classes (urgency and incremental flag): until then no response is more
+//! urgent than another, and every stream hands `h2` all it has at once, counted, as
+//! without a budget (RFC 9218's one-after-another order of equal, non-incremental
+//! urgencies is given up there: `h2` takes turns frame by frame). Waiting for room
+//! costs a hand-off between the stream's task and the connection's per piece
+//! (docs/benchmarks.md, "Ordering only where there is something to order"); a
+//! browser's connection mixes classes from its first subresource, a client of one
+//! kind of request (an API client, a load generator) never does. What was handed
+//! before stays counted, so a page answered at once still goes out ahead of the
+//! subresources asked for after it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::IoSlice;
@@ -65,9 +69,6 @@ struct Queue {
 #[derive(Default)]
 struct Stake {
     unsent: usize,
-    /// Bytes handed to `h2` before the budget bound, not part of `Queue::unsent`;
-    /// written first (a stream's data leaves in order), so settled first.
-    untracked: usize,
     /// The stream's sender is still running (it may ask for more room).
     live: bool,
     /// `h2` dropped the stream's data (a reset): it gets no more room.
@@ -81,25 +82,9 @@ impl Queue {
         let Some(stake) = self.streams.get_mut(&stream) else {
             return;
         };
-        let untracked = bytes.min(stake.untracked);
-        stake.untracked -= untracked;
-        let settled = (bytes - untracked).min(stake.unsent);
-        stake.unsent -= settled;
-        self.unsent -= settled;
-        self.forget_if_done(stream);
-        self.wake_first(limit);
-    }
-
-    /// Takes `bytes` a stream was granted and did not hand over off its part: the
-    /// grant was the latest, so counted (`unsent`) if the budget bound then.
-    fn give_back(&mut self, stream: u32, bytes: usize, limit: usize) {
-        let Some(stake) = self.streams.get_mut(&stream) else {
-            return;
-        };
         let settled = bytes.min(stake.unsent);
         stake.unsent -= settled;
         self.unsent -= settled;
-        stake.untracked -= (bytes - settled).min(stake.untracked);
         self.forget_if_done(stream);
         self.wake_first(limit);
     }
@@ -108,7 +93,7 @@ impl Queue {
         if self
             .streams
             .get(&stream)
-            .is_some_and(|stake| stake.unsent == 0 && stake.untracked == 0 && !stake.live)
+            .is_some_and(|stake| stake.unsent == 0 && !stake.live)
         {
             self.streams.remove(&stream);
         }
@@ -135,7 +120,6 @@ impl Queue {
             return;
         };
         self.unsent -= std::mem::take(&mut stake.unsent);
-        stake.untracked = 0;
         if stake.live {
             stake.reset = true;
         } else {
@@ -194,8 +178,8 @@ impl Budget {
 
     /// Waits for room for `stream` (of `priority`) to hand `h2` up to `wanted` bytes:
     /// the unsent total is under the budget and no stream waits that goes before it
-    /// ([`Key`]: more urgent, or as urgent and asked for earlier); all of it at once
-    /// while the connection has carried one class only. Returns the bytes
+    /// ([`Key`]: more urgent, or as urgent and asked for earlier); all of it at once,
+    /// counted, while the connection has carried one class only. Returns the bytes
     /// granted (the room left, at least a frame, at most `wanted`), already counted
     /// as unsent: [`Budget::give_back`] what is not handed over. `None` once the
     /// stream was reset.
@@ -210,7 +194,7 @@ impl Budget {
     /// Uncounts `bytes` of a grant that `stream` did not hand to `h2`.
     pub fn give_back(&self, stream: u32, bytes: usize) {
         if bytes > 0 {
-            self.queue().give_back(stream, bytes, self.limit);
+            self.queue().settle(stream, bytes, self.limit);
         }
     }
 }
@@ -241,7 +225,8 @@ impl Place<'_> {
             return Poll::Ready(None);
         }
         if !queue.mixed {
-            queue.streams.entry(stream).or_default().untracked += wanted;
+            queue.unsent += wanted;
+            queue.streams.entry(stream).or_default().unsent += wanted;
             return Poll::Ready(Some(wanted));
         }
         let key = *self.key.get_or_insert_with(|| {
@@ -580,25 +565,21 @@ mod tests {
     }
 
     #[test]
-    fn grants_before_a_second_class_are_not_counted_and_are_settled_first() {
+    fn one_class_is_granted_all_at_once_and_counted_for_the_next() {
         let budget = Budget::new(8192);
-        let (image, page) = (Priority::new(3, false), Priority::new(0, true));
-        budget.enter(1, image);
-        // One class so far: all at once, outside the count.
-        assert_eq!(grant(&budget, 1, image, 100_000), Poll::Ready(100_000));
+        let (page, image) = (Priority::new(0, true), Priority::new(3, false));
+        budget.enter(1, page);
+        // One class so far: all at once, no wait, but counted.
+        assert_eq!(grant(&budget, 1, page, 100_000), Poll::Ready(100_000));
         budget.give_back(1, 1_000);
-        assert_eq!(budget.queue().unsent, 0);
-        // A second class: the budget binds, counting from now.
-        budget.arrived(page);
-        assert_eq!(grant(&budget, 1, image, 20_000), Poll::Ready(FRAME));
-        budget.enter(3, page);
-        assert_eq!(grant(&budget, 3, page, 20_000), Poll::Pending);
-        // Stream 1's uncounted bytes leave first: no room yet.
-        budget.queue().settle(1, 99_000, budget.limit);
-        assert_eq!(grant(&budget, 3, page, 20_000), Poll::Pending);
-        budget.queue().settle(1, FRAME, budget.limit);
-        assert_eq!(grant(&budget, 3, page, 20_000), Poll::Ready(FRAME));
-        assert_eq!(budget.queue().unsent, FRAME);
+        assert_eq!(budget.queue().unsent, 99_000);
+        // A second class: it waits for the page's bytes to be written.
+        budget.enter(3, image);
+        assert_eq!(grant(&budget, 3, image, 20_000), Poll::Pending);
+        budget.queue().settle(1, 90_000, budget.limit);
+        assert_eq!(grant(&budget, 3, image, 20_000), Poll::Pending);
+        budget.queue().settle(1, 1_000, budget.limit);
+        assert_eq!(grant(&budget, 3, image, 20_000), Poll::Ready(FRAME));
     }
 
     #[test]

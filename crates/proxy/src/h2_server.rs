@@ -661,6 +661,7 @@ mod tests {
 
     /// Answers `/NAME/SIZE` with SIZE bytes at once; `/slow/SIZE` with one frame,
     /// then (when `release` is notified) the rest: an origin that takes its time;
+    /// `/late/SIZE` with nothing until `release` is notified, then all of it;
     /// `/fail/SIZE` with SIZE bytes, then a failure.
     struct Bodies {
         release: Arc<tokio::sync::Notify>,
@@ -683,6 +684,12 @@ mod tests {
             let (byte, size) = body_of(req.uri().path());
             let whole = Bytes::from(vec![byte; size]);
             let path = req.uri().path();
+            if path.starts_with("/late/") {
+                return Box::pin(async move {
+                    self.release.notified().await;
+                    Response::new(body::full(whole))
+                });
+            }
             if path.starts_with("/dated/") {
                 let mut response = Response::new(body::full(whole));
                 let date = http::HeaderValue::from_static(DATED);
@@ -1063,6 +1070,47 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A browser's fresh connection: the page first, then (the client reading
+    /// nothing meanwhile) its images; how many image bytes went out within the page.
+    async fn images_within_a_page_asked_first(page: &'static str, late: bool) -> usize {
+        let connected =
+            connect_alone(ordered(), 64 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024).await;
+        connected.paused.set(true);
+        let (page, _, page_reader) = ask(&connected.client, page, PAGE).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut readers = Vec::new();
+        for path in ["/i1/1048576", "/i2/1048576", "/i3/1048576"] {
+            readers.push(ask(&connected.client, path, IMAGE).await.2);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if late {
+            connected.release.notify_one();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        connected.paused.set(false);
+        page_reader.await.unwrap();
+        for reader in readers {
+            reader.await.unwrap();
+        }
+        let frames = connected.frames.lock().unwrap().clone();
+        beside(&frames, page)
+    }
+
+    #[tokio::test]
+    async fn a_page_answered_at_once_stays_ahead_of_the_images_asked_after_it() {
+        // What the page handed `h2` before the images came counts against them.
+        let beside = images_within_a_page_asked_first("/page/262144", false).await;
+        assert!(beside <= leak(), "{beside} bytes of images within the page");
+    }
+
+    #[tokio::test]
+    async fn a_page_waiting_for_its_origin_counts_as_a_class_before_its_images_send() {
+        // The 103 case: the page's request has arrived, its head has not; the images
+        // it preloads are held to the budget, so the page's body goes ahead of theirs.
+        let beside = images_within_a_page_asked_first("/late/262144", true).await;
+        assert!(beside <= leak(), "{beside} bytes of images within the page");
     }
 
     #[tokio::test]

@@ -351,7 +351,7 @@ async fn head_counts_no_body_bytes_sent() {
     assert_eq!(sent(&metrics().await), after_get);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn head_matches_get_without_a_body() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = site();

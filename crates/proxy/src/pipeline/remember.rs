@@ -77,6 +77,11 @@ pub async fn remember(
     } = fetched;
     if let (Some(plan), Some(store)) = (store_plan, cache.store.clone()) {
         let delta = deltas.config().clone();
+        // Read before the write: see `HotEntries::put_written`.
+        let seen = match &plan {
+            StorePlan::CacheEntry { key, .. } => cache.hot.generation(key),
+            StorePlan::Body { .. } => 0,
+        };
         // A cache entry written comes back, to be kept hot.
         let written = delta::blocking::run(
             move || -> Result<Option<(String, CacheEntry)>, store::StoreError> {
@@ -140,7 +145,7 @@ pub async fn remember(
         )
         .await;
         match written {
-            Ok(Some((key, entry))) => cache.hot.put(&key, &entry),
+            Ok(Some((key, entry))) => cache.hot.put_written(&key, &entry, seen),
             Ok(None) => {}
             // Suspended after a full disk or a shared store that stopped answering
             // (logged once by the store), or a body evicted between writes: not cached
