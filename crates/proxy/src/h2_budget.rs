@@ -59,8 +59,7 @@ struct Queue {
     /// The streams waiting for room, in the order they get it ([`Place`]'s key).
     waiting: BTreeMap<Key, Waker>,
     arrivals: u64,
-    /// The priority class of the connection's first request, until a second class
-    /// arrives: then `None` and `mixed`.
+    /// The priority class of the connection's first request.
     class: Option<(u8, bool)>,
     /// Requests of two classes have arrived: the budget binds from now on.
     mixed: bool,
@@ -106,11 +105,7 @@ impl Queue {
         }
         match self.class {
             None => self.class = Some(class),
-            Some(first) if first != class => {
-                self.class = None;
-                self.mixed = true;
-            }
-            Some(_) => {}
+            Some(first) => self.mixed = first != class,
         }
     }
 
