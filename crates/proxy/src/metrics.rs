@@ -242,6 +242,9 @@ pub struct Metrics {
     /// Bytes of the body actually sent.
     pub bytes_sent: Family<BytesLabels, Counter>,
     pub cache: Family<ResultLabels, Counter>,
+    /// `cache{result="hit"}`, held: a prepared answer counts its hit without a label
+    /// lookup.
+    pub cache_hit: Counter,
     /// Prepared responses, by result.
     pub prepared: PreparedCounters,
     /// Derived-body lookups (`encoding_cache_lookups`), counted by the delta engine.
@@ -292,6 +295,13 @@ pub struct Metrics {
     pub memory_trims: Histogram,
     /// Totals kept beside the families so the demo can print a summary cheaply.
     totals: Totals,
+}
+
+/// `body_bytes_original` and `body_bytes_sent` of one mechanism and content type.
+#[derive(Clone)]
+pub struct BodyCounters {
+    original: Counter,
+    sent: Counter,
 }
 
 #[derive(Default)]
@@ -364,8 +374,9 @@ impl Metrics {
             "Body bytes sent, by mechanism and content type",
             bytes_sent.clone(),
         );
-        let cache = Family::default();
+        let cache: Family<ResultLabels, Counter> = Family::default();
         registry.register("cache_lookups", "HTTP cache outcomes", cache.clone());
+        let cache_hit = cache.get_or_create(&ResultLabels { result: "hit" }).clone();
         let prepared_family = Family::default();
         registry.register(
             "prepared_responses",
@@ -632,6 +643,7 @@ impl Metrics {
             requests,
             bytes_original,
             bytes_sent,
+            cache_hit,
             cache,
             prepared,
             encoding_cache,
@@ -673,12 +685,30 @@ impl Metrics {
         original: u64,
         sent: u64,
     ) {
+        self.record_body_with(&self.body_counters(mechanism, family), original, sent);
+    }
+
+    /// The byte counters of one kind of body, held by an answer sent again (a label
+    /// lookup takes the family's lock, which every connection thread shares).
+    pub fn body_counters(
+        &self,
+        mechanism: impl Into<Cow<'static, str>>,
+        family: &'static str,
+    ) -> BodyCounters {
         let labels = BytesLabels {
             mechanism: mechanism.into(),
             content_type: family,
         };
-        self.bytes_original.get_or_create(&labels).inc_by(original);
-        self.bytes_sent.get_or_create(&labels).inc_by(sent);
+        BodyCounters {
+            original: self.bytes_original.get_or_create(&labels).clone(),
+            sent: self.bytes_sent.get_or_create(&labels).clone(),
+        }
+    }
+
+    /// Counts one body with counters from [`Metrics::body_counters`].
+    pub fn record_body_with(&self, counters: &BodyCounters, original: u64, sent: u64) {
+        counters.original.inc_by(original);
+        counters.sent.inc_by(sent);
         self.totals.original.fetch_add(original, Ordering::Relaxed);
         self.totals.sent.fetch_add(sent, Ordering::Relaxed);
     }

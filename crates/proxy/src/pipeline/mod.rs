@@ -258,7 +258,7 @@ impl Pipeline {
         record.update(|r| r.resource = Some(kept.made.resource.clone()));
         record.deliver(kept.delivery_now());
         if kept.is_cache_hit() {
-            self.metrics.cache_result("hit");
+            self.metrics.cache_hit.inc();
         }
         self.metrics.hinted_final(kept.made.links);
         kept.made.whole.count_again();

@@ -21,7 +21,7 @@ use wirefold_http::{decimal_value, ContentCoding};
 
 use super::encode::{Representation, RepresentationBody, SentCoding};
 use crate::body::{self, error_response, Body};
-use crate::metrics::{content_type_family, Metrics};
+use crate::metrics::{content_type_family, BodyCounters, Metrics};
 use crate::model::{etag_value, Provenance, RequestContext};
 use crate::record::Delivery;
 
@@ -194,7 +194,7 @@ pub fn respond(metrics: &Arc<Metrics>, ctx: &RequestContext, rep: Representation
                     let part = bytes.slice(start as usize..=end_inclusive as usize);
                     let n = part.len() as u64;
                     accounting.record(n);
-                    whole = Some(WholeBody::counted(&part, accounting, n));
+                    whole = Some(WholeBody::counted(&part, &accounting, n));
                     (StatusCode::PARTIAL_CONTENT, body::full(part), Some(n))
                 }
                 Some(_) => {
@@ -205,7 +205,7 @@ pub fn respond(metrics: &Arc<Metrics>, ctx: &RequestContext, rep: Representation
                 }
                 None => {
                     accounting.record(len);
-                    whole = Some(WholeBody::counted(&bytes, accounting, len));
+                    whole = Some(WholeBody::counted(&bytes, &accounting, len));
                     (status, body::full(bytes), Some(len))
                 }
             }
@@ -297,21 +297,38 @@ impl Answer {
 #[derive(Clone, Default)]
 pub struct WholeBody {
     pub body: Bytes,
-    counted: Option<(Accounting, u64)>,
+    counted: Option<CountedAgain>,
+}
+
+/// What a body sent again counts: its counters, held, and its sizes.
+#[derive(Clone)]
+struct CountedAgain {
+    metrics: Arc<Metrics>,
+    counters: BodyCounters,
+    original: u64,
+    sent: u64,
 }
 
 impl WholeBody {
-    fn counted(body: &Bytes, accounting: Accounting, len: u64) -> WholeBody {
+    fn counted(body: &Bytes, accounting: &Accounting, len: u64) -> WholeBody {
+        let (original, sent) = accounting.sizes(len);
         WholeBody {
             body: body.clone(),
-            counted: Some((accounting, len)),
+            counted: Some(CountedAgain {
+                metrics: accounting.metrics.clone(),
+                counters: accounting
+                    .metrics
+                    .body_counters(accounting.mechanism, accounting.content_type),
+                original,
+                sent,
+            }),
         }
     }
 
     /// Counts it into the metrics again, as sent again.
     pub fn count_again(&self) {
-        if let Some((accounting, len)) = &self.counted {
-            accounting.record(*len);
+        if let Some(c) = &self.counted {
+            c.metrics.record_body_with(&c.counters, c.original, c.sent);
         }
     }
 }
@@ -467,10 +484,15 @@ struct Accounting {
 
 impl Accounting {
     fn record(&self, sent: u64) {
-        let sent = if self.head { 0 } else { sent };
-        let original = self.original_len.unwrap_or(sent);
+        let (original, sent) = self.sizes(sent);
         self.metrics
             .record_body(self.mechanism, self.content_type, original, sent);
+    }
+
+    /// What a body of `sent` bytes counts: before the encode stage, and sent.
+    fn sizes(&self, sent: u64) -> (u64, u64) {
+        let sent = if self.head { 0 } else { sent };
+        (self.original_len.unwrap_or(sent), sent)
     }
 
     /// Wraps a stream so its size is recorded when it ends (or is dropped).
