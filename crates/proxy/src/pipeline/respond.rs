@@ -193,7 +193,6 @@ pub fn respond(metrics: &Arc<Metrics>, ctx: &RequestContext, rep: Representation
                 }) => {
                     let part = bytes.slice(start as usize..=end_inclusive as usize);
                     let n = part.len() as u64;
-                    accounting.record(n);
                     whole = Some(WholeBody::counted(&part, &accounting, n));
                     (StatusCode::PARTIAL_CONTENT, body::full(part), Some(n))
                 }
@@ -204,7 +203,6 @@ pub fn respond(metrics: &Arc<Metrics>, ctx: &RequestContext, rep: Representation
                     )
                 }
                 None => {
-                    accounting.record(len);
                     whole = Some(WholeBody::counted(&bytes, &accounting, len));
                     (status, body::full(bytes), Some(len))
                 }
@@ -309,26 +307,36 @@ struct CountedAgain {
     sent: u64,
 }
 
+impl CountedAgain {
+    fn count(&self) {
+        self.metrics
+            .record_body_with(&self.counters, self.original, self.sent);
+    }
+}
+
 impl WholeBody {
+    /// Counts `len` bytes of `body` as sent, keeping the counters for a repeat.
     fn counted(body: &Bytes, accounting: &Accounting, len: u64) -> WholeBody {
         let (original, sent) = accounting.sizes(len);
+        let counted = CountedAgain {
+            metrics: accounting.metrics.clone(),
+            counters: accounting
+                .metrics
+                .body_counters(accounting.mechanism, accounting.content_type),
+            original,
+            sent,
+        };
+        counted.count();
         WholeBody {
             body: body.clone(),
-            counted: Some(CountedAgain {
-                metrics: accounting.metrics.clone(),
-                counters: accounting
-                    .metrics
-                    .body_counters(accounting.mechanism, accounting.content_type),
-                original,
-                sent,
-            }),
+            counted: Some(counted),
         }
     }
 
     /// Counts it into the metrics again, as sent again.
     pub fn count_again(&self) {
-        if let Some(c) = &self.counted {
-            c.metrics.record_body_with(&c.counters, c.original, c.sent);
+        if let Some(counted) = &self.counted {
+            counted.count();
         }
     }
 }
