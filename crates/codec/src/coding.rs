@@ -56,11 +56,19 @@ fn compress_with_encoder(coding: ContentCoding, level: u32, data: &[u8]) -> Vec<
     enc.finish()
 }
 
+fn compress_br(level: u32, data: &[u8]) -> Vec<u8> {
+    if level <= crate::reuse::BROTLI_KEPT_MAX_QUALITY {
+        compress_br_with(level, data, crate::reuse::Recycling)
+    } else {
+        compress_br_with(level, data, brotli::enc::StandardAlloc::default())
+    }
+}
+
 #[allow(
     clippy::expect_used,
     reason = "reading a slice and writing into a `Vec` cannot fail"
 )]
-fn compress_br(level: u32, data: &[u8]) -> Vec<u8> {
+fn compress_br_with(level: u32, data: &[u8], alloc: impl brotli::enc::BrotliAlloc) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() / 3 + 64);
     let mut input_buffer = vec![0; ENCODER_BUFFER.min(data.len().max(1))];
     let mut output_buffer = vec![0; ENCODER_BUFFER];
@@ -70,7 +78,7 @@ fn compress_br(level: u32, data: &[u8]) -> Vec<u8> {
         &mut input_buffer,
         &mut output_buffer,
         &brotli_params(level, Some(data.len())),
-        crate::reuse::Recycling,
+        alloc,
     )
     .expect("in-memory brotli compression");
     out
