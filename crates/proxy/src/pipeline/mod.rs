@@ -223,7 +223,7 @@ impl Pipeline {
         };
         if let Some(kept) = prepared.answer(&key, instance_holds) {
             if !self.config().cache.prepared_verify {
-                return self.send_again(&kept, record);
+                return self.send_again(&kept, record, req.into_parts().0.headers);
             }
             let (response, made) = self.run_stages(req, conn, started, record, true).await;
             let difference = match &made {
@@ -253,8 +253,16 @@ impl Pipeline {
     }
 
     /// Sends a kept answer again, and redoes what the stages' answer did besides:
-    /// the request's record, the metrics, the page weights.
-    fn send_again(&self, kept: &Kept, record: &OpenRecord) -> Response<Body> {
+    /// the request's record, the metrics, the page weights. The answer's fields go
+    /// into the request's own map, which it no longer needs: hyper made that map from
+    /// the last response's, so the memory cycles between requests and responses
+    /// instead of each answer allocating a copy of its fields.
+    fn send_again(
+        &self,
+        kept: &Kept,
+        record: &OpenRecord,
+        mut fields: http::HeaderMap,
+    ) -> Response<Body> {
         record.update(|r| r.resource = Some(kept.made.resource.clone()));
         record.deliver(kept.delivery_now());
         if kept.is_cache_hit() {
@@ -273,7 +281,8 @@ impl Pipeline {
         };
         let mut response = Response::new(body);
         *response.status_mut() = kept.made.status;
-        *response.headers_mut() = kept.headers_now();
+        kept.headers_now_into(&mut fields);
+        *response.headers_mut() = fields;
         response
     }
 

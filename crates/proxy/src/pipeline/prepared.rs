@@ -163,16 +163,19 @@ impl Prepared {
 }
 
 impl Kept {
-    /// The fields to send now: the kept ones, with `Age` as it is now when they have
-    /// one (a 304 has none).
-    pub fn headers_now(&self) -> HeaderMap {
-        let mut headers = self.made.headers.clone();
+    /// Makes `headers` the fields to send now: the kept ones, in their order, with
+    /// `Age` as it is now when they have one (a 304 has none). What `headers` held is
+    /// cleared; its memory is reused (a clone would allocate three times).
+    pub fn headers_now_into(&self, headers: &mut HeaderMap) {
+        headers.clear();
+        for (name, value) in &self.made.headers {
+            headers.append(name, value.clone());
+        }
         if let Some(fresh) = &self.made.rests.fresh {
             if let Some(age) = headers.get_mut(header::AGE) {
                 *age = HeaderValue::from(fresh.age_now().as_secs());
             }
         }
-        headers
     }
 
     /// The request record's delivery now: a cache hit's age as it is now.
@@ -211,7 +214,8 @@ impl Kept {
         let age = |headers: &HeaderMap| -> Option<u64> {
             headers.get(header::AGE)?.to_str().ok()?.parse().ok()
         };
-        let mut kept = self.headers_now();
+        let mut kept = HeaderMap::new();
+        self.headers_now_into(&mut kept);
         match (age(&kept), age(&stages.headers)) {
             (Some(a), Some(b)) if a.abs_diff(b) <= 1 => {}
             (None, None) => {}
