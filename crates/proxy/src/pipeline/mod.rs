@@ -254,9 +254,9 @@ impl Pipeline {
 
     /// Sends a kept answer again, and redoes what the stages' answer did besides:
     /// the request's record, the metrics, the page weights. The answer's fields go
-    /// into the request's own map, which it no longer needs: hyper made that map from
-    /// the last response's, so the memory cycles between requests and responses
-    /// instead of each answer allocating a copy of its fields.
+    /// into the request's own map, which it no longer needs: over HTTP/1.1 hyper
+    /// parsed the request into the previous response's map, so the memory cycles
+    /// between requests and responses instead of each answer allocating a copy.
     fn send_again(
         &self,
         kept: &Kept,
