@@ -676,8 +676,8 @@ impl Metrics {
         count_links(&self.early_hint_links, links);
     }
 
-    /// Records one body sent: its size before and after the encode stage.
-    /// Counts one body: `family` is [`content_type_family`] of its media type.
+    /// Counts one body sent, its size before and after the encode stage: `family` is
+    /// [`content_type_family`] of its media type.
     pub fn record_body(
         &self,
         mechanism: impl Into<Cow<'static, str>>,
