@@ -220,6 +220,17 @@ impl<I: crate::park::Transport> crate::park::Transport for Replay<I> {
             .then(|| self.inner.into_socket())
             .flatten()
     }
+    const SENDS_FILES: bool = I::SENDS_FILES;
+    fn poll_send_file(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        head: &[std::io::IoSlice<'_>],
+        file: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.inner.poll_send_file(cx, head, file, offset, len)
+    }
 }
 
 #[cfg(test)]

@@ -254,6 +254,8 @@ pub struct Metrics {
     pub response_latency: Histogram,
     pub store_bytes: Gauge,
     pub store_blobs: Gauge,
+    /// Large blobs in files of the store's directory, sent without a copy (`store::sendable`).
+    pub store_sendable_files: Gauge,
     /// Blob lookups in the store's local (in-memory) tier, by result (sampled at scrape).
     pub store_memory_lookups: Family<ResultLabels, Counter>,
     /// The shared store's state: 1 for the current one, 0 for the others.
@@ -333,6 +335,7 @@ impl Metrics {
     pub fn store_sampled(&self, stats: &store::StoreStats) {
         self.store_bytes.set(stats.disk_bytes as i64);
         self.store_blobs.set(stats.blobs as i64);
+        self.store_sendable_files.set(stats.sendable_files as i64);
         for (result, total) in [("hit", stats.memory_hits), ("miss", stats.memory_misses)] {
             let counter = self
                 .store_memory_lookups
@@ -416,6 +419,12 @@ impl Metrics {
         );
         let store_blobs = Gauge::default();
         registry.register("store_blobs", "Bodies in the store", store_blobs.clone());
+        let store_sendable_files = Gauge::default();
+        registry.register(
+            "store_sendable_files",
+            "Large bodies held in unnamed files of the store's directory, sent with sendfile instead of copied",
+            store_sendable_files.clone(),
+        );
         let store_memory_lookups = Family::default();
         registry.register(
             "store_memory_lookups",
@@ -652,6 +661,7 @@ impl Metrics {
             response_latency,
             store_bytes,
             store_blobs,
+            store_sendable_files,
             store_memory_lookups,
             store_shared_state,
             store_shared_changes,

@@ -35,7 +35,7 @@
 use std::collections::BTreeSet;
 use std::future::Future as _;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd as _, AsRawFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -70,6 +70,18 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// transport cannot be parked (or leaving the reactor failed): the connection is
     /// then closed.
     fn into_socket(self) -> Option<std::net::TcpStream>;
+    /// Whether [`Transport::poll_send_file`] works: bytes reach the socket as they are.
+    const SENDS_FILES: bool;
+    /// Writes `head`, then `len` bytes of `file` from `offset` without copying them
+    /// through user space; the count written, as `poll_write_vectored` counts.
+    fn poll_send_file(
+        &mut self,
+        cx: &mut Context<'_>,
+        head: &[io::IoSlice<'_>],
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> Poll<io::Result<usize>>;
 }
 
 impl Transport for tokio::net::TcpStream {
@@ -79,6 +91,26 @@ impl Transport for tokio::net::TcpStream {
             .inspect_err(|e| tracing::debug!(error = %e, "a connection could not be parked"))
             .ok()
     }
+    const SENDS_FILES: bool = true;
+    fn poll_send_file(
+        &mut self,
+        cx: &mut Context<'_>,
+        head: &[io::IoSlice<'_>],
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            std::task::ready!(self.poll_write_ready(cx))?;
+            let socket = self.as_fd();
+            match self.try_io(tokio::io::Interest::WRITABLE, || {
+                send_head_and_file(socket, head, file, offset, len)
+            }) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                result => return Poll::Ready(result),
+            }
+        }
+    }
 }
 
 impl Transport for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
@@ -86,6 +118,68 @@ impl Transport for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
     fn into_socket(self) -> Option<std::net::TcpStream> {
         None
     }
+    // TLS encrypts every byte in user space.
+    const SENDS_FILES: bool = false;
+    fn poll_send_file(
+        &mut self,
+        _: &mut Context<'_>,
+        _: &[io::IoSlice<'_>],
+        _: BorrowedFd<'_>,
+        _: u64,
+        _: usize,
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
+    }
+}
+
+/// One attempt: `head` with `MSG_MORE` (it leaves in the body's first segment), then
+/// the file's bytes by `sendfile`. Returns what was written; `WouldBlock` only when
+/// nothing was.
+#[allow(unsafe_code)] // std has no sendmsg flags or sendfile
+fn send_head_and_file(
+    socket: BorrowedFd<'_>,
+    head: &[io::IoSlice<'_>],
+    file: BorrowedFd<'_>,
+    offset: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let head_len: usize = head.iter().map(|b| b.len()).sum();
+    let mut written = 0;
+    if head_len > 0 {
+        // SAFETY: a zeroed msghdr is valid; its iovecs point at `head`, alive for the
+        // call (`IoSlice` is ABI-compatible with `iovec`).
+        let sent = unsafe {
+            let mut message: libc::msghdr = std::mem::zeroed();
+            message.msg_iov = head.as_ptr().cast_mut().cast();
+            message.msg_iovlen = head.len() as _;
+            libc::sendmsg(
+                socket.as_raw_fd(),
+                &message,
+                libc::MSG_MORE | libc::MSG_NOSIGNAL,
+            )
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        written = sent as usize;
+        if written < head_len {
+            return Ok(written);
+        }
+    }
+    let mut file_offset =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: both descriptors are open for the call; the offset is ours to update.
+    let sent =
+        unsafe { libc::sendfile(socket.as_raw_fd(), file.as_raw_fd(), &mut file_offset, len) };
+    if sent < 0 {
+        let error = io::Error::last_os_error();
+        return if written > 0 && error.kind() == io::ErrorKind::WouldBlock {
+            Ok(written)
+        } else {
+            Err(error)
+        };
+    }
+    Ok(written + sent as usize)
 }
 
 /// Requests handed to the service and responses hyper is done with, for one hyper
@@ -303,6 +397,20 @@ impl<I: Transport> AsyncWrite for Parking<I> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         self.active();
+        // A body in a memory file of the store's goes by `sendfile`, with what hyper
+        // queued before it (the head); what follows it goes on the next call.
+        if I::SENDS_FILES {
+            let in_file = bufs.iter().enumerate().find_map(|(i, buf)| {
+                let found = (buf.len() >= store::sendable::MIN_SENDABLE)
+                    .then(|| store::sendable::file_of(buf))??;
+                Some((i, found))
+            });
+            if let Some((i, (file, offset))) = in_file {
+                return self
+                    .inner
+                    .poll_send_file(cx, &bufs[..i], file, offset, bufs[i].len());
+            }
+        }
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
     fn is_write_vectored(&self) -> bool {

@@ -437,3 +437,56 @@ async fn a_response_the_client_reads_late_is_sent_whole() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_cached_body_sent_from_its_file_arrives_whole_at_a_slow_reader() {
+    // Large enough for the store to keep it in a file of its own, which the server then
+    // sends with `sendfile` (`store::sendable`); a reader with a small buffer, late to
+    // read, makes each `sendfile` send part of it and wait for room.
+    let big: Bytes = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    let served = big.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let served = served.clone();
+            let service = service_fn(move |_: Request<Incoming>| {
+                let response = Response::builder()
+                    .header("cache-control", "max-age=600")
+                    .header("content-type", "application/octet-stream")
+                    .body(Full::new(served.clone()))
+                    .unwrap();
+                async move { Ok::<_, Infallible>(response) }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service),
+            );
+        }
+    });
+    let proxy = proxy_of(origin, |_| {}).await;
+    let mut first = Client::connect(&proxy).await;
+    first.send(get("/big.bin").as_bytes()).await;
+    assert_eq!(first.response().await, (200, big.to_vec()));
+    support::metric_reaches(&proxy, "wirefold_store_sendable_files", 1.0).await;
+
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut slow = Client {
+        stream: socket.connect(proxy.running.addr).await.unwrap(),
+        buf: Vec::new(),
+    };
+    // Two whole bodies and a range inside the file, pipelined.
+    let range = "GET /big.bin HTTP/1.1\r\nHost: example\r\nRange: bytes=70000-900000\r\n\r\n";
+    slow.send(format!("{}{range}{}", get("/big.bin"), get("/big.bin")).as_bytes())
+        .await;
+    // The server fills the small buffer and waits for room before anything is read.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(slow.response().await);
+    }
+    assert_eq!(answers[0], (200, big.to_vec()));
+    assert_eq!(answers[1], (206, big[70000..=900000].to_vec()));
+    assert_eq!(answers[2], (200, big.to_vec()));
+}

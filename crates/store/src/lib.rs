@@ -20,6 +20,7 @@ mod index;
 mod local;
 mod lru;
 pub mod memo;
+pub mod sendable;
 #[cfg(feature = "redis")]
 mod shared;
 mod target;
@@ -150,6 +151,9 @@ pub struct StoreStats {
     /// Blob lookups since start the local tier could not answer (the `_in_memory` ones
     /// included, whose caller may then ask the durable tier).
     pub memory_misses: u64,
+    /// Blobs the local tiers of this process hold in files, sent without a copy
+    /// ([`sendable`]).
+    pub sendable_files: u64,
 }
 
 /// A handle to an open store; clones share it.
@@ -168,6 +172,9 @@ struct Inner {
     update_turns: [Mutex<()>; UPDATE_STRIPES],
     /// Writes made through this handle and its clones: see [`Store::changes`].
     changes: Arc<AtomicU64>,
+    /// Where large blobs of the local tier are kept in unnamed files ([`sendable`]):
+    /// the embedded tier's directory; none on Redis, whose instances may have no disk.
+    files_dir: Option<PathBuf>,
 }
 
 impl Store {
@@ -221,6 +228,10 @@ impl Store {
                 durable,
                 update_turns: std::array::from_fn(|_| Mutex::new(())),
                 changes: Arc::default(),
+                files_dir: match location {
+                    StoreLocation::Embedded(dir) => Some(dir.clone()),
+                    StoreLocation::Shared { .. } => None,
+                },
             }),
         })
     }
@@ -239,6 +250,19 @@ impl Store {
         self.inner.changes.load(Ordering::Acquire)
     }
 
+    /// `data` in a file of the store's directory, sent without a copy ([`sendable`]),
+    /// when it is large enough and the embedded tier has a directory for it.
+    fn sendable(&self, data: &[u8]) -> Option<Bytes> {
+        sendable::sendable(self.inner.files_dir.as_deref()?, data)
+    }
+
+    /// A copy of `data` as the local tier holds it: in a file when it can be, else on
+    /// the heap.
+    fn held_copy(&self, data: &[u8]) -> Bytes {
+        self.sendable(data)
+            .unwrap_or_else(|| Bytes::copy_from_slice(data))
+    }
+
     /// Counts a write that has taken effect (or failed) and hands back its result.
     fn changed<T>(&self, result: T) -> T {
         self.inner.changes.fetch_add(1, Ordering::AcqRel);
@@ -252,7 +276,9 @@ impl Store {
         let stored = self.inner.durable.put_blob(hash, data);
         if stored.is_ok() {
             // What was just stored is about to be asked for: keep it hot rather than read it back.
-            self.inner.local.keep(&hash, &Bytes::copy_from_slice(data));
+            if self.inner.local.fits(data.len()) {
+                self.inner.local.keep(&hash, &self.held_copy(data));
+            }
         }
         self.changed(stored.map(|()| hash))
     }
@@ -274,10 +300,15 @@ impl Store {
             return Ok(Some(data));
         }
         let found = self.inner.durable.get_blob(hash)?;
-        if let Some(data) = &found {
-            self.inner.local.keep(hash, data);
+        let Some(data) = found else {
+            return Ok(None);
+        };
+        if !self.inner.local.fits(data.len()) {
+            return Ok(Some(data));
         }
-        Ok(found)
+        let data = self.sendable(&data).unwrap_or(data);
+        self.inner.local.keep(hash, &data);
+        Ok(Some(data))
     }
 
     /// Whether the durable tier holds the blob (a question to Redis when on Redis; false
@@ -374,9 +405,9 @@ impl Store {
             .put_encoding(source, variant, hash, encoded);
         if stored.is_ok() {
             self.inner.local.remember_encoding(source, variant, hash);
-            self.inner
-                .local
-                .keep(&hash, &Bytes::copy_from_slice(encoded));
+            if self.inner.local.fits(encoded.len()) {
+                self.inner.local.keep(&hash, &self.held_copy(encoded));
+            }
         }
         self.changed(stored)
     }
@@ -417,6 +448,7 @@ impl Store {
             memory_bytes: self.inner.local.weight(),
             memory_hits,
             memory_misses,
+            sendable_files: sendable::files_held() as u64,
         }
     }
 

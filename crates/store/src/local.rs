@@ -65,9 +65,14 @@ impl LocalTier {
         )
     }
 
+    /// Whether a blob of `len` bytes may be kept.
+    pub(crate) fn fits(&self, len: usize) -> bool {
+        len as u64 <= self.limit
+    }
+
     /// Keeps a blob just read or written, if it fits; the least recently used go first.
     pub(crate) fn keep(&self, hash: &Hash, data: &Bytes) {
-        if data.len() as u64 > self.limit {
+        if !self.fits(data.len()) {
             return;
         }
         let mut state = self.state();
