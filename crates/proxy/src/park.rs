@@ -70,18 +70,21 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// transport cannot be parked (or leaving the reactor failed): the connection is
     /// then closed.
     fn into_socket(self) -> Option<std::net::TcpStream>;
-    /// Whether [`Transport::poll_send_file`] works: bytes reach the socket as they are.
-    const SENDS_FILES: bool;
+    /// Whether [`Transport::poll_send_file`] works: bytes reach the socket as they
+    /// are (not over TLS, which encrypts every byte in user space).
+    const SENDS_FILES: bool = false;
     /// Writes `head`, then `len` bytes of `file` from `offset` without copying them
     /// through user space; the count written, as `poll_write_vectored` counts.
     fn poll_send_file(
         &mut self,
-        cx: &mut Context<'_>,
-        head: &[io::IoSlice<'_>],
-        file: BorrowedFd<'_>,
-        offset: u64,
-        len: usize,
-    ) -> Poll<io::Result<usize>>;
+        _cx: &mut Context<'_>,
+        _head: &[io::IoSlice<'_>],
+        _file: BorrowedFd<'_>,
+        _offset: u64,
+        _len: usize,
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
+    }
 }
 
 impl Transport for tokio::net::TcpStream {
@@ -117,18 +120,6 @@ impl Transport for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
     const PARKS: bool = false;
     fn into_socket(self) -> Option<std::net::TcpStream> {
         None
-    }
-    // TLS encrypts every byte in user space.
-    const SENDS_FILES: bool = false;
-    fn poll_send_file(
-        &mut self,
-        _: &mut Context<'_>,
-        _: &[io::IoSlice<'_>],
-        _: BorrowedFd<'_>,
-        _: u64,
-        _: usize,
-    ) -> Poll<io::Result<usize>> {
-        Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
     }
 }
 

@@ -50,6 +50,30 @@ async fn echo_origin() -> SocketAddr {
     addr
 }
 
+/// An origin answering every request with `body`, cacheable for ten minutes.
+async fn cacheable_origin(body: Bytes) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let body = body.clone();
+            let service = service_fn(move |_: Request<Incoming>| {
+                let response = Response::builder()
+                    .header("cache-control", "max-age=600")
+                    .header("content-type", "application/octet-stream")
+                    .body(Full::new(body.clone()))
+                    .unwrap();
+                async move { Ok::<_, Infallible>(response) }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service),
+            );
+        }
+    });
+    addr
+}
+
 async fn proxy_of(origin: SocketAddr, tweak: impl FnOnce(&mut proxy::config::Config)) -> Proxy {
     start_proxy(&format!("http://{origin}"), tweak).await
 }
@@ -402,26 +426,7 @@ async fn a_response_the_client_reads_late_is_sent_whole() {
     // quiet period, the server still holds part of the response (its body still
     // being read, or in hyper's write buffer).
     let big: Bytes = (0..6u32 << 20).map(|i| (i % 251) as u8).collect();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let origin = listener.local_addr().unwrap();
-    let served = big.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let served = served.clone();
-            let service = service_fn(move |_: Request<Incoming>| {
-                let response = Response::builder()
-                    .header("cache-control", "max-age=600")
-                    .header("content-type", "application/octet-stream")
-                    .body(Full::new(served.clone()))
-                    .unwrap();
-                async move { Ok::<_, Infallible>(response) }
-            });
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service),
-            );
-        }
-    });
+    let origin = cacheable_origin(big.clone()).await;
     let proxy = proxy_of(origin, |_| {}).await;
     let mut client = Client::connect(&proxy).await;
     for _ in 0..3 {
@@ -444,26 +449,7 @@ async fn a_large_cached_body_sent_from_its_file_arrives_whole_at_a_slow_reader()
     // sends with `sendfile` (`store::sendable`); a reader with a small buffer, late to
     // read, makes each `sendfile` send part of it and wait for room.
     let big: Bytes = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let origin = listener.local_addr().unwrap();
-    let served = big.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let served = served.clone();
-            let service = service_fn(move |_: Request<Incoming>| {
-                let response = Response::builder()
-                    .header("cache-control", "max-age=600")
-                    .header("content-type", "application/octet-stream")
-                    .body(Full::new(served.clone()))
-                    .unwrap();
-                async move { Ok::<_, Infallible>(response) }
-            });
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service),
-            );
-        }
-    });
+    let origin = cacheable_origin(big.clone()).await;
     let proxy = proxy_of(origin, |_| {}).await;
     let mut first = Client::connect(&proxy).await;
     first.send(get("/big.bin").as_bytes()).await;
