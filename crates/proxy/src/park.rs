@@ -37,7 +37,7 @@ use std::future::Future as _;
 use std::io;
 use std::os::fd::{AsFd as _, AsRawFd, BorrowedFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -123,9 +123,23 @@ impl Transport for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
     }
 }
 
+/// Set once `sendfile` has refused a store file as a source (a file system without
+/// it): large bodies are then written from memory like the rest.
+static SENDFILE_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `sendfile` failed for its source rather than the socket (`EINVAL`,
+/// `ENOSYS`, `EOPNOTSUPP`, `ESPIPE`): the connection is fine, the bytes can be copied
+/// instead.
+fn refuses_sendfile(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::ESPIPE)
+    )
+}
+
 /// One attempt: `head` with `MSG_MORE` (it leaves in the body's first segment), then
-/// the file's bytes by `sendfile`. Returns what was written; `WouldBlock` only when
-/// nothing was.
+/// the file's bytes by `sendfile`. Returns what was written; an error only when
+/// nothing was (a failed `sendfile` after the head is reported by the next call).
 #[allow(unsafe_code)] // std has no sendmsg flags or sendfile
 fn send_head_and_file(
     socket: BorrowedFd<'_>,
@@ -164,11 +178,7 @@ fn send_head_and_file(
         unsafe { libc::sendfile(socket.as_raw_fd(), file.as_raw_fd(), &mut file_offset, len) };
     if sent < 0 {
         let error = io::Error::last_os_error();
-        return if written > 0 && error.kind() == io::ErrorKind::WouldBlock {
-            Ok(written)
-        } else {
-            Err(error)
-        };
+        return if written > 0 { Ok(written) } else { Err(error) };
     }
     Ok(written + sent as usize)
 }
@@ -388,18 +398,28 @@ impl<I: Transport> AsyncWrite for Parking<I> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         self.active();
-        // A body in a memory file of the store's goes by `sendfile`, with what hyper
-        // queued before it (the head); what follows it goes on the next call.
-        if I::SENDS_FILES {
+        // A body in one of the store's files goes by `sendfile`, with what hyper queued
+        // before it (the head); what follows it goes on the next call.
+        if I::SENDS_FILES && !SENDFILE_REFUSED.load(Ordering::Relaxed) {
             let in_file = bufs.iter().enumerate().find_map(|(i, buf)| {
                 let found = (buf.len() >= store::sendable::MIN_SENDABLE)
                     .then(|| store::sendable::file_of(buf))??;
                 Some((i, found))
             });
             if let Some((i, (file, offset))) = in_file {
-                return self
+                match self
                     .inner
-                    .poll_send_file(cx, &bufs[..i], file, offset, bufs[i].len());
+                    .poll_send_file(cx, &bufs[..i], file, offset, bufs[i].len())
+                {
+                    // Nothing was written: the store's file system cannot be sent
+                    // from. The bytes are in memory all the same; copy them, from now on.
+                    Poll::Ready(Err(e)) if refuses_sendfile(&e) => {
+                        if !SENDFILE_REFUSED.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(error = %e, "sendfile refused the store's files; large bodies are copied instead");
+                        }
+                    }
+                    sent => return sent,
+                }
             }
         }
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
@@ -642,6 +662,25 @@ mod tests {
         let (server, _) = listener.accept().unwrap();
         server.set_nonblocking(true).unwrap();
         (client, server)
+    }
+
+    #[test]
+    fn a_source_sendfile_refuses_is_reported_after_the_head_and_not_with_it() {
+        let (mut client, server) = connected();
+        // A directory cannot be a `sendfile` source.
+        let source = std::fs::File::open(std::env::temp_dir()).unwrap();
+        let head = [io::IoSlice::new(b"HTTP/1.1 200 OK\r\n\r\n")];
+        let sent = send_head_and_file(server.as_fd(), &head, source.as_fd(), 0, 100);
+        assert_eq!(
+            sent.unwrap(),
+            head[0].len(),
+            "the head is reported as written"
+        );
+        let error = send_head_and_file(server.as_fd(), &[], source.as_fd(), 0, 100).unwrap_err();
+        assert!(refuses_sendfile(&error), "{error}");
+        let mut read = vec![0; head[0].len()];
+        client.read_exact(&mut read).unwrap();
+        assert_eq!(&read[..], &head[0][..]);
     }
 
     /// Whether the server closed: the client reads its end (blocking, bounded).
