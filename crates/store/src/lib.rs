@@ -250,17 +250,18 @@ impl Store {
         self.inner.changes.load(Ordering::Acquire)
     }
 
-    /// `data` in a file of the store's directory, sent without a copy ([`sendable`]),
-    /// when it is large enough and the embedded tier has a directory for it.
-    fn sendable(&self, data: &[u8]) -> Option<Bytes> {
-        sendable::sendable(self.inner.files_dir.as_deref()?, data)
+    /// A copy of `data` as the local tier holds it: with a file beside it for
+    /// `sendfile` when it is large and the embedded tier has a directory for one
+    /// ([`sendable`]), on the heap alone otherwise.
+    fn held_copy(&self, data: &[u8]) -> Bytes {
+        sendable::held(self.inner.files_dir.as_deref(), data)
     }
 
-    /// A copy of `data` as the local tier holds it: in a file when it can be, else on
-    /// the heap.
-    fn held_copy(&self, data: &[u8]) -> Bytes {
-        self.sendable(data)
-            .unwrap_or_else(|| Bytes::copy_from_slice(data))
+    /// Keeps what was just written in the local tier, unless it is held there already.
+    fn keep_written(&self, hash: &Hash, data: &[u8]) {
+        if self.inner.local.fits(data.len()) && !self.inner.local.holds(hash) {
+            self.inner.local.keep(hash, &self.held_copy(data));
+        }
     }
 
     /// Counts a write that has taken effect (or failed) and hands back its result.
@@ -276,9 +277,7 @@ impl Store {
         let stored = self.inner.durable.put_blob(hash, data);
         if stored.is_ok() {
             // What was just stored is about to be asked for: keep it hot rather than read it back.
-            if self.inner.local.fits(data.len()) {
-                self.inner.local.keep(&hash, &self.held_copy(data));
-            }
+            self.keep_written(&hash, data);
         }
         self.changed(stored.map(|()| hash))
     }
@@ -306,7 +305,11 @@ impl Store {
         if !self.inner.local.fits(data.len()) {
             return Ok(Some(data));
         }
-        let data = self.sendable(&data).unwrap_or(data);
+        let data = if self.inner.files_dir.is_some() && data.len() >= sendable::MIN_SENDABLE {
+            self.held_copy(&data)
+        } else {
+            data
+        };
         self.inner.local.keep(hash, &data);
         Ok(Some(data))
     }
@@ -405,9 +408,7 @@ impl Store {
             .put_encoding(source, variant, hash, encoded);
         if stored.is_ok() {
             self.inner.local.remember_encoding(source, variant, hash);
-            if self.inner.local.fits(encoded.len()) {
-                self.inner.local.keep(&hash, &self.held_copy(encoded));
-            }
+            self.keep_written(&hash, encoded);
         }
         self.changed(stored)
     }

@@ -70,6 +70,11 @@ impl LocalTier {
         len as u64 <= self.limit
     }
 
+    /// Whether the blob is held here (not counted as a lookup).
+    pub(crate) fn holds(&self, hash: &Hash) -> bool {
+        self.state().blobs.contains(hash)
+    }
+
     /// Keeps a blob just read or written, if it fits; the least recently used go first.
     pub(crate) fn keep(&self, hash: &Hash, data: &Bytes) {
         if !self.fits(data.len()) {

@@ -1,37 +1,43 @@
-//! Large blobs held in unnamed files of the store's directory, so that the network
-//! layer can send them with `sendfile(2)` instead of copying them into each socket.
+//! Large blobs of the local tier with a copy in an unnamed file of the store's
+//! directory beside them, so that the network layer can send them with `sendfile(2)`
+//! instead of copying them into each socket.
 //!
 //! A cached response's body is the same bytes for every client; copying them from
 //! user space into the kernel per response is the largest cost of a cache hit on a
 //! large body, and the one most at the mercy of the machine: on the 2-vCPU machines
 //! measured, that copy of a 100 KB body ran at 9 µs for minutes and at 25–40 µs for
 //! the next few (docs/benchmarks.md), where nginx sends its cache file by reference.
-//! The local tier therefore keeps a blob of at least [`MIN_SENDABLE`] bytes in a file
-//! of its own: made unnamed in the store's directory (`O_TMPFILE | O_EXCL`, so no name
-//! ever leads to it and none can be given to it), written once, never written again,
-//! and mapped read-only. Its [`Bytes`] read like any others; [`file_of`] tells a
-//! transport that a slice it is asked to write lies in such a file, and where, and the
-//! kernel sends the file's pages. A disk file's page cache, unlike tmpfs here, holds
-//! large folios, which is what makes sending by reference cheaper than the copy.
+//! [`held`] therefore gives a blob of at least [`MIN_SENDABLE`] bytes a heap copy of
+//! its own and, beside it, a file: made unnamed in the store's directory (`O_TMPFILE |
+//! O_EXCL`, so no name leads to it and none can be given to it) and written once.
+//! Everything that reads the [`Bytes`] reads the heap, never the disk; [`file_of`] tells
+//! a transport that a slice it is asked to write lies in such a heap copy, and where,
+//! and the kernel sends the same bytes from the file's pages. A disk file's page cache,
+//! unlike tmpfs here, holds large folios, which is what makes sending by reference
+//! cheaper than the copy.
 //!
-//! A mapping and its descriptor live as long as any [`Bytes`] of it; a slice of one can
-//! only be had through such a [`Bytes`], so while a caller holds the slice, the file
-//! [`file_of`] names stays open and mapped. The files take disk space in the store's
-//! directory (at most what the local tier holds) until their blob leaves the local tier.
+//! The heap copy is reachable only through its [`Bytes`], so while a caller holds a
+//! slice of it, the file [`file_of`] names stays open. A file is closed on a thread of
+//! its own ([`close_later`]): closing an unnamed file frees its blocks, which may wait
+//! on the file system's journal, and a blob's last [`Bytes`] may end on a reactor thread
+//! or under the local tier's lock. The files take disk space in the store's directory
+//! for as long as their blob is held: by the local tier, or by a response or a prepared
+//! answer after it left the tier.
 //!
-//! Each file costs a descriptor and a mapping: at most [`max_files`] exist at once;
-//! beyond that, or when the directory's file system refuses one (no `O_TMPFILE`, a full
-//! disk), a blob is kept on the heap as before.
+//! Each file costs a descriptor: at most [`max_files`] exist at once; beyond that, or
+//! when the directory's file system refuses one (no `O_TMPFILE`, a full disk), a blob is
+//! kept on the heap alone.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Write as _};
-use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, RawFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{PoisonError, RwLock};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{OnceLock, PoisonError, RwLock};
 
 use bytes::Bytes;
 
@@ -41,15 +47,15 @@ use bytes::Bytes;
 /// the copy's slow spells (docs/benchmarks.md).
 pub const MIN_SENDABLE: usize = 64 << 10;
 
-/// Files at most at once (descriptors and mappings are bounded per process); fewer
-/// when the descriptor limit is low ([`max_files`]).
+/// Files at most at once (descriptors are bounded per process); fewer when the
+/// descriptor limit is low ([`max_files`]).
 pub const MAX_FILES: usize = 1024;
 
 /// The files allowed at once: [`MAX_FILES`], or a quarter of this process's descriptor
 /// limit if that is less, so that connections never run short of descriptors for them
 /// (the usual soft limit is 1,024).
 fn max_files() -> usize {
-    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    static MAX: OnceLock<usize> = OnceLock::new();
     *MAX.get_or_init(|| {
         let mut limit = libc::rlimit {
             rlim_cur: 0,
@@ -67,44 +73,49 @@ fn max_files() -> usize {
     })
 }
 
-/// Where each live mapping starts: its length and its file's descriptor.
-static MAPPINGS: RwLock<BTreeMap<usize, (usize, RawFd)>> = RwLock::new(BTreeMap::new());
-/// Files made and not yet dropped (reserved before one is made).
+/// Where each filed heap copy starts: its length and its file's descriptor.
+static FILED: RwLock<BTreeMap<usize, (usize, RawFd)>> = RwLock::new(BTreeMap::new());
+/// Files made and not yet closed (reserved before one is made).
 static FILES: AtomicUsize = AtomicUsize::new(0);
 
-/// `data` in an unnamed file of `dir`, when it is long enough and a file can be had;
-/// `None` otherwise (the caller keeps its heap copy).
-pub(crate) fn sendable(dir: &Path, data: &[u8]) -> Option<Bytes> {
-    if data.len() < MIN_SENDABLE {
-        return None;
-    }
+/// A copy of `data` as the local tier holds it: with a file beside it when it is long
+/// enough, `dir` is given and a file can be had; on the heap alone otherwise.
+pub(crate) fn held(dir: Option<&Path>, data: &[u8]) -> Bytes {
+    let Some(dir) = dir.filter(|_| data.len() >= MIN_SENDABLE) else {
+        return Bytes::copy_from_slice(data);
+    };
     if FILES.fetch_add(1, Ordering::AcqRel) >= max_files() {
         FILES.fetch_sub(1, Ordering::AcqRel);
-        return None;
+        return Bytes::copy_from_slice(data);
     }
-    match Mapping::of(dir, data) {
-        Ok(mapping) => Some(Bytes::from_owner(mapping)),
+    match unnamed_file(dir, data) {
+        Ok(file) => Bytes::from_owner(Filed::new(data, file)),
         Err(error) => {
             FILES.fetch_sub(1, Ordering::AcqRel);
-            tracing::debug!(%error, dir = %dir.display(), "a blob is kept on the heap: no file for it");
-            None
+            tracing::debug!(%error, dir = %dir.display(), "a blob is kept on the heap alone: no file for it");
+            Bytes::copy_from_slice(data)
         }
     }
 }
 
-/// The file `slice` lies in, and the slice's offset in it; `None` when it is not
-/// (wholly) in one. The descriptor is borrowed for as long as the slice is: the slice
-/// keeps its mapping alive, and the mapping its file.
+/// The file holding the same bytes as `slice`, and the slice's offset in it; `None`
+/// when `slice` is empty or not (wholly) in a filed heap copy. The descriptor is
+/// borrowed for as long as the slice is: the slice keeps its copy alive, and the copy
+/// its file.
 pub fn file_of(slice: &[u8]) -> Option<(BorrowedFd<'_>, u64)> {
+    // An empty slice may point just past a copy, into memory that does not keep it.
+    if slice.is_empty() {
+        return None;
+    }
     let start = slice.as_ptr() as usize;
-    let mappings = MAPPINGS.read().unwrap_or_else(PoisonError::into_inner);
-    let (&base, &(len, fd)) = mappings.range(..=start).next_back()?;
+    let filed = FILED.read().unwrap_or_else(PoisonError::into_inner);
+    let (&base, &(len, fd)) = filed.range(..=start).next_back()?;
     if start + slice.len() > base + len {
         return None;
     }
-    // SAFETY: the mapping at `base` contains `slice`, so a `Bytes` of it is alive for
-    // the slice's lifetime (no other path leads into a mapping), and the mapping owns
-    // `fd`, which is closed only after the mapping is unregistered.
+    // SAFETY: the copy at `base` contains `slice`, so a `Bytes` of it is alive for the
+    // slice's lifetime (the copy is reachable only through its `Bytes`), and the copy
+    // owns `fd`, which is closed only after the copy is unregistered.
     #[allow(unsafe_code)]
     let fd = unsafe { BorrowedFd::borrow_raw(fd) };
     Some((fd, (start - base) as u64))
@@ -112,96 +123,95 @@ pub fn file_of(slice: &[u8]) -> Option<(BorrowedFd<'_>, u64)> {
 
 /// Files currently held (for the store's statistics and tests).
 pub fn files_held() -> usize {
-    MAPPINGS
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .len()
+    FILED.read().unwrap_or_else(PoisonError::into_inner).len()
 }
 
-/// An unnamed file and its read-only mapping, registered in [`MAPPINGS`].
-struct Mapping {
-    ptr: *const u8,
-    len: usize,
-    file: File,
+/// `data` written into a new unnamed file of `dir`.
+#[allow(unsafe_code)] // O_TMPFILE has no std API
+fn unnamed_file(dir: &Path, data: &[u8]) -> io::Result<File> {
+    let dir = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // O_EXCL: the file can never be given a name (`linkat`); it ends with its descriptor.
+    let flags = libc::O_TMPFILE | libc::O_RDWR | libc::O_EXCL | libc::O_CLOEXEC;
+    // SAFETY: a C string and flags; the result is checked.
+    let fd = unsafe { libc::open(dir.as_ptr(), flags, 0o600) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    let mut file = unsafe { File::from_raw_fd(fd) };
+    file.write_all(data)?;
+    Ok(file)
 }
 
-// SAFETY: the mapping is read-only, and its file is written only before it is mapped,
-// so sharing or moving its pointer between threads is sound.
-#[allow(unsafe_code)]
-unsafe impl Send for Mapping {}
-#[allow(unsafe_code)]
-unsafe impl Sync for Mapping {}
+/// A heap copy of a blob and the file holding the same bytes, registered in [`FILED`].
+struct Filed {
+    data: Box<[u8]>,
+    file: Option<File>,
+}
 
-impl Mapping {
-    #[allow(unsafe_code)] // O_TMPFILE and mmap have no std API
-    fn of(dir: &Path, data: &[u8]) -> io::Result<Mapping> {
-        let dir = CString::new(dir.as_os_str().as_bytes())
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // O_EXCL: the file can never be given a name (`linkat`); it ends with its
-        // descriptor.
-        let flags = libc::O_TMPFILE | libc::O_RDWR | libc::O_EXCL | libc::O_CLOEXEC;
-        // SAFETY: a C string and flags; the result is checked.
-        let fd = unsafe { libc::open(dir.as_ptr(), flags, 0o600) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just opened and nothing else owns it.
-        let mut file = unsafe { File::from_raw_fd(fd) };
-        file.write_all(data)?;
-        // SAFETY: a new read-only mapping of the whole file we own; the result is checked.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                data.len(),
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
+impl Filed {
+    fn new(data: &[u8], file: File) -> Filed {
+        let filed = Filed {
+            data: data.into(),
+            file: Some(file),
         };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+        if let Some(file) = &filed.file {
+            FILED
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(
+                    filed.data.as_ptr() as usize,
+                    (filed.data.len(), file.as_raw_fd()),
+                );
         }
-        let mapping = Mapping {
-            ptr: ptr.cast::<u8>().cast_const(),
-            len: data.len(),
-            file,
-        };
-        MAPPINGS
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                mapping.ptr as usize,
-                (mapping.len, mapping.file.as_fd().as_raw_fd()),
-            );
-        Ok(mapping)
+        filed
     }
 }
 
-impl AsRef<[u8]> for Mapping {
+impl AsRef<[u8]> for Filed {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: `ptr` maps `len` readable bytes until `drop`, and they never change.
-        #[allow(unsafe_code)]
-        unsafe {
-            std::slice::from_raw_parts(self.ptr, self.len)
-        }
+        &self.data
     }
 }
 
-impl Drop for Mapping {
+impl Drop for Filed {
     fn drop(&mut self) {
         // Unregistered first: no lookup may name the file once it starts closing.
-        MAPPINGS
+        FILED
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(&(self.ptr as usize));
-        // SAFETY: the mapping made in `of`, unmapped once; no `Bytes` of it is left.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::munmap(self.ptr.cast_mut().cast(), self.len);
+            .remove(&(self.data.as_ptr() as usize));
+        if let Some(file) = self.file.take() {
+            close_later(file);
         }
+    }
+}
+
+/// Closes `file` on the closing thread (started on first use), or here if it cannot be
+/// had; counts it out of [`FILES`] once closed.
+fn close_later(file: File) {
+    static CLOSER: OnceLock<Option<Sender<File>>> = OnceLock::new();
+    let closer = CLOSER.get_or_init(|| {
+        let (sender, receiver) = mpsc::channel::<File>();
+        std::thread::Builder::new()
+            .name("wirefold-file-closer".into())
+            .spawn(move || {
+                for file in receiver {
+                    drop(file);
+                    FILES.fetch_sub(1, Ordering::AcqRel);
+                }
+            })
+            .ok()
+            .map(|_| sender)
+    });
+    let unsent = match closer {
+        Some(sender) => sender.send(file).err().map(|e| e.0),
+        None => Some(file),
+    };
+    if let Some(file) = unsent {
+        drop(file);
         FILES.fetch_sub(1, Ordering::AcqRel);
-        // `file` closes after this.
     }
 }
 
@@ -210,34 +220,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn small_blobs_stay_on_the_heap() {
+    fn small_blobs_stay_on_the_heap_alone() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(sendable(dir.path(), &vec![7; MIN_SENDABLE - 1]).is_none());
+        let bytes = held(Some(dir.path()), &vec![7; MIN_SENDABLE - 1]);
+        assert!(file_of(&bytes).is_none());
     }
 
     #[test]
-    fn a_blob_reads_back_from_a_file_that_has_no_name() {
+    fn a_large_blob_has_a_file_that_holds_its_bytes_and_has_no_name() {
         let dir = tempfile::tempdir().unwrap();
         let data: Vec<u8> = (0..MIN_SENDABLE * 3).map(|i| (i % 251) as u8).collect();
-        let bytes = sendable(dir.path(), &data).expect("a file");
+        let bytes = held(Some(dir.path()), &data);
         assert_eq!(&bytes[..], &data[..]);
-        let (fd, offset) = file_of(&bytes[100..5000]).expect("the slice is in the file");
+        let (fd, offset) = file_of(&bytes[100..5000]).expect("the slice is in a filed copy");
         assert_eq!(offset, 100);
-        // The file holds exactly the blob, and nothing in the directory names it.
         let file = File::from(fd.try_clone_to_owned().unwrap());
         let mut read = vec![0; data.len()];
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut read, 0).unwrap();
         assert_eq!(read, data);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-        // A slice of another allocation is in no file.
+        // The caller's bytes and an empty slice at the copy's end are in no file.
         assert!(file_of(&data[..]).is_none());
+        assert!(file_of(&bytes[bytes.len()..]).is_none());
     }
 
     #[test]
     fn a_slice_keeps_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let data = vec![1u8; MIN_SENDABLE];
-        let bytes = sendable(dir.path(), &data).expect("a file");
+        let bytes = held(Some(dir.path()), &vec![1u8; MIN_SENDABLE]);
         let slice = bytes.slice(10..20);
         drop(bytes);
         let (_, offset) = file_of(&slice).expect("a slice keeps the file");
@@ -245,9 +255,13 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_that_gives_no_file_leaves_the_blob_on_the_heap() {
+    fn without_a_file_a_large_blob_stays_on_the_heap_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let gone = dir.path().join("gone");
-        assert!(sendable(&gone, &vec![2; MIN_SENDABLE]).is_none());
+        let data = vec![2u8; MIN_SENDABLE];
+        for refused in [Some(dir.path().join("gone")), None] {
+            let bytes = held(refused.as_deref(), &data);
+            assert_eq!(&bytes[..], &data[..]);
+            assert!(file_of(&bytes).is_none());
+        }
     }
 }
