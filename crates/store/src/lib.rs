@@ -2,11 +2,12 @@
 //! cached encodings of blobs — bounded in bytes, verified on every read.
 //!
 //! Two tiers. The local tier (`local.rs`) keeps hot blobs and encoding names in this
-//! process's memory. Behind it, a durable tier (`durable.rs`): the embedded one
-//! (`embedded.rs`: redb plus blob files in a directory, surviving restart, crash safe) by
-//! default, or Redis (`shared.rs`, one server or a cluster), which every instance of a
-//! fleet shares. Callers see only [`Store`]; which tier is underneath is the choice of
-//! [`StoreLocation`].
+//! process's memory; with the embedded tier, a large blob also has its bytes in an
+//! unnamed file of the store's directory, for `sendfile` (`sendable.rs`). Behind it, a
+//! durable tier (`durable.rs`): the embedded one (`embedded.rs`: redb plus blob files
+//! in a directory, surviving restart, crash safe) by default, or Redis (`shared.rs`,
+//! one server or a cluster), which every instance of a fleet shares. Callers see only
+//! [`Store`]; which tier is underneath is the choice of [`StoreLocation`].
 //!
 //! The API is blocking; async callers use `spawn_blocking`, except for the `_in_memory`
 //! lookups, which never leave the local tier.
@@ -151,8 +152,8 @@ pub struct StoreStats {
     /// Blob lookups since start the local tier could not answer (the `_in_memory` ones
     /// included, whose caller may then ask the durable tier).
     pub memory_misses: u64,
-    /// Blobs the local tiers of this process hold in files, sent without a copy
-    /// ([`sendable`]).
+    /// Large blobs of this process with a file beside them, sent without a copy
+    /// ([`sendable`]): held by a local tier, or by a response still sending one.
     pub sendable_files: u64,
 }
 
