@@ -251,17 +251,19 @@ impl Store {
         self.inner.changes.load(Ordering::Acquire)
     }
 
-    /// A copy of `data` as the local tier holds it: with a file beside it for
-    /// `sendfile` when it is large and the embedded tier has a directory for one
-    /// ([`sendable`]), on the heap alone otherwise.
-    fn held_copy(&self, data: &[u8]) -> Bytes {
-        sendable::held(self.inner.files_dir.as_deref(), data)
+    /// A copy of `data` with a file beside it for `sendfile` ([`sendable`]), when it is
+    /// large and the embedded tier has a directory for one.
+    fn filed(&self, data: &[u8]) -> Option<Bytes> {
+        sendable::filed(self.inner.files_dir.as_deref(), data)
     }
 
     /// Keeps what was just written in the local tier, unless it is held there already.
     fn keep_written(&self, hash: &Hash, data: &[u8]) {
         if self.inner.local.fits(data.len()) && !self.inner.local.holds(hash) {
-            self.inner.local.keep(hash, &self.held_copy(data));
+            let held = self
+                .filed(data)
+                .unwrap_or_else(|| Bytes::copy_from_slice(data));
+            self.inner.local.keep(hash, &held);
         }
     }
 
@@ -306,11 +308,7 @@ impl Store {
         if !self.inner.local.fits(data.len()) {
             return Ok(Some(data));
         }
-        let data = if self.inner.files_dir.is_some() && data.len() >= sendable::MIN_SENDABLE {
-            self.held_copy(&data)
-        } else {
-            data
-        };
+        let data = self.filed(&data).unwrap_or(data);
         self.inner.local.keep(hash, &data);
         Ok(Some(data))
     }

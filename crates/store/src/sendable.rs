@@ -7,7 +7,7 @@
 //! large body, and the one most at the mercy of the machine: on the 2-vCPU machines
 //! measured, that copy of a 100 KB body ran at 9 µs for minutes and at 25–40 µs for
 //! the next few (docs/benchmarks.md), where nginx sends its cache file by reference.
-//! [`held`] therefore gives a blob of at least [`MIN_SENDABLE`] bytes a heap copy of
+//! [`filed`] therefore gives a blob of at least [`MIN_SENDABLE`] bytes a heap copy of
 //! its own and, beside it, a file: made unnamed in the store's directory (`O_TMPFILE |
 //! O_EXCL`, so no name leads to it and none can be given to it) and written once.
 //! Everything that reads the [`Bytes`] reads the heap, never the disk; [`file_of`] tells
@@ -78,22 +78,20 @@ static FILED: RwLock<BTreeMap<usize, (usize, RawFd)>> = RwLock::new(BTreeMap::ne
 /// Files made and not yet closed (reserved before one is made).
 static FILES: AtomicUsize = AtomicUsize::new(0);
 
-/// A copy of `data` as the local tier holds it: with a file beside it when it is long
-/// enough, `dir` is given and a file can be had; on the heap alone otherwise.
-pub(crate) fn held(dir: Option<&Path>, data: &[u8]) -> Bytes {
-    let Some(dir) = dir.filter(|_| data.len() >= MIN_SENDABLE) else {
-        return Bytes::copy_from_slice(data);
-    };
+/// A copy of `data` with a file beside it, when it is long enough, `dir` is given and
+/// a file can be had; `None` otherwise (the caller keeps `data` on the heap alone).
+pub(crate) fn filed(dir: Option<&Path>, data: &[u8]) -> Option<Bytes> {
+    let dir = dir.filter(|_| data.len() >= MIN_SENDABLE)?;
     if FILES.fetch_add(1, Ordering::AcqRel) >= max_files() {
         FILES.fetch_sub(1, Ordering::AcqRel);
-        return Bytes::copy_from_slice(data);
+        return None;
     }
     match unnamed_file(dir, data) {
-        Ok(file) => Bytes::from_owner(Filed::new(data, file)),
+        Ok(file) => Some(Bytes::from_owner(Filed::new(data, file))),
         Err(error) => {
             FILES.fetch_sub(1, Ordering::AcqRel);
             tracing::debug!(%error, dir = %dir.display(), "a blob is kept on the heap alone: no file for it");
-            Bytes::copy_from_slice(data)
+            None
         }
     }
 }
@@ -152,19 +150,15 @@ struct Filed {
 
 impl Filed {
     fn new(data: &[u8], file: File) -> Filed {
+        let fd = file.as_raw_fd();
         let filed = Filed {
             data: data.into(),
             file: Some(file),
         };
-        if let Some(file) = &filed.file {
-            FILED
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(
-                    filed.data.as_ptr() as usize,
-                    (filed.data.len(), file.as_raw_fd()),
-                );
-        }
+        FILED
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(filed.data.as_ptr() as usize, (filed.data.len(), fd));
         filed
     }
 }
@@ -222,15 +216,14 @@ mod tests {
     #[test]
     fn small_blobs_stay_on_the_heap_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let bytes = held(Some(dir.path()), &vec![7; MIN_SENDABLE - 1]);
-        assert!(file_of(&bytes).is_none());
+        assert!(filed(Some(dir.path()), &vec![7; MIN_SENDABLE - 1]).is_none());
     }
 
     #[test]
     fn a_large_blob_has_a_file_that_holds_its_bytes_and_has_no_name() {
         let dir = tempfile::tempdir().unwrap();
         let data: Vec<u8> = (0..MIN_SENDABLE * 3).map(|i| (i % 251) as u8).collect();
-        let bytes = held(Some(dir.path()), &data);
+        let bytes = filed(Some(dir.path()), &data).expect("a file");
         assert_eq!(&bytes[..], &data[..]);
         let (fd, offset) = file_of(&bytes[100..5000]).expect("the slice is in a filed copy");
         assert_eq!(offset, 100);
@@ -247,7 +240,7 @@ mod tests {
     #[test]
     fn a_slice_keeps_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let bytes = held(Some(dir.path()), &vec![1u8; MIN_SENDABLE]);
+        let bytes = filed(Some(dir.path()), &vec![1u8; MIN_SENDABLE]).expect("a file");
         let slice = bytes.slice(10..20);
         drop(bytes);
         let (_, offset) = file_of(&slice).expect("a slice keeps the file");
@@ -259,9 +252,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let data = vec![2u8; MIN_SENDABLE];
         for refused in [Some(dir.path().join("gone")), None] {
-            let bytes = held(refused.as_deref(), &data);
-            assert_eq!(&bytes[..], &data[..]);
-            assert!(file_of(&bytes).is_none());
+            assert!(filed(refused.as_deref(), &data).is_none());
         }
     }
 }
