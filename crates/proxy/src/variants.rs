@@ -5,10 +5,11 @@
 //! idea: shared by all clients of a /24 or /48, from TCP_INFO of our own
 //! connections), and the egress controller's maximum-fidelity fraction.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -19,7 +20,7 @@ use fidelity::FidelityConfig;
 use serde::{Deserialize, Serialize};
 use store::memo::Bounded;
 use store::{Hash, Store};
-use wirefold_http::fidelity::{ImageFormat, TextKind};
+use wirefold_http::fidelity::{alternates, ImageFormat, TextKind, VariantDescription};
 use wirefold_http::ContentCoding;
 
 use crate::background::Background;
@@ -169,7 +170,7 @@ impl Rung {
 }
 
 /// The variants of one original; empty when none was worth keeping.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 pub struct Ladder {
     pub rungs: Vec<Rung>,
     /// A text original's sizes after compression, beside its rungs' (empty for
@@ -178,9 +179,65 @@ pub struct Ladder {
     /// Image formats still to be made in a later pass ([`images::LATER_FORMATS`]);
     /// empty once the ladder is complete.
     pub later: Vec<ImageFormat>,
+    /// The rungs' entries of `Alternates` beside the original they were made for,
+    /// written on first use: every negotiable response carries them, and hashes in
+    /// hex cost more than the rest of its head.
+    listed: OnceLock<(Hash, String)>,
+}
+
+/// Equal variants, whether or not either has listed them yet.
+impl PartialEq for Ladder {
+    fn eq(&self, other: &Ladder) -> bool {
+        self.rungs == other.rungs
+            && self.original_sizes == other.original_sizes
+            && self.later == other.later
+    }
 }
 
 impl Ladder {
+    /// A ladder of `rungs`, with the formats in `later` still to be made.
+    #[cfg(test)]
+    pub fn of(rungs: Vec<Rung>, later: Vec<ImageFormat>) -> Ladder {
+        Ladder {
+            rungs,
+            later,
+            ..Ladder::default()
+        }
+    }
+
+    /// The rungs' entries of the RFC 2295 variant list (`Alternates`) for the ladder
+    /// of `original`, in rung order: what follows the original's own entry.
+    pub fn listed_rungs(&self, original: &Hash) -> Cow<'_, str> {
+        let list = || {
+            let urls: Vec<String> = self.rungs.iter().map(|r| r.url(original)).collect();
+            let essences: Vec<_> = self
+                .rungs
+                .iter()
+                .map(|r| wirefold_http::media_type_essence(&r.media_type))
+                .collect();
+            let described: Vec<_> = self
+                .rungs
+                .iter()
+                .zip(&urls)
+                .zip(&essences)
+                .map(|((rung, url), media_type)| VariantDescription {
+                    url,
+                    source_quality: rung.source_quality(),
+                    media_type,
+                    length: rung.len,
+                })
+                .collect();
+            alternates(&described)
+        };
+        let (listed_for, listed) = self.listed.get_or_init(|| (*original, list()));
+        if listed_for == original {
+            listed.into()
+        } else {
+            // A ladder is only ever read beside its own original; never wrong anyway.
+            list().into()
+        }
+    }
+
     /// The share of the original's bytes `rung` saves for a client that gets
     /// `coding`: after compression for text (what the client pays), raw for images.
     /// `None` when that coding was not measured (the profile changed since).
@@ -259,6 +316,7 @@ impl StoredLadder {
             rungs,
             original_sizes: CodedSizes::of_stored(&self.original_sizes),
             later,
+            listed: OnceLock::new(),
         })
     }
 
@@ -977,6 +1035,32 @@ mod tests {
     }
 
     #[test]
+    fn the_rungs_are_listed_once_and_for_their_own_original_only() {
+        let ladder = Ladder {
+            rungs: vec![
+                Rung::of_image(ImageFormat::Webp, 1, 700),
+                Rung::of_image(ImageFormat::Jpeg, 2, 490),
+            ],
+            ..Ladder::default()
+        };
+        let (own, other) = (Hash([1; 32]), Hash([2; 32]));
+        let expected = |original: &Hash| {
+            format!(
+                "{{\"{}\" 0.700 {{type image/webp}} {{length 700}}}}, \
+                 {{\"{}\" 0.490 {{type image/jpeg}} {{length 490}}}}",
+                ladder.rungs[0].url(original),
+                ladder.rungs[1].url(original)
+            )
+        };
+        assert_eq!(ladder.listed_rungs(&own), expected(&own));
+        assert!(matches!(ladder.listed_rungs(&own), Cow::Borrowed(_)));
+        // Asked beside another original, it lists that one's URLs, not its memo.
+        assert_eq!(ladder.listed_rungs(&other), expected(&other));
+        assert_eq!(ladder.listed_rungs(&own), expected(&own));
+        assert!(Ladder::default().listed_rungs(&own).is_empty());
+    }
+
+    #[test]
     fn a_stored_ladder_reads_back_typed() {
         let rung = Rung {
             variant: Variant::Image {
@@ -991,8 +1075,8 @@ mod tests {
         };
         let mut ladder = Ladder {
             rungs: vec![rung.clone()],
-            original_sizes: CodedSizes::default(),
             later: vec![ImageFormat::Avif],
+            ..Ladder::default()
         };
         let read_back = |ladder: &Ladder| {
             let json = serde_json::to_vec(&StoredLadder::of(ladder, None)).unwrap();

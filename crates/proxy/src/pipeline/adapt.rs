@@ -152,9 +152,12 @@ pub async fn adapt(
         OriginalKind::Image(format) => Some(format),
         OriginalKind::Text(_) => None,
     };
-    let (list, urls) = variant_list(ctx, &instance.headers, original, original_len, &ladder);
+    let path = request.uri.path();
+    let list = variant_list(path, &instance.headers, original, original_len, &ladder);
     if wants_variant_list(&request.headers) {
-        return list_response(instance, list, &urls);
+        let urls =
+            std::iter::once(path.to_owned()).chain(ladder.rungs.iter().map(|r| r.url(&original)));
+        return list_response(instance, list, urls);
     }
     if let Ok(value) = HeaderValue::from_str(&list) {
         instance.headers.insert(ALTERNATES, value);
@@ -322,51 +325,40 @@ fn usable_rungs<'a>(
         .collect()
 }
 
-/// The RFC 2295 variant list (`Alternates`), the original first at source quality
-/// 1, and the URLs it lists in that order.
+/// The RFC 2295 variant list (`Alternates`): the original at `path` first, at
+/// source quality 1, then the ladder's rungs (listed once per ladder).
 fn variant_list(
-    ctx: &RequestContext,
+    path: &str,
     headers: &HeaderMap,
     original: Hash,
     original_len: u64,
     ladder: &Ladder,
-) -> (String, Vec<String>) {
+) -> String {
     let own_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(wirefold_http::media_type_essence)
         .unwrap_or_default();
-    let urls: Vec<String> = ladder.rungs.iter().map(|r| r.url(&original)).collect();
-    let essences: Vec<String> = ladder
-        .rungs
-        .iter()
-        .map(|r| wirefold_http::media_type_essence(&r.media_type).into_owned())
-        .collect();
-    let mut list = vec![VariantDescription {
-        url: ctx.profile.uri.path(),
+    let mut list = alternates(&[VariantDescription {
+        url: path,
         source_quality: 1.0,
         media_type: &own_type,
         length: original_len,
-    }];
-    for ((rung, url), media_type) in ladder.rungs.iter().zip(&urls).zip(&essences) {
-        list.push(VariantDescription {
-            url,
-            source_quality: rung.source_quality(),
-            media_type,
-            length: rung.len,
-        });
+    }]);
+    let rungs = ladder.listed_rungs(&original);
+    if !list.is_empty() && !rungs.is_empty() {
+        list.push_str(", ");
     }
-    let listed = alternates(&list);
-    let urls = list.iter().map(|v| v.url.to_string()).collect();
-    (listed, urls)
+    list.push_str(&rungs);
+    list
 }
 
 /// `300 Multiple Choices` with the list in `Alternates` and as links in a page,
 /// `TCN: list` (RFC 2295 §10.2). Not stored: it answers one request's wish.
-fn list_response(instance: Instance, list: String, urls: &[String]) -> Instance {
+fn list_response(instance: Instance, list: String, urls: impl Iterator<Item = String>) -> Instance {
     let mut page = String::from("<!DOCTYPE html>\n<title>Variants</title>\n<ul>\n");
     // Paths of the request and of wirefold's own URLs: no markup characters.
-    for url in urls.iter().filter(|u| !u.contains(['"', '<', '>', '&'])) {
+    for url in urls.filter(|u| !u.contains(['"', '<', '>', '&'])) {
         let _ = writeln!(page, "<li><a href=\"{url}\">{url}</a></li>");
     }
     page.push_str("</ul>\n");
@@ -506,21 +498,18 @@ mod tests {
     fn each_client_gets_the_most_compact_format_it_names() {
         use ImageFormat::{Avif, Jpeg, Webp};
         let chromium = "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8";
-        let first_pass = Ladder {
-            rungs: vec![
+        let first_pass = Ladder::of(
+            vec![
                 Rung::of_image(Webp, 1, 700),
                 Rung::of_image(Webp, 2, 490),
                 Rung::of_image(Jpeg, 1, 690),
             ],
-            later: vec![Avif],
-            ..Ladder::default()
-        };
+            vec![Avif],
+        );
         // Until the AVIF pass is made, a client naming AVIF gets WebP.
         assert_eq!(offered(&first_pass, Jpeg, chromium), [Webp, Webp]);
-        let mut complete = Ladder {
-            later: Vec::new(),
-            ..first_pass
-        };
+        let mut complete = first_pass;
+        complete.later.clear();
         complete.rungs.push(Rung::of_image(Avif, 1, 400));
         assert_eq!(offered(&complete, Jpeg, chromium), [Avif]);
         assert_eq!(offered(&complete, Jpeg, "image/webp,*/*"), [Webp, Webp]);
@@ -530,10 +519,7 @@ mod tests {
         );
         assert_eq!(offered(&complete, Jpeg, "*/*"), [Jpeg]);
         // A WebP original's own format is shown by whoever asked for it.
-        let webp_original = Ladder {
-            rungs: vec![Rung::of_image(Webp, 1, 700)],
-            ..Ladder::default()
-        };
+        let webp_original = Ladder::of(vec![Rung::of_image(Webp, 1, 700)], Vec::new());
         assert_eq!(offered(&webp_original, Webp, "*/*"), [Webp]);
     }
 }
