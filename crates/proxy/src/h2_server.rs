@@ -519,12 +519,18 @@ async fn send_body(
                 return;
             }
             Some(Ok(frame)) => match frame.into_data() {
+                // An empty piece sends nothing; an end comes next as `None`.
+                Ok(data) if data.is_empty() => continue,
                 Ok(data) => {
+                    // A whole body (a cached one) ends with its data: the last piece
+                    // carries END_STREAM instead of an empty frame after it.
+                    let end = body.is_end_stream();
                     let handed = match &turn {
-                        Some(turn) => send_budgeted(&mut send, data, turn).await,
-                        None => send_data(&mut send, data).await,
+                        Some(turn) => send_budgeted(&mut send, data, end, turn).await,
+                        None => send_data(&mut send, data, end).await,
                     };
                     match handed {
+                        Ok(()) if end => return,
                         Ok(()) => continue,
                         Err(e) => Err(e),
                     }
@@ -542,8 +548,13 @@ async fn send_body(
     }
 }
 
-/// Hands `data` to `h2` in the pieces the send window grants.
-async fn send_data(send: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), h2::Error> {
+/// Hands `data` (not empty) to `h2` in the pieces the send window grants; with `end`,
+/// the last piece ends the stream.
+async fn send_data(
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+) -> Result<(), h2::Error> {
     while !data.is_empty() {
         send.reserve_capacity(data.len());
         let granted = match poll_fn(|cx| send.poll_capacity(cx)).await {
@@ -551,7 +562,8 @@ async fn send_data(send: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), 
             None => return Err(h2::Error::from(Reason::CANCEL)),
         };
         if granted > 0 {
-            send.send_data(data.split_to(granted.min(data.len())), false)?;
+            let piece = data.split_to(granted.min(data.len()));
+            send.send_data(piece, end && data.is_empty())?;
         }
     }
     Ok(())
@@ -560,10 +572,12 @@ async fn send_data(send: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), 
 /// Hands `data` to `h2` in the pieces both the connection's budget and the send
 /// window grant. Flow-control capacity is reserved only with room in the budget, and
 /// waited for with none held: a stream whose client does not read holds neither the
-/// budget nor more than a piece of the connection's window.
+/// budget nor more than a piece of the connection's window. With `end`, the last
+/// piece ends the stream.
 async fn send_budgeted(
     send: &mut SendStream<Bytes>,
     mut data: Bytes,
+    end: bool,
     turn: &Turn,
 ) -> Result<(), h2::Error> {
     let (budget, stream) = (&turn.budget, turn.stream);
@@ -584,7 +598,8 @@ async fn send_budgeted(
             continue;
         }
         budget.give_back(stream, room - capacity);
-        if let Err(e) = send.send_data(data.split_to(capacity), false) {
+        let piece = data.split_to(capacity);
+        if let Err(e) = send.send_data(piece, end && data.is_empty()) {
             budget.give_back(stream, capacity);
             return Err(e);
         }
@@ -964,6 +979,37 @@ mod tests {
     /// is writing.
     fn leak() -> usize {
         Http2Config::default().budget_bytes as usize + 2 * FRAME
+    }
+
+    /// The sizes of `stream`'s frames as they came off the wire: its HEADERS (0),
+    /// then each DATA frame's.
+    fn frames_of(connected: &Connected, stream: u32) -> Vec<usize> {
+        let frames = connected.frames.lock().unwrap();
+        frames
+            .iter()
+            .filter(|f| f.0 == stream)
+            .map(|f| f.1)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_whole_body_ends_its_stream_with_its_last_data_frame() {
+        for http2 in [ordered(), unordered()] {
+            let connected = connect(http2, 64 * 1024, 1 << 20, 1 << 20).await;
+            let (stream, _, reader) = ask(&connected.client, "/whole/40000", PAGE).await;
+            reader.await.unwrap();
+            // No empty DATA frame after the body to end the stream.
+            assert_eq!(
+                frames_of(&connected, stream),
+                [0, FRAME, FRAME, 40000 - 2 * FRAME]
+            );
+            // A body that streams ends when it says so: an empty frame after it.
+            let (stream, streaming, reader) = ask(&connected.client, "/slow/20000", PAGE).await;
+            streaming.await.unwrap();
+            connected.release.notify_one();
+            reader.await.unwrap();
+            assert_eq!(frames_of(&connected, stream), [0, FRAME, 20000 - FRAME, 0]);
+        }
     }
 
     #[tokio::test]
