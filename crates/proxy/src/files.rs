@@ -12,6 +12,7 @@ use store::{Hash, Store};
 
 use store::memo::Bounded;
 
+use crate::file_watch::{DirWatch, Stamp};
 use crate::model::{content_etag, etag_value, FileMark};
 use wirefold_http::conditional::EntityTag;
 
@@ -25,15 +26,17 @@ pub struct Resolution {
     pub content_type_value: HeaderValue,
     /// The request path names a version (`url_pattern::is_versioned`).
     pub versioned: bool,
-    /// The file's size and modification time as last read, and when.
+    /// The file's size and modification time as last read, when, and the state of
+    /// its directories just before.
     checked: Mutex<Checked>,
 }
 
-#[derive(Clone, Copy)]
 struct Checked {
     at: Instant,
     len: u64,
     modified: SystemTime,
+    /// `None` when the file source watches no directories, or not this file's.
+    stamp: Option<Stamp>,
 }
 
 impl Resolution {
@@ -117,6 +120,9 @@ pub struct FileSource {
     known: Mutex<HashMap<PathBuf, Arc<FileVersion>>>,
     /// Recent resolutions, by request path.
     resolved: Bounded<String, Arc<Resolution>>,
+    /// Change notification for the directories of the files served; `None` without
+    /// inotify.
+    watch: Option<DirWatch>,
 }
 
 /// How long a resolution is trusted before the path is walked again.
@@ -130,6 +136,7 @@ impl FileSource {
             serve_dotfiles,
             known: Mutex::new(HashMap::new()),
             resolved: Bounded::with_entries(RESOLUTION_CAPACITY).expiring_after(RESOLUTION_TTL),
+            watch: DirWatch::new(),
         })
     }
 
@@ -139,34 +146,42 @@ impl FileSource {
     /// named as a directory (`/file.txt/`), and dotfiles unless configured (whether
     /// the request or a symlink's target names them).
     ///
-    /// A path resolved within the last second is checked with one `stat` of its
-    /// canonical file instead of a `readlink` per component, and not even that while
-    /// the last check is younger than `trust` (`files.check_interval_ms`; cf. nginx's
-    /// `open_file_cache_valid`); a file that is no longer regular is resolved afresh.
+    /// A path resolved within the last second is trusted as it was last read while
+    /// no directory on its way reports a change ([`crate::file_watch`]), else
+    /// checked with one `stat` of its canonical file instead of a `readlink` per
+    /// component; and trusted anyway while the last check is younger than `trust`
+    /// (`files.check_interval_ms`; cf. nginx's `open_file_cache_valid`). A file
+    /// that is no longer regular is resolved afresh.
     pub fn resolve(&self, request_path: &str, trust: Duration) -> Option<FoundFile> {
         if let Some(resolution) = self.resolved.get(request_path) {
-            if !trust.is_zero() {
-                let last = *resolution.checked();
-                if last.at.elapsed() < trust {
+            {
+                let last = resolution.checked();
+                let trusted = (!trust.is_zero() && last.at.elapsed() < trust)
+                    || self
+                        .watch
+                        .as_ref()
+                        .zip(last.stamp.as_ref())
+                        .is_some_and(|(watch, stamp)| watch.unchanged(stamp));
+                if trusted {
+                    let (len, modified) = (last.len, last.modified);
+                    drop(last);
                     return Some(FoundFile {
-                        len: last.len,
-                        modified: last.modified,
+                        len,
+                        modified,
                         resolution,
                     });
                 }
             }
+            let stamp = self.stamp(&resolution.path);
             if let Ok(meta) = std::fs::symlink_metadata(&resolution.path) {
                 if meta.is_file() {
                     if let Ok(modified) = meta.modified() {
-                        // Only a trusting configuration reads it back; an old entry
-                        // left by the default is older than any trust, so it is re-read.
-                        if !trust.is_zero() {
-                            *resolution.checked() = Checked {
-                                at: Instant::now(),
-                                len: meta.len(),
-                                modified,
-                            };
-                        }
+                        *resolution.checked() = Checked {
+                            at: Instant::now(),
+                            len: meta.len(),
+                            modified,
+                            stamp,
+                        };
                         return Some(FoundFile {
                             len: meta.len(),
                             modified,
@@ -180,6 +195,11 @@ impl FileSource {
         self.resolved
             .insert(request_path.to_string(), found.resolution.clone());
         Some(found)
+    }
+
+    /// The state of the directories on `canonical`'s way, before its metadata is read.
+    fn stamp(&self, canonical: &Path) -> Option<Stamp> {
+        self.watch.as_ref()?.stamp(&self.root, canonical)
     }
 
     fn resolve_uncached(&self, request_path: &str) -> Option<FoundFile> {
@@ -214,6 +234,7 @@ impl FileSource {
             Ok(target) if !self.withholds(target) => {}
             _ => return None,
         }
+        let stamp = self.stamp(&canonical);
         let meta = std::fs::metadata(&canonical).ok()?;
         if !meta.is_file() {
             return None;
@@ -233,6 +254,7 @@ impl FileSource {
                     at: Instant::now(),
                     len,
                     modified,
+                    stamp,
                 }),
             }),
         })

@@ -11,6 +11,7 @@ pub mod config;
 mod config_error;
 pub mod decode;
 pub mod destinations;
+mod file_watch;
 pub mod files;
 mod first_bytes;
 pub mod forward;

@@ -217,14 +217,14 @@ pub async fn start_with(
         (Some(origin), _) => Source::Origin(Arc::new(
             Origin::new(origin, &config.upstream).map_err(StartError::Origin)?,
         )),
-        (None, Some(root)) => Source::Files(
+        (None, Some(root)) => Source::Files(Box::new(
             FileSource::new(root, config.files.serve_dotfiles).map_err(|source| {
                 StartError::Root {
                     path: root.clone(),
                     source,
                 }
             })?,
-        ),
+        )),
         (None, None) => Source::Forward(Box::new(
             crate::forward::ForwardOrigins::new(&config.upstream, config.link.destinations)
                 .map_err(StartError::Origin)?,

@@ -76,6 +76,11 @@ async fn a_rewritten_file_is_served_new_at_once() {
         curl(&url, &args).await.body == same_size,
         "rewritten at the same size"
     );
+    // Replaced by a rename, as deploys do.
+    assert!(until_prepared(&proxy, &url, &args).await.body == same_size);
+    std::fs::write(root.path().join(".app.js.new"), &v1).unwrap();
+    std::fs::rename(root.path().join(".app.js.new"), root.path().join("app.js")).unwrap();
+    assert!(curl(&url, &args).await.body == v1, "replaced by a rename");
     std::fs::remove_file(root.path().join("app.js")).unwrap();
     assert_eq!(curl(&url, &args).await.status, 404, "a removed file");
 }

@@ -40,7 +40,7 @@ use delta::DeltaEngine;
 /// Where current instances come from.
 pub enum Source {
     Origin(Arc<Origin>),
-    Files(FileSource),
+    Files(Box<FileSource>),
     /// The origin each request names in its absolute URI (a server proxy's link).
     Forward(Box<ForwardOrigins>),
 }

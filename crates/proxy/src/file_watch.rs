@@ -1,0 +1,285 @@
+//! Change notification for the file source (`--root`): an inotify watch on each
+//! directory from the root down to every file served. While none of them reports a
+//! change, a file's size and modification time as last read still hold, so a
+//! request checks the notifications (one non-blocking `read`) instead of `stat`ting
+//! the file (a walk of its whole path).
+//!
+//! Exact for every change made through the file system's names: the kernel queues a
+//! notification before the write, rename or unlink that makes it returns, and a
+//! request reads the queue before it trusts anything. Only local file systems are
+//! watched (on NFS, FUSE and the like, changes made elsewhere send none); there, past
+//! [`MAX_WATCHED`] directories or the kernel's watch limit, and without inotify, the
+//! file source `stat`s per request as before. What no notification reports (a write
+//! through a shared mapping, or through a hard link in a directory not watched) is
+//! found when the path is walked again, within the file source's resolution memo's
+//! lifetime (one second).
+
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use rustix::fd::OwnedFd;
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::io::Errno;
+
+/// Directories watched at most (each holds a little kernel memory).
+pub const MAX_WATCHED: usize = 4096;
+
+/// What may change a file's bytes, size or modification time, or which file a name
+/// leads to: in a directory, or to the directory itself.
+const CHANGES: WatchFlags = WatchFlags::MODIFY
+    .union(WatchFlags::ATTRIB)
+    .union(WatchFlags::CLOSE_WRITE)
+    .union(WatchFlags::CREATE)
+    .union(WatchFlags::DELETE)
+    .union(WatchFlags::MOVED_FROM)
+    .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::DELETE_SELF)
+    .union(WatchFlags::MOVE_SELF)
+    .union(WatchFlags::ONLYDIR);
+
+/// File systems whose every change passes through this kernel (`statfs` types):
+/// ext2/3/4, XFS, Btrfs, tmpfs, F2FS, overlayfs (a container's own layer).
+const LOCAL_FILE_SYSTEMS: [u32; 6] = [
+    0xEF53,
+    0x5846_5342,
+    0x9123_683E,
+    0x0102_1994,
+    0xF2F5_2010,
+    0x794C_7630,
+];
+
+/// A watch's count once the watch has ended (its directory was removed).
+const ENDED: u64 = u64::MAX;
+
+/// The watches of one file source.
+pub struct DirWatch {
+    inotify: OwnedFd,
+    watched: Mutex<Watched>,
+}
+
+#[derive(Default)]
+struct Watched {
+    by_descriptor: HashMap<i32, Arc<Dir>>,
+    /// Times notifications were lost (the kernel's queue overflowed, or reading it
+    /// failed): every stamp taken before is void.
+    losses: u64,
+}
+
+/// One watched directory.
+struct Dir {
+    /// Changes reported in it (or to it) so far; [`ENDED`] once its watch ended.
+    changes: AtomicU64,
+}
+
+/// The state of a file's directories taken before its metadata was read: while it
+/// holds, that metadata does.
+pub struct Stamp {
+    dirs: Vec<(Arc<Dir>, u64)>,
+    losses: u64,
+}
+
+impl DirWatch {
+    /// `None` when the kernel offers no inotify instance (none built in, or the
+    /// per-user limit reached).
+    pub fn new() -> Option<DirWatch> {
+        let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+        Some(DirWatch {
+            inotify,
+            watched: Mutex::default(),
+        })
+    }
+
+    /// The stamp of the directories from `root` down to `file`'s parent (both
+    /// canonical paths), to be taken before `file`'s metadata is read. `None` when
+    /// one of them cannot be watched, or `file` is not under `root`.
+    ///
+    /// Each directory is watched by its path now (the kernel answers with the watch
+    /// the directory at that path already has): a name that led elsewhere before
+    /// gets the watch of what it leads to. A change made after the queue is read
+    /// here, renames on the way included, is counted after this stamp and voids it.
+    pub fn stamp(&self, root: &Path, file: &Path) -> Option<Stamp> {
+        let below_root = file.parent()?.strip_prefix(root).ok()?;
+        let mut watched = self.drained();
+        let mut dir = root.to_path_buf();
+        let mut dirs = vec![self.watch(&mut watched, &dir)?];
+        for name in below_root.components() {
+            dir.push(name);
+            dirs.push(self.watch(&mut watched, &dir)?);
+        }
+        let dirs = dirs
+            .into_iter()
+            .map(|d| {
+                let seen = d.changes.load(Ordering::Relaxed);
+                (d, seen)
+            })
+            .collect();
+        let losses = watched.losses;
+        Some(Stamp { dirs, losses })
+    }
+
+    /// Whether nothing changed in the stamp's directories since it was taken.
+    pub fn unchanged(&self, stamp: &Stamp) -> bool {
+        let watched = self.drained();
+        watched.losses == stamp.losses
+            && stamp
+                .dirs
+                .iter()
+                .all(|(dir, seen)| *seen != ENDED && dir.changes.load(Ordering::Relaxed) == *seen)
+    }
+
+    /// Directories watched now.
+    #[cfg(test)]
+    pub fn watching(&self) -> usize {
+        self.drained().by_descriptor.len()
+    }
+
+    fn watch(&self, watched: &mut Watched, dir: &Path) -> Option<Arc<Dir>> {
+        let descriptor = inotify::add_watch(&self.inotify, dir, CHANGES).ok()?;
+        if let Some(known) = watched.by_descriptor.get(&descriptor) {
+            return Some(known.clone());
+        }
+        if watched.by_descriptor.len() >= MAX_WATCHED || !is_local(dir) {
+            let _ = inotify::remove_watch(&self.inotify, descriptor);
+            return None;
+        }
+        let new = Arc::new(Dir {
+            changes: AtomicU64::new(0),
+        });
+        watched.by_descriptor.insert(descriptor, new.clone());
+        Some(new)
+    }
+
+    /// The watches, with every notification queued so far counted. Held while a
+    /// request reads and counts them, so that no other request can find the queue
+    /// empty before a change taken from it is counted.
+    fn drained(&self) -> MutexGuard<'_, Watched> {
+        let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut buffer = [MaybeUninit::uninit(); 4096];
+        let mut queue = inotify::Reader::new(&self.inotify, &mut buffer);
+        let mut moved = Vec::new();
+        loop {
+            match queue.next() {
+                Ok(event) => {
+                    if watched.count(event.wd(), event.events()) {
+                        moved.push(event.wd());
+                    }
+                }
+                Err(Errno::AGAIN) => break,
+                Err(Errno::INTR) => continue,
+                Err(_) => {
+                    watched.losses += 1;
+                    break;
+                }
+            }
+        }
+        // A directory moved or removed is no longer where a stamp found it: its watch
+        // ends (a directory that comes back to a path is watched afresh).
+        for descriptor in moved {
+            if let Some(ended) = watched.by_descriptor.remove(&descriptor) {
+                ended.changes.store(ENDED, Ordering::Relaxed);
+                let _ = inotify::remove_watch(&self.inotify, descriptor);
+            }
+        }
+        watched
+    }
+}
+
+impl Watched {
+    /// Counts one notification; true when its directory itself moved or went.
+    fn count(&mut self, descriptor: i32, events: ReadFlags) -> bool {
+        if events.contains(ReadFlags::QUEUE_OVERFLOW) {
+            self.losses += 1;
+            return false;
+        }
+        let Some(dir) = self.by_descriptor.get(&descriptor) else {
+            return false;
+        };
+        dir.changes.fetch_add(1, Ordering::Relaxed);
+        events.intersects(ReadFlags::MOVE_SELF | ReadFlags::DELETE_SELF | ReadFlags::IGNORED)
+    }
+}
+
+fn is_local(dir: &Path) -> bool {
+    rustix::fs::statfs(dir).is_ok_and(|fs| {
+        // The type is a 32-bit magic number in a word of the platform's width.
+        #[allow(clippy::cast_possible_truncation, clippy::unnecessary_cast)]
+        let kind = fs.f_type as u32;
+        LOCAL_FILE_SYSTEMS.contains(&kind)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::path::PathBuf;
+
+    fn watch_in(dir: &Path) -> (DirWatch, PathBuf, PathBuf) {
+        let root = dir.canonicalize().unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        let file = root.join("sub/page.html");
+        std::fs::write(&file, "one").unwrap();
+        (DirWatch::new().unwrap(), root, file)
+    }
+
+    #[test]
+    fn every_change_on_the_way_to_a_file_voids_its_stamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let (watch, root, file) = watch_in(dir.path());
+        let stamp = |watch: &DirWatch| watch.stamp(&root, &file).expect("a local directory");
+        let first = stamp(&watch);
+        assert!(watch.unchanged(&first));
+        assert_eq!(watch.watching(), 2);
+        std::fs::write(&file, "two").unwrap();
+        assert!(!watch.unchanged(&first));
+        // Replaced by a rename, as a deploy does.
+        let second = stamp(&watch);
+        std::fs::write(root.join("sub/.new"), "three").unwrap();
+        let third = stamp(&watch);
+        std::fs::rename(root.join("sub/.new"), &file).unwrap();
+        assert!(!watch.unchanged(&second) && !watch.unchanged(&third));
+        // A directory above it swapped for another.
+        let fourth = stamp(&watch);
+        std::fs::rename(root.join("sub"), root.join("old")).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(&file, "four").unwrap();
+        assert!(!watch.unchanged(&fourth));
+        // The new directory is watched in its turn; the old one no longer (it moved).
+        let fifth = stamp(&watch);
+        assert!(watch.unchanged(&fifth));
+        assert_eq!(watch.watching(), 2);
+        std::fs::remove_file(&file).unwrap();
+        assert!(!watch.unchanged(&fifth));
+        // Anything else in a directory on the way counts too (conservatively).
+        let sixth = stamp(&watch);
+        std::fs::remove_dir_all(root.join("old")).unwrap();
+        assert!(!watch.unchanged(&sixth));
+    }
+
+    #[test]
+    fn a_removed_directory_made_again_is_watched_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (watch, root, file) = watch_in(dir.path());
+        let before = watch.stamp(&root, &file).unwrap();
+        std::fs::remove_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(&file, "again").unwrap();
+        assert!(!watch.unchanged(&before));
+        let after = watch.stamp(&root, &file).unwrap();
+        assert!(watch.unchanged(&after));
+        std::fs::write(&file, "and again").unwrap();
+        assert!(!watch.unchanged(&after));
+    }
+
+    #[test]
+    fn a_file_outside_the_root_gets_no_stamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let (watch, root, _) = watch_in(dir.path());
+        let elsewhere = tempfile::tempdir().unwrap();
+        let outside = elsewhere.path().canonicalize().unwrap().join("x");
+        assert!(watch.stamp(&root.join("sub"), &outside).is_none());
+    }
+}
