@@ -4,15 +4,17 @@
 //! request checks the notifications (one non-blocking `read`) instead of `stat`ting
 //! the file (a walk of its whole path).
 //!
-//! Exact for every change made through the file system's names: the kernel queues a
+//! Exact for every change made through the names under the root: the kernel queues a
 //! notification before the write, rename or unlink that makes it returns, and a
 //! request reads the queue before it trusts anything. Only local file systems are
 //! watched (on NFS, FUSE and the like, changes made elsewhere send none); there, past
 //! [`MAX_WATCHED`] directories or the kernel's watch limit, and without inotify, the
-//! file source `stat`s per request as before. What no notification reports (a write
-//! through a shared mapping, or through a hard link in a directory not watched) is
-//! found when the path is walked again, within the file source's resolution memo's
-//! lifetime (one second).
+//! file source `stat`s per request as before. A file with more than one name (hard
+//! links) is never trusted this way: a write through another name notifies that
+//! name's directory only. What sends no notification at all (a write through a
+//! shared mapping, a link made to a file after it was checked, a directory above the
+//! root swapped, a file system mounted on the way) is found when the path is walked
+//! again, within the file source's resolution memo's lifetime (one second).
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -82,9 +84,13 @@ pub struct Stamp {
 }
 
 impl DirWatch {
-    /// `None` when the kernel offers no inotify instance (none built in, or the
-    /// per-user limit reached).
-    pub fn new() -> Option<DirWatch> {
+    /// `None` when `root` is on a file system whose changes may come from elsewhere,
+    /// or the kernel offers no inotify instance (none built in, or the per-user limit
+    /// reached).
+    pub fn new(root: &Path) -> Option<DirWatch> {
+        if !is_local(root) {
+            return None;
+        }
         let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
         Some(DirWatch {
             inotify,
@@ -141,6 +147,9 @@ impl DirWatch {
         if let Some(known) = watched.by_descriptor.get(&descriptor) {
             return Some(known.clone());
         }
+        if watched.by_descriptor.len() >= MAX_WATCHED {
+            self.release_unused(watched);
+        }
         if watched.by_descriptor.len() >= MAX_WATCHED || !is_local(dir) {
             let _ = inotify::remove_watch(&self.inotify, descriptor);
             return None;
@@ -150,6 +159,18 @@ impl DirWatch {
         });
         watched.by_descriptor.insert(descriptor, new.clone());
         Some(new)
+    }
+
+    /// Ends the watches no stamp refers to (directories no longer served, an old
+    /// release's).
+    fn release_unused(&self, watched: &mut Watched) {
+        watched.by_descriptor.retain(|&descriptor, dir| {
+            let used = Arc::strong_count(dir) > 1;
+            if !used {
+                let _ = inotify::remove_watch(&self.inotify, descriptor);
+            }
+            used
+        });
     }
 
     /// The watches, with every notification queued so far counted. Held while a
@@ -222,14 +243,15 @@ mod tests {
         std::fs::create_dir(root.join("sub")).unwrap();
         let file = root.join("sub/page.html");
         std::fs::write(&file, "one").unwrap();
-        (DirWatch::new().unwrap(), root, file)
+        let watch = DirWatch::new(&root).expect("the temporary directory on a local file system");
+        (watch, root, file)
     }
 
     #[test]
     fn every_change_on_the_way_to_a_file_voids_its_stamp() {
         let dir = tempfile::tempdir().unwrap();
         let (watch, root, file) = watch_in(dir.path());
-        let stamp = |watch: &DirWatch| watch.stamp(&root, &file).expect("a local directory");
+        let stamp = |watch: &DirWatch| watch.stamp(&root, &file).unwrap();
         let first = stamp(&watch);
         assert!(watch.unchanged(&first));
         assert_eq!(watch.watching(), 2);
@@ -272,6 +294,27 @@ mod tests {
         assert!(watch.unchanged(&after));
         std::fs::write(&file, "and again").unwrap();
         assert!(!watch.unchanged(&after));
+    }
+
+    #[test]
+    fn at_the_cap_watches_no_stamp_uses_are_ended_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let (watch, root, file) = watch_in(dir.path());
+        std::fs::create_dir(root.join("more")).unwrap();
+        std::fs::write(root.join("more/x"), "x").unwrap();
+        let held = watch.stamp(&root, &file).unwrap();
+        let mut watched = watch.drained();
+        for i in 0..MAX_WATCHED - 2 {
+            let unused = Arc::new(Dir {
+                changes: AtomicU64::new(0),
+            });
+            watched.by_descriptor.insert(-1 - i as i32, unused);
+        }
+        drop(watched);
+        let more = watch.stamp(&root, &root.join("more/x")).unwrap();
+        // The held stamp's two directories and the new one are all that is left.
+        assert_eq!(watch.watching(), 3);
+        assert!(watch.unchanged(&held) && watch.unchanged(&more));
     }
 
     #[test]

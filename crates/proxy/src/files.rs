@@ -2,7 +2,10 @@
 //! never outside it, and yields its content with validators.
 
 use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
+#[cfg(test)]
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -121,8 +124,11 @@ pub struct FileSource {
     /// Recent resolutions, by request path.
     resolved: Bounded<String, Arc<Resolution>>,
     /// Change notification for the directories of the files served; `None` without
-    /// inotify.
+    /// inotify or on a file system it cannot vouch for.
     watch: Option<DirWatch>,
+    /// How many times a file's metadata was read (what the watch saves).
+    #[cfg(test)]
+    stats: AtomicU64,
 }
 
 /// How long a resolution is trusted before the path is walked again.
@@ -131,12 +137,15 @@ const RESOLUTION_CAPACITY: usize = 16_384;
 
 impl FileSource {
     pub fn new(root: &Path, serve_dotfiles: bool) -> std::io::Result<FileSource> {
+        let root = root.canonicalize()?;
         Ok(FileSource {
-            root: root.canonicalize()?,
+            watch: DirWatch::new(&root),
+            root,
             serve_dotfiles,
             known: Mutex::new(HashMap::new()),
             resolved: Bounded::with_entries(RESOLUTION_CAPACITY).expiring_after(RESOLUTION_TTL),
-            watch: DirWatch::new(),
+            #[cfg(test)]
+            stats: AtomicU64::new(0),
         })
     }
 
@@ -154,7 +163,7 @@ impl FileSource {
     /// that is no longer regular is resolved afresh.
     pub fn resolve(&self, request_path: &str, trust: Duration) -> Option<FoundFile> {
         if let Some(resolution) = self.resolved.get(request_path) {
-            {
+            let last_stamped = {
                 let last = resolution.checked();
                 let trusted = (!trust.is_zero() && last.at.elapsed() < trust)
                     || self
@@ -171,8 +180,12 @@ impl FileSource {
                         resolution,
                     });
                 }
-            }
-            let stamp = self.stamp(&resolution.path);
+                last.stamp.is_some()
+            };
+            // A file that could not be watched is not tried again per request: when
+            // the resolution is made again.
+            let stamp = last_stamped.then(|| self.stamp(&resolution.path)).flatten();
+            self.count_stat();
             if let Ok(meta) = std::fs::symlink_metadata(&resolution.path) {
                 if meta.is_file() {
                     if let Ok(modified) = meta.modified() {
@@ -180,7 +193,7 @@ impl FileSource {
                             at: Instant::now(),
                             len: meta.len(),
                             modified,
-                            stamp,
+                            stamp: stamp.filter(|_| meta.nlink() == 1),
                         };
                         return Some(FoundFile {
                             len: meta.len(),
@@ -200,6 +213,13 @@ impl FileSource {
     /// The state of the directories on `canonical`'s way, before its metadata is read.
     fn stamp(&self, canonical: &Path) -> Option<Stamp> {
         self.watch.as_ref()?.stamp(&self.root, canonical)
+    }
+
+    /// Counts a read of a file's metadata (what the watch saves), in tests.
+    fn count_stat(&self) {
+        #[cfg(test)]
+        self.stats
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn resolve_uncached(&self, request_path: &str) -> Option<FoundFile> {
@@ -235,6 +255,7 @@ impl FileSource {
             _ => return None,
         }
         let stamp = self.stamp(&canonical);
+        self.count_stat();
         let meta = std::fs::metadata(&canonical).ok()?;
         if !meta.is_file() {
             return None;
@@ -254,7 +275,8 @@ impl FileSource {
                     at: Instant::now(),
                     len,
                     modified,
-                    stamp,
+                    // Another name's writes notify another directory.
+                    stamp: stamp.filter(|_| meta.nlink() == 1),
                 }),
             }),
         })
@@ -409,6 +431,85 @@ mod tests {
             http_date(ordinary).unwrap(),
             "Sun, 06 Nov 1994 08:49:37 GMT"
         );
+    }
+
+    fn stats(src: &FileSource) -> u64 {
+        src.stats.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_watched_file_is_trusted_until_something_changes_on_its_way() {
+        let (dir, src) = site();
+        let root = dir.path().join("root");
+        let css = || src.resolve("/sub/a%20b.css", Duration::ZERO).unwrap();
+        assert_eq!(css().len, 3);
+        let after_first = stats(&src);
+        assert_eq!(css().len, 3);
+        assert_eq!(css().len, 3);
+        assert_eq!(stats(&src), after_first, "trusted: no stat");
+
+        std::fs::write(root.join("sub/a b.css"), "b{}c").unwrap();
+        assert_eq!(css().len, 4, "rewritten in place");
+        std::fs::write(root.join("sub/.new"), "c{}cc").unwrap();
+        std::fs::rename(root.join("sub/.new"), root.join("sub/a b.css")).unwrap();
+        assert_eq!(css().len, 5, "replaced by a rename");
+        std::fs::rename(root.join("sub"), root.join("old")).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/a b.css"), "d{}ddd").unwrap();
+        assert_eq!(css().len, 6, "its directory swapped for another");
+        std::fs::write(root.join("sub/a b.css"), "e{}eeee").unwrap();
+        assert_eq!(css().len, 7, "written in the directory swapped in");
+        let before = stats(&src);
+        assert_eq!(css().len, 7);
+        assert_eq!(stats(&src), before, "trusted again");
+
+        // A file with a second name elsewhere: writes through that name would notify
+        // its own directory only, so it is stat'ed per request.
+        std::fs::write(root.join("sub/linked.css"), "f{}").unwrap();
+        std::fs::hard_link(root.join("sub/linked.css"), root.join("old/twin.css")).unwrap();
+        let linked = || src.resolve("/sub/linked.css", Duration::ZERO).unwrap();
+        assert_eq!(linked().len, 3);
+        let before = stats(&src);
+        assert_eq!(linked().len, 3);
+        assert!(stats(&src) > before, "a file with two names is stat'ed");
+        std::fs::write(root.join("old/twin.css"), "g{}g").unwrap();
+        assert_eq!(linked().len, 4, "written through its other name");
+    }
+
+    #[test]
+    fn a_change_made_before_a_request_is_always_seen() {
+        let (dir, src) = site();
+        let root = dir.path().join("root");
+        let src = Arc::new(src);
+        let published = Arc::new(std::sync::atomic::AtomicU64::new(3));
+        let writer = {
+            let (root, published) = (root.clone(), published.clone());
+            std::thread::spawn(move || {
+                for len in 4..400u64 {
+                    let staged = root.join("sub/.staged");
+                    std::fs::write(&staged, vec![b'x'; len as usize]).unwrap();
+                    std::fs::rename(&staged, root.join("sub/a b.css")).unwrap();
+                    published.store(len, std::sync::atomic::Ordering::SeqCst);
+                }
+            })
+        };
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (src, published) = (src.clone(), published.clone());
+                std::thread::spawn(move || loop {
+                    let at_least = published.load(std::sync::atomic::Ordering::SeqCst);
+                    let found = src.resolve("/sub/a%20b.css", Duration::ZERO).unwrap();
+                    assert!(found.len >= at_least, "{} after {at_least}", found.len);
+                    if at_least == 399 {
+                        return;
+                    }
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        for reader in readers {
+            reader.join().unwrap();
+        }
     }
 
     #[test]
