@@ -519,7 +519,7 @@ async fn send_body(
                 return;
             }
             Some(Ok(frame)) => match frame.into_data() {
-                // An empty piece sends nothing; an end comes next as `None`.
+                // An empty piece: nothing to send (an end is still to come).
                 Ok(data) if data.is_empty() => continue,
                 Ok(data) => {
                     // A whole body (a cached one) ends with its data: the last piece

@@ -34,7 +34,8 @@ use delta::derived::Variant;
 /// Content addressed both ways, so a URL names one body forever (`immutable`).
 pub const VARIANT_PREFIX: &str = "/.wirefold/v/";
 
-/// The ladders remembered in memory (each a few hundred bytes).
+/// The ladders remembered in memory (each a few hundred bytes, and about 200 more per
+/// rung once its `Alternates` entries are written).
 const LADDERS_IN_MEMORY: usize = 16_384;
 /// Client networks remembered in memory.
 const NETWORKS_IN_MEMORY: usize = 16_384;
