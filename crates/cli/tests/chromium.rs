@@ -1665,9 +1665,11 @@ async fn chromium_starts_a_hinted_stylesheet_before_the_page_arrives() {
     })
     .await;
     let page = proxy.url("/page");
-    // A first visit (any client) gives wirefold the page's manifest.
+    // A first visit (any client) gives wirefold the page's manifest, made in the
+    // background as the page streams: Chromium comes once it is there.
     let first = curl(&page, &["--http2", "-H", "accept: text/html"]).await;
     assert_eq!(first.status, 200);
+    metric_reaches(&proxy, "wirefold_manifests_built_total", 1.0).await;
 
     let profile = tempfile::tempdir().unwrap();
     let trust = format!("--ignore-certificate-errors-spki-list={spki}");
