@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -63,6 +63,8 @@ const RELEASE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The watches of one file source.
 pub struct DirWatch {
+    /// The file source's root (canonical): where every stamp's directories begin.
+    root: PathBuf,
     inotify: OwnedFd,
     watched: Mutex<Watched>,
 }
@@ -100,23 +102,24 @@ impl DirWatch {
         }
         let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
         Some(DirWatch {
+            root: root.to_path_buf(),
             inotify,
             watched: Mutex::default(),
         })
     }
 
-    /// The stamp of the directories from `root` down to `file`'s parent (both
-    /// canonical paths), to be taken before `file`'s metadata is read. `None` when
-    /// one of them cannot be watched, or `file` is not under `root`.
+    /// The stamp of the directories from the root down to `file`'s parent (`file`
+    /// canonical), to be taken before `file`'s metadata is read. `None` when one of
+    /// them cannot be watched, or `file` is not under the root.
     ///
     /// Each directory is watched by its path now (the kernel answers with the watch
     /// the directory at that path already has): a name that led elsewhere before
     /// gets the watch of what it leads to. A change made after the queue is read
     /// here, renames on the way included, is counted after this stamp and voids it.
-    pub fn stamp(&self, root: &Path, file: &Path) -> Option<Stamp> {
-        let below_root = file.parent()?.strip_prefix(root).ok()?;
+    pub fn stamp(&self, file: &Path) -> Option<Stamp> {
+        let below_root = file.parent()?.strip_prefix(&self.root).ok()?;
         let mut watched = self.drained();
-        let mut dir = root.to_path_buf();
+        let mut dir = self.root.clone();
         let mut dirs = vec![self.watch(&mut watched, &dir)?];
         for name in below_root.components() {
             dir.push(name);
@@ -267,7 +270,7 @@ mod tests {
         let Some((watch, root, file)) = watch_in(dir.path()) else {
             return;
         };
-        let stamp = |watch: &DirWatch| watch.stamp(&root, &file).unwrap();
+        let stamp = |watch: &DirWatch| watch.stamp(&file).unwrap();
         let first = stamp(&watch);
         assert!(watch.unchanged(&first));
         assert_eq!(watch.watching(), 2);
@@ -303,12 +306,12 @@ mod tests {
         let Some((watch, root, file)) = watch_in(dir.path()) else {
             return;
         };
-        let before = watch.stamp(&root, &file).unwrap();
+        let before = watch.stamp(&file).unwrap();
         std::fs::remove_dir_all(root.join("sub")).unwrap();
         std::fs::create_dir(root.join("sub")).unwrap();
         std::fs::write(&file, "again").unwrap();
         assert!(!watch.unchanged(&before));
-        let after = watch.stamp(&root, &file).unwrap();
+        let after = watch.stamp(&file).unwrap();
         assert!(watch.unchanged(&after));
         std::fs::write(&file, "and again").unwrap();
         assert!(!watch.unchanged(&after));
@@ -322,7 +325,7 @@ mod tests {
         };
         std::fs::create_dir(root.join("more")).unwrap();
         std::fs::write(root.join("more/x"), "x").unwrap();
-        let held = watch.stamp(&root, &file).unwrap();
+        let held = watch.stamp(&file).unwrap();
         let mut watched = watch.drained();
         for i in 0..MAX_WATCHED - 2 {
             let unused = Arc::new(Dir {
@@ -331,7 +334,7 @@ mod tests {
             watched.by_descriptor.insert(-1 - i as i32, unused);
         }
         drop(watched);
-        let more = watch.stamp(&root, &root.join("more/x")).unwrap();
+        let more = watch.stamp(&root.join("more/x")).unwrap();
         // The held stamp's two directories and the new one are all that is left.
         assert_eq!(watch.watching(), 3);
         assert!(watch.unchanged(&held) && watch.unchanged(&more));
@@ -340,11 +343,11 @@ mod tests {
     #[test]
     fn a_file_outside_the_root_gets_no_stamp() {
         let dir = tempfile::tempdir().unwrap();
-        let Some((watch, root, _)) = watch_in(dir.path()) else {
+        let Some((watch, _, _)) = watch_in(dir.path()) else {
             return;
         };
         let elsewhere = tempfile::tempdir().unwrap();
         let outside = elsewhere.path().canonicalize().unwrap().join("x");
-        assert!(watch.stamp(&root.join("sub"), &outside).is_none());
+        assert!(watch.stamp(&outside).is_none());
     }
 }

@@ -219,7 +219,7 @@ impl FileSource {
 
     /// The state of the directories on `canonical`'s way, before its metadata is read.
     fn stamp(&self, canonical: &Path) -> Option<Stamp> {
-        self.watch.as_ref()?.stamp(&self.root, canonical)
+        self.watch.as_ref()?.stamp(canonical)
     }
 
     /// Counts a read of a file's metadata (what the watch saves), in tests.
