@@ -216,6 +216,13 @@ impl Manifests {
         }
     }
 
+    /// The latest manifest for the page at `page_url` as remembered in memory now,
+    /// without reading the store: `None` when nothing is remembered for it (never
+    /// asked, or forgotten since), `Some(None)` for a URL known to have none.
+    pub fn latest_remembered(&self, page_url: &str) -> Option<Option<Arc<PageManifest>>> {
+        self.latest.get(page_url)
+    }
+
     /// The latest manifest known for the page at `page_url`, for hints sent before
     /// the page itself is fetched; `None` for a URL never served as a shared page.
     pub async fn latest(&self, page_url: &str) -> Option<Arc<PageManifest>> {

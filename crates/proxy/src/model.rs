@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use fidelity::choice::LinkEstimate;
 use http::uri::Authority;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use store::Hash;
@@ -88,6 +89,8 @@ pub struct RequestContext {
     /// Whether this answer may be prepared for the same request again, and on what
     /// it rests ([`crate::pipeline::prepared`]).
     pub repeat: Repeat,
+    /// The passive estimate of the client's link, read at most once per response.
+    pub link: LinkRead,
     /// [`RequestContext::url`], made on first use (a page asks for it in several
     /// stages, most requests never), with the length of its origin.
     url: OnceLock<(Arc<str>, usize)>,
@@ -109,6 +112,7 @@ impl RequestContext {
             started,
             origin_wait: OriginWait::default(),
             repeat: Repeat::default(),
+            link: LinkRead::default(),
             url: OnceLock::new(),
         }
     }
@@ -167,8 +171,8 @@ impl OriginWait {
 /// running the stages ([`crate::pipeline::prepared`]), and what that rests on. Nothing is
 /// repeatable until `fetch` vouches for its instance (a file of a known size and
 /// modification time, a fresh cache hit, a derived dictionary); a stage that reads
-/// anything that changes without a store write, background work or a reload (a
-/// network estimate) rules the answer out.
+/// anything that changes without a store write, background work or a reload rules
+/// the answer out, unless a repeat can check it again ([`Rechoose`]).
 #[derive(Debug, Default)]
 pub struct Repeat(Mutex<Repeatability>);
 
@@ -196,6 +200,35 @@ pub struct Rests {
     pub fresh: Option<Fresh>,
     /// A page's size for the page weights (adaptive fidelity), remembered again.
     pub page_size: Option<(Arc<str>, u64, bool)>,
+    /// A choice made from what moves with no count (adaptive fidelity's), made
+    /// again by every repeat: the answer holds while it comes out the same.
+    pub choice: Option<Arc<dyn Rechoose>>,
+}
+
+/// A choice a stage made from state that changes with no store write (the link
+/// estimate, which every response moves; the egress controller's share, moved once a
+/// second): a repeat makes it again from the state now, and its answer stands only
+/// if the choice is the same.
+pub trait Rechoose: Send + Sync + std::fmt::Debug {
+    /// Whether the choice made now, for a request over `conn`, is the one the answer
+    /// was made with; reads the client's link through `link` (once per response).
+    fn holds(&self, conn: &ConnInfo, link: &LinkRead) -> bool;
+
+    /// Counts the choice as made again, as the stage did (metrics).
+    fn count_again(&self);
+}
+
+/// The passive estimate of a client's link, read at most once per response: each
+/// read adds the connection's kernel sample to its network's estimate, and a
+/// prepared answer's check may read it before the stages do.
+#[derive(Debug, Default)]
+pub struct LinkRead(OnceLock<Option<LinkEstimate>>);
+
+impl LinkRead {
+    /// The estimate read for this response, reading it with `read` the first time.
+    pub fn get_or_read(&self, read: impl FnOnce() -> Option<LinkEstimate>) -> Option<LinkEstimate> {
+        *self.0.get_or_init(read)
+    }
 }
 
 /// A fresh stored response's age as `fetch` read it.
@@ -255,6 +288,15 @@ impl Repeat {
         self.with(|r| {
             if let Repeatability::Vouched(rests) = r {
                 rests.page_size = Some((url.clone(), len, negotiable));
+            }
+        });
+    }
+
+    /// The answer holds while `choice` comes out the same.
+    pub fn rechoose(&self, choice: Arc<dyn Rechoose>) {
+        self.with(|r| {
+            if let Repeatability::Vouched(rests) = r {
+                rests.choice = Some(choice);
             }
         });
     }

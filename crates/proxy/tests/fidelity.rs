@@ -16,6 +16,8 @@ use wirefold_http::fidelity::ImageFormat;
 const CHROMIUM_ACCEPT: &str =
     "Accept: image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8";
 
+const PREPARED_SENT: &str = "wirefold_prepared_responses_total{result=\"sent\"}";
+
 const LIMITS: ImageLimits = ImageLimits {
     max_side: 16_383,
     max_pixels: 40_000_000,
@@ -445,5 +447,107 @@ async fn the_egress_controller_caps_fidelity_when_egress_is_high() {
         .metric("wirefold_fidelity_decisions_total{reason=\"egress\"}")
         .await;
     assert!(egress >= 1.0, "{egress}");
+    proxy.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_prepared_image_answer_stands_only_while_the_choice_is_the_same() {
+    let root = tempfile::tempdir().unwrap();
+    let photo = site(root.path());
+    let big: Vec<u8> = (0..photo.len() * 40)
+        .map(|i| (i * 7919 % 251) as u8)
+        .collect();
+    std::fs::write(root.path().join("big.bin"), &big).unwrap();
+    // Eight photos a second: two stay well under the controller's 90 %.
+    let limit = photo.len() as u64 * 8 * 8;
+    let proxy = start_root(root.path(), |c| {
+        c.fidelity.avif = false;
+        c.fidelity.egress_limit_bps = limit;
+    })
+    .await;
+    let url = proxy.url("/photo.jpg");
+    // `HEAD` until the ladder is made: no egress meanwhile.
+    let mut negotiable = false;
+    for _ in 0..600 {
+        let r = curl(&url, &["-I", "-H", CHROMIUM_ACCEPT]).await;
+        if r.header("alternates").is_some() {
+            negotiable = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(negotiable, "no ladder made");
+    let ask = ["-H", CHROMIUM_ACCEPT];
+    assert_eq!(curl(&url, &ask).await.body, photo, "the stages' answer");
+    let sent = proxy.metric(PREPARED_SENT).await;
+    assert_eq!(curl(&url, &ask).await.body, photo, "the prepared answer");
+    assert_eq!(proxy.metric(PREPARED_SENT).await, sent + 1.0);
+    // Egress far above the limit: the controller caps fidelity, and the very same
+    // request gets a smaller variant although its original's answer was prepared.
+    for _ in 0..3 {
+        assert_eq!(
+            curl(&proxy.url("/big.bin"), &[]).await.body.len(),
+            big.len()
+        );
+    }
+    let mut capped = None;
+    for _ in 0..100 {
+        let r = curl(&url, &ask).await;
+        if r.header("tcn") == Some("choice") {
+            capped = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let capped = capped.expect("the prepared original stood in the cap's way");
+    assert!(capped.body.len() < photo.len());
+    proxy.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_prepared_image_answer_matches_the_stages_and_reads_the_link_once() {
+    let root = tempfile::tempdir().unwrap();
+    let photo = site(root.path());
+    let proxy = start_root(root.path(), |c| {
+        c.fidelity.avif = false;
+        c.cache.prepared_verify = true;
+    })
+    .await;
+    let url = proxy.url("/photo.jpg");
+    curl(&url, &["-H", CHROMIUM_ACCEPT]).await;
+    assert!(
+        until_negotiable(&proxy, "/photo.jpg", 600).await,
+        "no ladder made"
+    );
+    let samples = "wirefold_fidelity_network_samples_total";
+    let before = proxy.metric(samples).await;
+    let asks: [&[&str]; 3] = [
+        &["-H", CHROMIUM_ACCEPT],
+        &["-H", CHROMIUM_ACCEPT, "-H", "ECT: 2g"],
+        &["-H", CHROMIUM_ACCEPT, "-H", "Save-Data: on"],
+    ];
+    for _ in 0..6 {
+        for args in asks {
+            let r = curl(&url, args).await;
+            assert_eq!(r.status, 200);
+            let variant = r.header("tcn") == Some("choice");
+            // Loopback is fast: only the hints choose a smaller variant.
+            assert_eq!(variant, args.len() > 2, "{args:?}");
+            assert_eq!(r.body == photo, !variant, "{args:?}");
+        }
+    }
+    let verified = proxy
+        .metric("wirefold_prepared_responses_total{result=\"verified\"}")
+        .await;
+    assert!(verified > 0.0, "prepared answers were checked");
+    assert_eq!(
+        proxy
+            .metric("wirefold_prepared_responses_total{result=\"mismatch\"}")
+            .await,
+        0.0
+    );
+    // One passive sample per response: a verified answer's check reads the link,
+    // and the stages run after it use that reading instead of taking another.
+    assert_eq!(proxy.metric(samples).await - before, 18.0);
     proxy.running.shutdown().await;
 }

@@ -15,13 +15,15 @@
 //! the egress controller's maximum fraction. A chosen variant goes out with
 //! `TCN: choice`, `Content-Location` (its own immutable URL under
 //! [`VARIANT_PREFIX`]) and `Vary` naming every field that chose it;
-//! `Negotiate: vlist` gets `300 Multiple Choices` with the list.
+//! `Negotiate: vlist` gets `300 Multiple Choices` with the list. A prepared answer
+//! ([`super::prepared`]) keeps its choice, which each repeat makes again.
 
 use std::fmt::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
-use fidelity::choice::{choose, Inputs, LinkEstimate, PageWeight, Reason};
+use fidelity::choice::{choose, Decision, Inputs, LinkEstimate, PageWeight, Reason};
 use fidelity::FidelityConfig;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
@@ -36,8 +38,10 @@ use wirefold_http::vary::add_field;
 use wirefold_http::{AcceptEncoding, ContentCoding};
 
 use crate::config::CompressionConfig;
-use crate::manifests::Manifests;
-use crate::model::{content_etag, Instance, InstanceBody, Provenance, RequestContext};
+use crate::manifests::{Manifests, PageManifest};
+use crate::model::{
+    content_etag, ConnInfo, Instance, InstanceBody, LinkRead, Provenance, Rechoose, RequestContext,
+};
 use crate::page_weight::referring_page;
 use crate::record::LinkSample;
 use crate::variants::{Ladder, OriginalKind, Rung, Variants, VARIANT_PREFIX};
@@ -58,8 +62,8 @@ const LINK_HINTS: &str = "ECT, RTT, Downlink, Save-Data";
 /// `manifests` find the page a subresource belongs to (its `Referer`), so that the
 /// choice weighs the whole page against the target time, not the object alone.
 pub async fn adapt(
-    variants: &Variants,
-    manifests: &Manifests,
+    variants: &Arc<Variants>,
+    manifests: &Arc<Manifests>,
     config: &FidelityConfig,
     compression: &CompressionConfig,
     ctx: &RequestContext,
@@ -185,79 +189,207 @@ pub async fn adapt(
         coding,
         config.text_min_saving,
     );
-    // What follows reads the link's estimate and the egress controller, which change
-    // with every response sent: a choice no prepared copy could repeat.
-    ctx.repeat.rule_out();
-    let hints = &request.client_hints;
-    let from_hints = LinkEstimate::from_hints(hints);
-    let sample = LinkSample::measure(ctx.conn.socket);
-    let passive = variants.network_link(ctx.conn.peer.ip(), sample);
-    let link = from_hints.or(passive);
-    let page_weight = match (link, referer, &own_url) {
-        (Some(_), Some(page_url), Some(url)) => match manifests.latest(page_url).await {
-            Some(manifest) => variants
-                .pages
-                .around(page_url, &manifest, url)
-                .unwrap_or_default(),
-            None => PageWeight::default(),
-        },
-        _ => PageWeight::default(),
-    };
-    let inputs = Inputs {
-        save_data: hints.save_data || hints.prefers_reduced_data,
-        link,
-        page: page_weight,
-        target_time: config.target_time(),
-        max_fraction: variants.max_fraction(),
-        save_data_fraction: config.save_data_fraction,
-    };
     // What the client pays: bytes after its coding for text, raw for images.
     let lengths: Vec<u64> =
         std::iter::once(ladder.original_sizes.get(coding).unwrap_or(original_len))
             .chain(usable.iter().map(|r| r.sizes.get(coding).unwrap_or(r.len)))
             .collect();
-    let decision = choose(&lengths, &inputs);
+    let hints = &request.client_hints;
+    let page = match (referer, &own_url) {
+        (Some(page_url), Some(url)) => Some(PageOf {
+            manifest: manifests.latest(page_url).await,
+            page_url: page_url.into(),
+            url: url.clone(),
+        }),
+        _ => None,
+    };
+    let choice = Choice {
+        variants: variants.clone(),
+        manifests: manifests.clone(),
+        lengths,
+        save_data: hints.save_data || hints.prefers_reduced_data,
+        from_hints: LinkEstimate::from_hints(hints),
+        page,
+        target_time: config.target_time(),
+        save_data_fraction: config.save_data_fraction,
+    };
+    let (decision, passive) = choice.make(&ctx.conn, &ctx.link);
     let chosen = decision.chosen.checked_sub(1).and_then(|i| usable.get(i));
     tracing::debug!(
         resource = %ctx.resource,
-        save_data = inputs.save_data,
+        save_data = choice.save_data,
         ect = ?hints.ect,
         rtt_ms = ?hints.rtt_ms,
         downlink_kbps = ?hints.downlink_kbps,
         passive = ?passive,
-        max_fraction = inputs.max_fraction,
         original_len,
-        chosen_len = lengths[decision.chosen],
+        chosen_len = choice.lengths[decision.chosen],
         reason = decision.reason.label(),
         "fidelity decision"
     );
-    let Some(rung) = chosen else {
-        variants.count_decision(decision.reason.label(), 0);
-        return instance;
+    let body = match chosen {
+        Some(rung) => variants.body(rung).await,
+        None => None,
     };
-    let Some(body) = variants.body(rung).await else {
-        // Evicted since the ladder was read: the original is never wrong.
-        variants.count_decision("original", 0);
-        return instance;
+    let counted = match (chosen, &body) {
+        (Some(_), Some(_)) => Counted {
+            reason: decision.reason.label(),
+            saved: choice.lengths[0].saturating_sub(choice.lengths[decision.chosen]),
+        },
+        // Evicted since the ladder was read, or unreadable: the original is never
+        // wrong, but not the answer to repeat (a read that failed may not again).
+        (Some(_), None) => {
+            ctx.repeat.rule_out();
+            Counted {
+                reason: "original",
+                saved: 0,
+            }
+        }
+        (None, _) => Counted {
+            reason: decision.reason.label(),
+            saved: 0,
+        },
     };
-    variants.count_decision(
-        decision.reason.label(),
-        lengths[0].saturating_sub(lengths[decision.chosen]),
-    );
+    variants.count_decision(counted.reason, counted.saved);
     // A choice no request field explains (the network's passive estimate, the
     // server's egress) must not be reused by a shared cache for other clients.
     let chosen_by_server = match decision.reason {
         Reason::SaveData => false,
-        Reason::SlowLink => from_hints.is_none(),
+        Reason::SlowLink => choice.from_hints.is_none(),
         Reason::Egress | Reason::Original => true,
+    };
+    ctx.repeat.rechoose(Arc::new(ChoiceMade {
+        choice,
+        decision,
+        counted,
+    }));
+    let (Some(rung), Some(body)) = (chosen, body) else {
+        return instance;
     };
     become_variant(&mut instance, original, rung, body, chosen_by_server);
     instance
 }
 
-/// The coding a client gets for a text body: the first of the profile's `cached`
-/// codings it accepts (as `encode` negotiates), `None` for identity (no profile, none
-/// accepted, or a body too small to compress).
+/// The page a subresource is weighed with: the one its `Referer` names, by the
+/// manifest the server read from it (none yet: weighed alone).
+struct PageOf {
+    page_url: Box<str>,
+    manifest: Option<Arc<PageManifest>>,
+    url: Arc<str>,
+}
+
+/// A choice among an original (first) and the rungs a client can use, with what
+/// stays the same for a repeat of the request (its fields, the ladder, the
+/// configuration); [`Choice::make`] adds what moves (the link, the egress share, the
+/// page's weight), and [`ChoiceMade::holds`] checks the page's manifest.
+struct Choice {
+    variants: Arc<Variants>,
+    manifests: Arc<Manifests>,
+    /// What the client pays for each candidate.
+    lengths: Vec<u64>,
+    save_data: bool,
+    from_hints: Option<LinkEstimate>,
+    page: Option<PageOf>,
+    target_time: Duration,
+    save_data_fraction: f64,
+}
+
+impl Choice {
+    /// The choice now: by the client's hints, else the passive estimate of its
+    /// network (read once per response, through `link`), with the page's weight as
+    /// its other responses' sizes are now and the egress controller's share now.
+    /// Also returns the passive estimate.
+    fn make(&self, conn: &ConnInfo, link: &LinkRead) -> (Decision, Option<LinkEstimate>) {
+        let passive = link.get_or_read(|| {
+            self.variants
+                .network_link(conn.peer.ip(), LinkSample::measure(conn.socket))
+        });
+        let link = self.from_hints.or(passive);
+        let page = match (link, &self.page) {
+            (
+                Some(_),
+                Some(PageOf {
+                    page_url,
+                    manifest: Some(manifest),
+                    url,
+                }),
+            ) => self
+                .variants
+                .pages
+                .around(page_url, manifest, url)
+                .unwrap_or_default(),
+            _ => PageWeight::default(),
+        };
+        let inputs = Inputs {
+            save_data: self.save_data,
+            link,
+            page,
+            target_time: self.target_time,
+            max_fraction: self.variants.max_fraction(),
+            save_data_fraction: self.save_data_fraction,
+        };
+        (choose(&self.lengths, &inputs), passive)
+    }
+}
+
+/// A decision as the metrics count it.
+#[derive(Clone, Copy, Debug)]
+struct Counted {
+    reason: &'static str,
+    /// Bytes saved against the original.
+    saved: u64,
+}
+
+/// A choice an answer was made with, for its repeats: it holds while the page's
+/// manifest is the one it was weighed with and the same candidate is chosen for the
+/// same reason (which decides the answer's `Cache-Control`), and is counted again as
+/// it was.
+struct ChoiceMade {
+    choice: Choice,
+    decision: Decision,
+    counted: Counted,
+}
+
+impl ChoiceMade {
+    /// Whether the page's latest manifest, as remembered now, is the one the choice
+    /// read: the memo may move to another without a store write (a page back at a
+    /// version already stored), and one forgotten is read from the store again.
+    fn same_manifest(&self) -> bool {
+        let Some(page) = &self.choice.page else {
+            return true;
+        };
+        match (
+            self.choice.manifests.latest_remembered(&page.page_url),
+            &page.manifest,
+        ) {
+            (Some(Some(now)), Some(then)) => Arc::ptr_eq(&now, then),
+            (Some(None), None) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Rechoose for ChoiceMade {
+    fn holds(&self, conn: &ConnInfo, link: &LinkRead) -> bool {
+        self.same_manifest() && self.choice.make(conn, link).0 == self.decision
+    }
+
+    fn count_again(&self) {
+        self.choice
+            .variants
+            .count_decision(self.counted.reason, self.counted.saved);
+    }
+}
+
+impl std::fmt::Debug for ChoiceMade {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChoiceMade")
+            .field("lengths", &self.choice.lengths)
+            .field("decision", &self.decision)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Remembers the size of a page or of a subresource, served at `url`, when it is the
 /// same for everyone, for the weight of the pages that name it.
 fn remember_size(
@@ -283,6 +415,9 @@ fn remember_size(
         .redo_page_size(url, bytes.len() as u64, negotiable);
 }
 
+/// The coding a client gets for a text body: the first of the profile's `cached`
+/// codings it accepts (as `encode` negotiates), `None` for identity (no profile, none
+/// accepted, or a body too small to compress).
 fn client_coding(
     codings: &[(ContentCoding, u32)],
     accept: &AcceptEncoding,

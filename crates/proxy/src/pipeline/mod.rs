@@ -48,7 +48,7 @@ use crate::config::Config;
 use crate::live::{LiveConfig, ReloadError, Reloaded};
 use crate::manifests::Manifests;
 use crate::metrics::Metrics;
-use crate::model::{ConnInfo, RequestContext, Rests};
+use crate::model::{ConnInfo, LinkRead, RequestContext, Rests};
 use crate::record::{Delivery, RequestRecord};
 use crate::recorder::{OpenRecord, Records};
 use crate::variants::{Variants, VARIANT_PREFIX};
@@ -190,7 +190,12 @@ impl Pipeline {
                 self.prepared_or_made(prepared, req, conn, started, &record)
                     .await
             }
-            None => self.run_stages(req, conn, started, &record, false).await.0,
+            None => {
+                let link = LinkRead::default();
+                self.run_stages(req, conn, started, &record, false, link)
+                    .await
+                    .0
+            }
         };
         self.metrics
             .record_request(&method, response.status(), started.elapsed());
@@ -210,22 +215,34 @@ impl Pipeline {
         // A body, however framed (an HTTP/2 stream may carry one without a length),
         // goes to the stages with the request.
         let key = KeyRef::of(&req, conn.tls).filter(|_| req.body().is_end_stream());
+        let link = LinkRead::default();
         let Some(key) = key else {
-            return self.run_stages(req, conn, started, record, false).await.0;
+            return self
+                .run_stages(req, conn, started, record, false, link)
+                .await
+                .0;
         };
         let path = req.uri().path();
-        let instance_holds = |rests: &Rests| {
+        // The choice last: it reads the client's link, once per response, and the
+        // stages read the same estimate when the answer does not stand.
+        let still_holds = |rests: &Rests| {
             rests.expires.is_none_or(|expires| Instant::now() < expires)
                 && rests
                     .file
                     .as_ref()
                     .is_none_or(|mark| self.fetcher.finds_unchanged(path, mark))
+                && rests
+                    .choice
+                    .as_ref()
+                    .is_none_or(|choice| choice.holds(&conn, &link))
         };
-        if let Some(kept) = prepared.answer(&key, instance_holds) {
+        if let Some(kept) = prepared.answer(&key, still_holds) {
             if !self.config().cache.prepared_verify {
                 return self.send_again(&kept, record, req.into_parts().0.headers);
             }
-            let (response, made) = self.run_stages(req, conn, started, record, true).await;
+            let (response, made) = self
+                .run_stages(req, conn, started, record, true, link)
+                .await;
             let difference = match &made {
                 Some(made) => kept.difference(made),
                 None => Some("the stages' answer is not one to keep".to_string()),
@@ -243,7 +260,9 @@ impl Pipeline {
         }
         let key = key.owned();
         let epoch = prepared.epoch();
-        let (response, made) = self.run_stages(req, conn, started, record, true).await;
+        let (response, made) = self
+            .run_stages(req, conn, started, record, true, link)
+            .await;
         if let Some(made) = made {
             if prepared.keep(key, epoch, made) {
                 self.metrics.prepared.kept.inc();
@@ -273,6 +292,9 @@ impl Pipeline {
         if let Some((url, len, negotiable)) = &kept.made.rests.page_size {
             self.variants.pages.record(url, *len, *negotiable);
         }
+        if let Some(choice) = &kept.made.rests.choice {
+            choice.count_again();
+        }
         self.metrics.prepared.sent.inc();
         let body = if kept.made.whole.body.is_empty() {
             crate::body::empty()
@@ -287,7 +309,8 @@ impl Pipeline {
     }
 
     /// Runs the stages; with `keep`, also returns what a prepared response needs of
-    /// the answer when the stages found it repeatable.
+    /// the answer when the stages found it repeatable. `link` is the client's link
+    /// as read for this response so far (by a prepared answer's check).
     async fn run_stages(
         self: &Arc<Self>,
         req: Request<Body>,
@@ -295,9 +318,13 @@ impl Pipeline {
         started: Instant,
         record: &OpenRecord,
         keep: bool,
+        link: LinkRead,
     ) -> (Response<Body>, Option<Made>) {
         let ctx = match self.context(&req, conn, started) {
-            Ok(ctx) => ctx,
+            Ok(mut ctx) => {
+                ctx.link = link;
+                ctx
+            }
             Err(message) => {
                 record.deliver(Delivery::error(None));
                 let refused = crate::body::error_response(StatusCode::BAD_REQUEST, &message);

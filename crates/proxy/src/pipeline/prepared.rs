@@ -21,9 +21,11 @@
 //!
 //! An answer is kept only when the sum of the four counts did not move while it was
 //! made (the answer changed nothing and saw no change), and sent only while that sum
-//! still holds and its instance does. A stage that reads what none of this covers
-//! (the link estimate adaptive fidelity chooses by) rules the answer out; so does a
-//! pushed resource, a streamed body, a part (206), an error, a `Set-Cookie`.
+//! still holds and its instance does. A choice made from what none of this covers
+//! (adaptive fidelity's, by the link estimate and the egress controller) is made
+//! again by every repeat, which stands only if it comes out the same
+//! ([`crate::model::Rechoose`]). Other state no count covers rules the answer out; so
+//! do a pushed resource, a streamed body, a part (206), an error, a `Set-Cookie`.
 //!
 //! The key is the request as received: method, target, version, scheme and every
 //! field with its value, in order. A request with a body, credentials (`Cookie`,
@@ -124,14 +126,14 @@ impl Prepared {
     }
 
     /// The answer kept for `key` while nothing it was made from changed and
-    /// `instance_holds` says its instance still stands.
+    /// `still_holds` says what else it rests on (its instance, a choice) stands.
     pub fn answer(
         &self,
         key: &KeyRef<'_>,
-        instance_holds: impl FnOnce(&Rests) -> bool,
+        still_holds: impl FnOnce(&Rests) -> bool,
     ) -> Option<Arc<Kept>> {
         let kept = self.answers.get(key)?;
-        if kept.epoch == self.epoch() && instance_holds(&kept.made.rests) {
+        if kept.epoch == self.epoch() && still_holds(&kept.made.rests) {
             return Some(kept);
         }
         self.answers.remove(key);
