@@ -65,6 +65,20 @@ async fn until_negotiable(proxy: &Proxy, path: &str, tries: usize) -> bool {
     false
 }
 
+/// Asks for `url` until a variant is chosen for it (`TCN: choice`), at most 100 times
+/// 100 ms apart; every answer is a 200.
+async fn until_variant(url: &str, args: &[&str]) -> Option<Curled> {
+    for _ in 0..100 {
+        let r = curl(url, args).await;
+        assert_eq!(r.status, 200);
+        if r.header("tcn") == Some("choice") {
+            return Some(r);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
 #[tokio::test]
 async fn slow_links_get_smaller_variants_and_fast_ones_the_original() {
     let root = tempfile::tempdir().unwrap();
@@ -425,17 +439,9 @@ async fn the_egress_controller_caps_fidelity_when_egress_is_high() {
         until_negotiable(&proxy, "/photo.jpg", 600).await,
         "no ladder made"
     );
-    let mut capped = None;
-    for _ in 0..100 {
-        let r = curl(&proxy.url("/photo.jpg"), &["-H", CHROMIUM_ACCEPT]).await;
-        assert_eq!(r.status, 200);
-        if r.header("tcn") == Some("choice") {
-            capped = Some(r);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let capped = capped.expect("the controller never capped fidelity");
+    let capped = until_variant(&proxy.url("/photo.jpg"), &["-H", CHROMIUM_ACCEPT])
+        .await
+        .expect("the controller never capped fidelity");
     assert!(capped.body.len() < photo.len());
     // Chosen by the server's state, which no request field names: not for sharing.
     assert!(capped
@@ -490,16 +496,9 @@ async fn a_prepared_image_answer_stands_only_while_the_choice_is_the_same() {
             big.len()
         );
     }
-    let mut capped = None;
-    for _ in 0..100 {
-        let r = curl(&url, &ask).await;
-        if r.header("tcn") == Some("choice") {
-            capped = Some(r);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let capped = capped.expect("the prepared original stood in the cap's way");
+    let capped = until_variant(&url, &ask)
+        .await
+        .expect("the prepared original stood in the cap's way");
     assert!(capped.body.len() < photo.len());
     proxy.running.shutdown().await;
 }
