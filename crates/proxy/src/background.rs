@@ -22,14 +22,20 @@ struct State {
 }
 
 /// Marks one piece of work; dropping it (even by a panic) ends that work.
-pub struct Pending(Arc<State>);
+pub struct Pending {
+    state: Arc<State>,
+    /// Whether the work's start and end count among [`Background::changes`].
+    counted: bool,
+}
 
 impl Drop for Pending {
     fn drop(&mut self) {
         // Counted once the work is over, so whatever it published is visible first.
-        self.0.changes.fetch_add(1, Ordering::AcqRel);
-        if self.0.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_waiters();
+        if self.counted {
+            self.state.changes.fetch_add(1, Ordering::AcqRel);
+        }
+        if self.state.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.state.idle.notify_waiters();
         }
     }
 }
@@ -40,14 +46,33 @@ impl Background {
     /// keeps the wrapped future twice over (rustc keeps both the captured future and
     /// the one being awaited).
     pub fn pending(&self) -> Pending {
-        self.state.changes.fetch_add(1, Ordering::AcqRel);
+        self.mark(true)
+    }
+
+    fn mark(&self, counted: bool) -> Pending {
+        if counted {
+            self.state.changes.fetch_add(1, Ordering::AcqRel);
+        }
         self.state.pending.fetch_add(1, Ordering::AcqRel);
-        Pending(self.state.clone())
+        Pending {
+            state: self.state.clone(),
+            counted,
+        }
     }
 
     /// Runs CPU or disk work on the blocking pool.
     pub fn spawn_blocking(&self, work: impl FnOnce() + Send + 'static) {
-        let pending = self.pending();
+        self.run_blocking(work, self.pending());
+    }
+
+    /// Runs work on the blocking pool that changes nothing a kept answer is made from
+    /// (a network's link estimate kept or loaded, which every answer choosing by it
+    /// reads again): shutdown waits for it, [`Background::changes`] does not count it.
+    pub fn spawn_blocking_unwatched(&self, work: impl FnOnce() + Send + 'static) {
+        self.run_blocking(work, self.mark(false));
+    }
+
+    fn run_blocking(&self, work: impl FnOnce() + Send + 'static, pending: Pending) {
         tokio::task::spawn_blocking(move || {
             work();
             drop(pending);
@@ -109,5 +134,28 @@ mod tests {
         end_tx.send(()).unwrap();
         background.idle().await;
         assert_eq!(background.changes(), before + 2, "ended");
+    }
+
+    #[tokio::test]
+    async fn unwatched_work_is_waited_for_and_not_counted() {
+        let background = Background::default();
+        let before = background.changes();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let finished = done.clone();
+        background.spawn_blocking_unwatched(move || {
+            let _ = end_rx.recv();
+            finished.store(true, Ordering::Release);
+        });
+        let idle = tokio::spawn({
+            let background = background.clone();
+            async move { background.idle().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!idle.is_finished(), "idle before the work ended");
+        end_tx.send(()).unwrap();
+        idle.await.unwrap();
+        assert!(done.load(Ordering::Acquire));
+        assert_eq!(background.changes(), before);
     }
 }

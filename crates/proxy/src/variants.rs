@@ -631,8 +631,8 @@ impl Variants {
         let Ok(value) = serde_json::to_vec(&stored) else {
             return;
         };
-        self.background.spawn_blocking(move || {
-            if let Err(e) = store.put_record(&network_key(&network), &value, &[]) {
+        self.background.spawn_blocking_unwatched(move || {
+            if let Err(e) = store.put_unwatched_record(&network_key(&network), &value) {
                 tracing::debug!(error = %e, %network, "network estimate not kept");
             }
         });
@@ -645,7 +645,7 @@ impl Variants {
             return;
         };
         let networks = self.networks.clone();
-        self.background.spawn_blocking(move || {
+        self.background.spawn_blocking_unwatched(move || {
             let Ok(Some(value)) = store.get_record(&network_key(&network)) else {
                 return;
             };
@@ -985,6 +985,40 @@ mod tests {
         assert_eq!(mapped, v4);
         let v6 = Network::of("2001:db8:1234:5678::1".parse().unwrap());
         assert_eq!(v6.to_string(), "2001:db8:1234::/48");
+    }
+
+    /// A network's estimate is kept in the store and loaded from it by a server that
+    /// has not seen the network, and neither moves the counts kept answers watch.
+    #[tokio::test]
+    async fn network_estimates_are_kept_and_loaded_unwatched() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), store::StoreConfig::default()).unwrap();
+        let metrics = Metrics::new();
+        let peer: IpAddr = "203.0.113.77".parse().unwrap();
+        let sample = LinkSample {
+            delivery_rate: Some(250_000),
+            rtt: Some(Duration::from_millis(80)),
+            app_limited: false,
+        };
+        let counts = |background: &Background| (store.changes(), background.changes());
+
+        let background = Background::default();
+        let before = counts(&background);
+        let variants = Variants::new(Some(store.clone()), background.clone(), &metrics);
+        let estimate = variants.network_link(peer, Some(sample)).unwrap();
+        background.idle().await;
+        let key = network_key(&Network::of(peer));
+        assert!(store.get_record(&key).unwrap().is_some(), "kept");
+        assert_eq!(counts(&background), before, "keeping");
+
+        let background = Background::default();
+        let before = counts(&background);
+        let restarted = Variants::new(Some(store.clone()), background.clone(), &metrics);
+        assert_eq!(restarted.network_link(peer, None), None);
+        background.idle().await;
+        let loaded = restarted.network_link(peer, None).unwrap();
+        assert_eq!(loaded.bytes_per_second, estimate.bytes_per_second);
+        assert_eq!(counts(&background), before, "loading");
     }
 
     /// The first pass leaves AVIF due for images within `avif_max_pixels` (in a build

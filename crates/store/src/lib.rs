@@ -331,6 +331,19 @@ impl Store {
         self.changed(written.map(drop))
     }
 
+    /// Stores a record under `key` that references no blob and that nothing kept
+    /// elsewhere is made from (a network's link estimate, which whatever chooses by it
+    /// reads again), without counting it among [`Store::changes`]. The embedded
+    /// tier's budget weighs blobs only, so the write evicts nothing; Redis's own
+    /// evictions are never counted.
+    pub fn put_unwatched_record(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.check_size(value.len() as u64)?;
+        self.inner
+            .durable
+            .put_record(key, value, &[], Precondition::None)
+            .map(drop)
+    }
+
     /// Reads the record under `key`, gives it to `change`, and stores what `change`
     /// returns (the new value and the blobs it references, as [`Store::put_record`])
     /// only if the record still holds what was read: a read-modify-write that no

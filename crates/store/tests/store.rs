@@ -535,4 +535,10 @@ fn every_write_is_counted_once_it_took_effect_and_no_read_is() {
         before_reads,
         "reads and an update that writes nothing"
     );
+    store.put_unwatched_record("net", b"estimate").unwrap();
+    assert_eq!(store.changes(), before_reads, "an unwatched record");
+    assert_eq!(
+        store.get_record("net").unwrap().as_deref(),
+        Some(&b"estimate"[..])
+    );
 }

@@ -11,6 +11,8 @@
 //! - work that outlives a request (an encoding kept at the cached level after the
 //!   first answers went out at the on-the-fly one, a revalidation, a stylesheet read
 //!   for a manifest): `Background::changes` counts every start and end;
+//! - not the networks' link estimates, kept in the store and loaded from it
+//!   unwatched: the one choice made by them is made again by every repeat (below);
 //! - the configuration: reloads are counted here;
 //! - the instance itself, which `fetch` vouches for ([`Rests`]): a file found again
 //!   unchanged (as `fetch` would find it, `files.check_interval_ms` and all), a cache
