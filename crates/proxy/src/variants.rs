@@ -638,8 +638,11 @@ impl Variants {
         });
     }
 
-    /// Fills the memory from the store's estimate of `network`, in the background
-    /// (a later request of that network benefits).
+    /// Starts what the memory does not estimate yet of `network` from the store's
+    /// estimate, in the background (a later request of that network benefits). The
+    /// first request's own sample is in the memory by then, and often starts only the
+    /// round trip: an application-limited rate sample (a small response) cannot start
+    /// the rate.
     fn load_network(&self, network: Network) {
         let Some(store) = self.store.clone() else {
             return;
@@ -656,13 +659,18 @@ impl Variants {
             if !valid(stored.rtt_seconds) || !valid(stored.bytes_per_second) {
                 return;
             }
-            if networks.get(&network).is_none() {
-                let mut link = NetworkLink::new();
+            let mut link = networks.get(&network).unwrap_or_else(|| NetworkLink {
+                // What the store holds needs no keeping again.
+                kept: Some(Instant::now()),
+                ..NetworkLink::new()
+            });
+            if link.rtt_seconds.get().is_none() {
                 link.rtt_seconds.add(stored.rtt_seconds);
-                link.bytes_per_second.add(stored.bytes_per_second);
-                link.kept = Some(Instant::now());
-                networks.insert(network, link);
             }
+            if link.bytes_per_second.get().is_none() {
+                link.bytes_per_second.add(stored.bytes_per_second);
+            }
+            networks.insert(network, link);
         });
     }
 
@@ -1019,6 +1027,25 @@ mod tests {
         let loaded = restarted.network_link(peer, None).unwrap();
         assert_eq!(loaded.bytes_per_second, estimate.bytes_per_second);
         assert_eq!(counts(&background), before, "loading");
+
+        // A first request whose sample starts only the round trip (a small response's
+        // rate sample is application-limited): the stored rate fills the rest.
+        let background = Background::default();
+        let restarted = Variants::new(Some(store.clone()), background.clone(), &metrics);
+        let small = LinkSample {
+            delivery_rate: Some(40_000),
+            rtt: Some(Duration::from_millis(30)),
+            app_limited: true,
+        };
+        assert_eq!(restarted.network_link(peer, Some(small)), None);
+        background.idle().await;
+        let filled = restarted.network_link(peer, None).unwrap();
+        assert_eq!(filled.bytes_per_second, estimate.bytes_per_second);
+        assert_eq!(
+            filled.rtt,
+            Duration::from_millis(30),
+            "its own sample stays"
+        );
     }
 
     /// The first pass leaves AVIF due for images within `avif_max_pixels` (in a build
