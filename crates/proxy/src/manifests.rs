@@ -194,8 +194,11 @@ impl Manifests {
         true
     }
 
-    /// Puts `manifest` (the same page version, its stylesheets read) in place of the
-    /// one kept for the page at `page_url`, in memory and in the store.
+    /// Puts `manifest` (a shared page's version, its stylesheets read) in place of
+    /// the one kept for the page at `page_url`, in memory and in the store, while
+    /// that version is still the page's latest in memory. Otherwise (the page changed
+    /// meanwhile, or was forgotten) nothing is kept: the store's latest must not go
+    /// back to an older version.
     pub async fn replace(&self, page_url: &str, manifest: PageManifest, added_entries: usize) {
         let manifest = Arc::new(manifest);
         let still_latest = self
@@ -203,10 +206,11 @@ impl Manifests {
             .get(page_url)
             .flatten()
             .is_some_and(|known| known.hash == manifest.hash);
-        if still_latest {
-            self.latest
-                .insert(page_url.to_string(), Some(manifest.clone()));
+        if !still_latest {
+            return;
         }
+        self.latest
+            .insert(page_url.to_string(), Some(manifest.clone()));
         // Counted once the replacement is in force: a watcher of the count (a test)
         // finds it served from then on.
         self.metrics.manifest_entries.inc_by(added_entries as u64);
@@ -365,5 +369,41 @@ mod tests {
         }
         let latest = manifests.latest(url).await.unwrap();
         assert_eq!(latest.entries[0].url, "https://e.com/v2.css");
+    }
+
+    /// Stylesheets read for a version the page has moved on from (or one not
+    /// remembered) replace nothing: the store's latest stays the newer version.
+    #[tokio::test]
+    async fn stylesheets_read_for_an_older_version_replace_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), store::StoreConfig::default()).unwrap();
+        let manifests = Manifests::new(Some(store.clone()), Arc::new(Metrics::new()));
+        let url = "https://e.com/page";
+        let mut built = Vec::new();
+        for v in 1..=2 {
+            let html = page(v);
+            let hash = store.put_blob(&html).unwrap();
+            built.push(manifests.of_page(url, hash, &html, &RULES, true).await);
+        }
+        let read_too_late = PageManifest {
+            stylesheets_read: true,
+            ..(*built[0]).clone()
+        };
+        manifests.replace(url, read_too_late.clone(), 1).await;
+        manifests
+            .replace("https://e.com/other", read_too_late, 1)
+            .await;
+        let restarted = Manifests::new(Some(store.clone()), Arc::new(Metrics::new()));
+        assert_eq!(restarted.latest(url).await.unwrap().hash, built[1].hash);
+        assert!(restarted.latest("https://e.com/other").await.is_none());
+        assert_eq!(manifests.latest(url).await.unwrap().hash, built[1].hash);
+
+        let read_in_time = PageManifest {
+            stylesheets_read: true,
+            ..(*built[1]).clone()
+        };
+        manifests.replace(url, read_in_time, 1).await;
+        let restarted = Manifests::new(Some(store), Arc::new(Metrics::new()));
+        assert!(restarted.latest(url).await.unwrap().stylesheets_read);
     }
 }

@@ -269,6 +269,86 @@ async fn early_hints_over_http2_for_a_known_page_before_the_origin_answers() {
     off.running.shutdown().await;
 }
 
+/// A personalised page's manifest stays with the client it was made for: its
+/// stylesheets are not read into a manifest kept for the page, and another client
+/// asking for the page over HTTP/2 gets no 103 naming what that page linked.
+#[tokio::test]
+async fn a_personalised_page_leaves_no_hints_for_another_client() {
+    let stylesheets = Arc::new(AtomicU32::new(0));
+    let counted = stylesheets.clone();
+    let origin = origin(move |req| {
+        let alice = req
+            .headers()
+            .get("cookie")
+            .is_some_and(|c| c.as_bytes().ends_with(b"alice"));
+        match req.uri().path() {
+            "/account" => response(
+                200,
+                &[("content-type", "text/html"), ("cache-control", "private")],
+                if alice {
+                    "<link rel=stylesheet href=/alice-theme.css><img src=/alice-avatar.png>"
+                } else {
+                    "<p>sign in"
+                },
+            ),
+            _ => {
+                counted.fetch_add(1, Ordering::SeqCst);
+                response(
+                    200,
+                    &[
+                        ("content-type", "text/css"),
+                        ("cache-control", "max-age=60"),
+                    ],
+                    "@import 'alice-more.css';",
+                )
+            }
+        }
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |c| c.tls.self_signed = true).await;
+    let url = proxy.url("/account");
+    let html = ["-H", "accept: text/html"];
+    let alice = heads(
+        &curl_verbose(
+            &url,
+            &[&["--http1.1", "-H", "cookie: user=alice"], &html[..]].concat(),
+        )
+        .await,
+    );
+    assert_eq!(alice.len(), 1);
+    assert!(
+        alice[0].1.iter().any(|l| l.contains("alice-theme")),
+        "{alice:?}"
+    );
+    // Time for what reading the stylesheets would add (its entries are counted).
+    let entries = || async {
+        metric(
+            &metrics_text(&proxy).await,
+            "wirefold_manifest_entries_total",
+        )
+    };
+    let page_alone = entries().await;
+    for _ in 0..40 {
+        if entries().await > page_alone {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let bob = heads(&curl_verbose(&url, &[&["--http2"], &html[..]].concat()).await);
+    assert_eq!(
+        bob.iter().map(|h| h.0).collect::<Vec<_>>(),
+        [200],
+        "{bob:?}"
+    );
+    assert!(bob[0].1.is_empty(), "{bob:?}");
+    assert_eq!(
+        stylesheets.load(Ordering::SeqCst),
+        0,
+        "a personalised page's stylesheets were read"
+    );
+    proxy.running.shutdown().await;
+}
+
 /// An origin that reads each request's body whole and answers with its length, or
 /// with `big` for a GET.
 async fn counting_origin(big: &'static str) -> std::net::SocketAddr {

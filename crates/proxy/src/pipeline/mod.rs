@@ -374,12 +374,18 @@ impl Pipeline {
         };
         let instance = self.scan_streamed_page(&config.hints, &ctx, instance);
         let manifest = match self.manifest_of(&config.hints, &ctx, &instance) {
-            Some(building) => Some(building.await),
+            Some(ManifestBuild { shared, building }) => {
+                let manifest = building.await;
+                // A personalised page's manifest is its reader's alone: read into the
+                // page's kept manifest, it would name that reader's resources in
+                // other clients' 103s.
+                if shared {
+                    self.read_stylesheets(&config.hints, &ctx.url(), ctx.conn, &manifest);
+                }
+                Some(manifest)
+            }
             None => None,
         };
-        if let Some(manifest) = &manifest {
-            self.read_stylesheets(&config.hints, &ctx.url(), ctx.conn, manifest);
-        }
         let hint::Hinted {
             instance,
             links,
@@ -426,7 +432,11 @@ impl Pipeline {
         hints: &hint::HintConfig,
         ctx: &RequestContext,
         instance: &crate::model::Instance,
-    ) -> Option<impl std::future::Future<Output = Arc<crate::manifests::PageManifest>> + Send> {
+    ) -> Option<
+        ManifestBuild<
+            impl std::future::Future<Output = Arc<crate::manifests::PageManifest>> + Send,
+        >,
+    > {
         let crate::model::InstanceBody::Whole { bytes, hash } = &instance.body else {
             return None;
         };
@@ -438,7 +448,10 @@ impl Pipeline {
         let (bytes, hash) = (bytes.clone(), *hash);
         // Built here, awaited by the caller: no borrow of the instance (whose body
         // is not `Sync`) lives across the await.
-        Some(async move { manifests.of_page(&url, hash, &bytes, &rules, shared).await })
+        Some(ManifestBuild {
+            shared,
+            building: async move { manifests.of_page(&url, hash, &bytes, &rules, shared).await },
+        })
     }
 
     /// For a page too large to buffer (a streamed `200` HTML body) the same for
@@ -726,4 +739,11 @@ fn asks_for_a_page<B>(req: &Request<B>) -> bool {
     };
     req.method() == Method::GET
         && (header("sec-fetch-dest") == "document" || header("accept").contains("text/html"))
+}
+
+/// A page's manifest being built, and whether the page is the same for everyone
+/// (only then is its manifest kept for other clients, its stylesheets read into it).
+struct ManifestBuild<F> {
+    shared: bool,
+    building: F,
 }
