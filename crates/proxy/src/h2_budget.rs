@@ -63,6 +63,9 @@ struct Queue {
     class: Option<(u8, bool)>,
     /// Requests of two classes have arrived: the budget binds from now on.
     mixed: bool,
+    /// The connection's I/O is gone: nothing handed to `h2` will be written, and no
+    /// stream gets room again.
+    closed: bool,
 }
 
 #[derive(Default)]
@@ -117,10 +120,19 @@ impl Queue {
         self.unsent -= std::mem::take(&mut stake.unsent);
         if stake.live {
             stake.reset = true;
+            // It may be waiting anywhere in the line: each waiter looks again, and
+            // only it leaves (rare: a reset, among at most the connection's streams).
+            self.wake_all();
         } else {
             self.streams.remove(&stream);
+            self.wake_first(limit);
         }
-        self.wake_first(limit);
+    }
+
+    fn wake_all(&self) {
+        for waiter in self.waiting.values() {
+            waiter.wake_by_ref();
+        }
     }
 
     fn wake_first(&self, limit: usize) {
@@ -177,13 +189,21 @@ impl Budget {
     /// counted, while the connection has carried one class only. Returns the bytes
     /// granted (the room left, at least a frame, at most `wanted`), already counted
     /// as unsent: [`Budget::give_back`] what is not handed over. `None` once the
-    /// stream was reset.
+    /// stream was reset or the connection ended.
     pub async fn room(&self, stream: u32, priority: Priority, wanted: usize) -> Option<usize> {
         let mut place = Place {
             budget: self,
             key: None,
         };
         std::future::poll_fn(|cx| place.poll(cx, stream, priority, wanted)).await
+    }
+
+    /// The connection's I/O is gone ([`Metered`] dropped): every stream waiting for
+    /// room, and any that asks later, gets `None`.
+    fn close(&self) {
+        let mut queue = self.queue();
+        queue.closed = true;
+        queue.wake_all();
     }
 
     /// Uncounts `bytes` of a grant that `stream` did not hand to `h2`.
@@ -212,7 +232,7 @@ impl Place<'_> {
         let limit = self.budget.limit;
         let mut queue = self.budget.queue();
         let queue = &mut *queue;
-        if queue.streams.get(&stream).is_some_and(|stake| stake.reset) {
+        if queue.closed || queue.streams.get(&stream).is_some_and(|stake| stake.reset) {
             if let Some(key) = self.key.take() {
                 queue.waiting.remove(&key);
                 queue.wake_first(limit);
@@ -370,6 +390,16 @@ impl<S> Metered<S> {
     }
 }
 
+/// The connection ended: the streams waiting for room would otherwise wait for
+/// writes that never come.
+impl<S> Drop for Metered<S> {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.close();
+        }
+    }
+}
+
 impl<S: AsyncWrite + Unpin> Metered<S> {
     /// Writes what the bound allows of `bufs` to the layer below (see [`Metered`]).
     fn poll_write_bounded(
@@ -491,6 +521,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     /// A TLS layer over a socket that is open or backed up: it takes every write
     /// whole and holds what the socket does not take.
@@ -575,6 +606,79 @@ mod tests {
         assert_eq!(grant(&budget, 3, image, 20_000), Poll::Pending);
         budget.queue().settle(1, 1_000, budget.limit);
         assert_eq!(grant(&budget, 3, image, 20_000), Poll::Ready(FRAME));
+    }
+
+    fn poll_room(
+        place: &mut Place<'_>,
+        stream: u32,
+        priority: Priority,
+        woken: &Arc<Woken>,
+    ) -> Poll<Option<usize>> {
+        let waker = Waker::from(woken.clone());
+        place.poll(&mut Context::from_waker(&waker), stream, priority, 20_000)
+    }
+
+    #[derive(Default)]
+    struct Woken(std::sync::atomic::AtomicBool);
+
+    impl std::task::Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    impl Woken {
+        fn taken(&self) -> bool {
+            self.0.swap(false, std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    /// A stream waiting behind others is woken by its own reset, and every waiter by
+    /// the connection's end; each then gets `None`, and so does any later ask.
+    #[test]
+    fn waiters_are_woken_and_refused_by_a_reset_or_the_connection_end() {
+        let budget = Arc::new(Budget::new(8192));
+        let (page, image) = (Priority::new(0, false), Priority::new(3, false));
+        budget.enter(1, page);
+        assert_eq!(grant(&budget, 1, page, 100_000), Poll::Ready(100_000));
+        let mut places: Vec<(u32, Place<'_>, Arc<Woken>)> = [3, 5, 7]
+            .into_iter()
+            .map(|stream| {
+                budget.enter(stream, image);
+                (
+                    stream,
+                    Place {
+                        budget: &budget,
+                        key: None,
+                    },
+                    Arc::default(),
+                )
+            })
+            .collect();
+        for (stream, place, woken) in &mut places {
+            assert!(poll_room(place, *stream, image, woken).is_pending());
+        }
+        // Stream 7, last in line, is reset by the client.
+        budget.queue().reset(7, budget.limit);
+        let (stream, place, woken) = &mut places[2];
+        assert!(woken.taken());
+        assert_eq!(poll_room(place, *stream, image, woken), Poll::Ready(None));
+        // The connection ends with the page's bytes unwritten.
+        let io = Metered::new(Below::default(), Some(budget.clone()), None);
+        drop(io);
+        for (stream, place, woken) in &mut places[..2] {
+            assert!(woken.taken(), "stream {stream} not woken");
+            assert_eq!(poll_room(place, *stream, image, woken), Poll::Ready(None));
+        }
+        budget.enter(9, image);
+        let mut later = Place {
+            budget: &budget,
+            key: None,
+        };
+        assert_eq!(
+            poll_room(&mut later, 9, image, &Arc::default()),
+            Poll::Ready(None)
+        );
     }
 
     #[test]

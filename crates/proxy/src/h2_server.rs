@@ -319,7 +319,11 @@ async fn answer<R: Responder>(
     if let Some(budget) = &scheduler.0 {
         budget.arrived(priority);
     }
-    if let Some(fields) = responder.early_hints(&request, conn).await {
+    let Some(early_hints) = until_reset(&mut respond, responder.early_hints(&request, conn)).await
+    else {
+        return;
+    };
+    if let Some(fields) = early_hints {
         let links = fields.len();
         let mut early = Response::new(());
         *early.status_mut() = StatusCode::EARLY_HINTS;
@@ -336,7 +340,10 @@ async fn answer<R: Responder>(
     let push_fields = push_request_fields(request.headers());
     let authority = request.uri().authority().cloned();
     let scheme = request.uri().scheme().cloned();
-    let response = responder.clone().respond(request, conn).await;
+    let Some(response) = until_reset(&mut respond, responder.clone().respond(request, conn)).await
+    else {
+        return;
+    };
     let (mut parts, body) = response.into_parts();
     fit_for_h2(&mut parts.headers);
     let pushes = parts
@@ -371,7 +378,10 @@ async fn answer<R: Responder>(
         };
         match respond.push_request(promised.clone()) {
             Ok(pushed) => {
-                let request = promised.map(|()| body::empty());
+                let mut request = promised.map(|()| body::empty());
+                // As the client's own requests on this connection: an HTTP/2 request
+                // names its authority in the target, not in a `Host` field.
+                *request.version_mut() = http::Version::HTTP_2;
                 let scheduler = scheduler.clone();
                 tokio::spawn(push(responder.clone(), request, pushed, conn, scheduler));
             }
@@ -384,6 +394,38 @@ async fn answer<R: Responder>(
     }
     if !end {
         send_body(send, body, &scheduler, priority).await;
+    }
+}
+
+/// A stream's send half whose reset can be awaited: the client's (RST_STREAM), or
+/// the connection's end.
+trait Resettable {
+    fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<Result<Reason, h2::Error>>;
+}
+
+impl Resettable for SendResponse<Bytes> {
+    fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<Result<Reason, h2::Error>> {
+        SendResponse::poll_reset(self, cx)
+    }
+}
+
+impl Resettable for h2::server::SendPushedResponse<Bytes> {
+    fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<Result<Reason, h2::Error>> {
+        h2::server::SendPushedResponse::poll_reset(self, cx)
+    }
+}
+
+/// `work`'s output, or `None` once the stream is reset or its connection ends: the
+/// work is dropped then (an origin request, a store read), as hyper's server drops a
+/// reset stream's service future. A client that opens and resets streams (CVE-2023-
+/// 44487) so leaves nothing running, and no answer outlives its connection (whose
+/// socket number `ConnInfo` names and the kernel may give to another client).
+async fn until_reset<T>(stream: &mut impl Resettable, work: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        // The reset first: after the connection's end the work is not resumed.
+        biased;
+        _ = poll_fn(|cx| stream.poll_reset(cx)) => None,
+        done = work => Some(done),
     }
 }
 
@@ -414,7 +456,9 @@ async fn push<R: Responder>(
     conn: ConnInfo,
     scheduler: Scheduler,
 ) {
-    let response = responder.respond(request, conn).await;
+    let Some(response) = until_reset(&mut pushed, responder.respond(request, conn)).await else {
+        return;
+    };
     let (mut parts, body) = response.into_parts();
     let cache_control = wirefold_http::cache_control::CacheControl::from_headers(&parts.headers);
     let fit = parts.status == StatusCode::OK
@@ -655,7 +699,7 @@ impl HttpBody for RecvBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Mutex;
     use tokio::io::ReadBuf;
 
@@ -680,6 +724,24 @@ mod tests {
     /// `/fail/SIZE` with SIZE bytes, then a failure.
     struct Bodies {
         release: Arc<tokio::sync::Notify>,
+        /// `/late/` answers being made (their futures not yet dropped).
+        late: Arc<AtomicUsize>,
+    }
+
+    /// Counts one answer being made while it lives.
+    struct Making(Arc<AtomicUsize>);
+
+    impl Making {
+        fn new(count: &Arc<AtomicUsize>) -> Making {
+            count.fetch_add(1, Ordering::SeqCst);
+            Making(count.clone())
+        }
+    }
+
+    impl Drop for Making {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     impl Responder for Bodies {
@@ -701,6 +763,7 @@ mod tests {
             let path = req.uri().path();
             if path.starts_with("/late/") {
                 return Box::pin(async move {
+                    let _making = Making::new(&self.late);
                     self.release.notified().await;
                     Response::new(body::full(whole))
                 });
@@ -813,6 +876,9 @@ mod tests {
         frames: Arc<Mutex<Vec<(u32, usize)>>>,
         release: Arc<tokio::sync::Notify>,
         paused: Arc<Pause>,
+        late: Arc<AtomicUsize>,
+        /// The client's connection task: aborting it ends the connection.
+        connection: tokio::task::JoinHandle<()>,
     }
 
     /// [`connect_alone`], then, with ordering on, a browser's connection: a request
@@ -841,8 +907,10 @@ mod tests {
     ) -> Connected {
         let (server_io, client_io) = tokio::io::duplex(pipe);
         let release = Arc::new(tokio::sync::Notify::new());
+        let late = Arc::new(AtomicUsize::new(0));
         let responder = Arc::new(Bodies {
             release: release.clone(),
+            late: late.clone(),
         });
         let settings = H2Settings {
             max_header_list_size: 64 * 1024,
@@ -873,12 +941,16 @@ mod tests {
             .handshake::<_, Bytes>(wire)
             .await
             .unwrap();
-        tokio::spawn(connection);
+        let connection = tokio::spawn(async move {
+            let _ = connection.await;
+        });
         Connected {
             client,
             frames,
             release,
             paused,
+            late,
+            connection,
         }
     }
 
@@ -990,6 +1062,42 @@ mod tests {
             .filter(|f| f.0 == stream)
             .map(|f| f.1)
             .collect()
+    }
+
+    /// Waits (bounded) until `count` reads `expected`.
+    async fn until_count(count: &AtomicUsize, expected: usize) {
+        for _ in 0..400 {
+            if count.load(Ordering::SeqCst) == expected {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!(
+            "{} answers being made, not {expected}",
+            count.load(Ordering::SeqCst)
+        );
+    }
+
+    /// A stream reset before its answer is made, by the client or by the connection's
+    /// end, drops the making of it (rapid reset: nothing keeps running for streams
+    /// the client has given up).
+    #[tokio::test]
+    async fn an_answer_is_not_made_for_a_stream_reset_or_a_connection_gone() {
+        let connected = connect_alone(ordered(), 64 * 1024, 1 << 20, 1 << 20).await;
+        let mut streams = Vec::new();
+        for _ in 0..20 {
+            let mut client = connected.client.clone().ready().await.unwrap();
+            let request = Request::get("https://localhost/late/100").body(()).unwrap();
+            let (_response, stream) = client.send_request(request, false).unwrap();
+            streams.push(stream);
+        }
+        until_count(&connected.late, 20).await;
+        for mut stream in streams.drain(..10) {
+            stream.send_reset(Reason::CANCEL);
+        }
+        until_count(&connected.late, 10).await;
+        connected.connection.abort();
+        until_count(&connected.late, 0).await;
     }
 
     #[tokio::test]

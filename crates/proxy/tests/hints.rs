@@ -538,6 +538,18 @@ async fn push_sends_the_announced_resources_to_clients_that_enable_it() {
         "{pushed}"
     );
     // The pushed responses: complete, their own coding, and no-store not pushed.
+    let on_pushed_streams = |what: &str| {
+        pushed
+            .lines()
+            .filter(|l| l.contains(what))
+            .filter_map(|l| l.split("stream_id=").nth(1))
+            .filter_map(|id| id.split(|c: char| !c.is_ascii_digit()).next())
+            .filter_map(|id| id.parse::<u32>().ok())
+            .filter(|id| id % 2 == 0)
+            .count()
+    };
+    assert_eq!(on_pushed_streams(":status: 200"), 4, "{pushed}");
+    assert_eq!(on_pushed_streams("DATA frame"), 4, "{pushed}");
     assert!(
         pushed.contains("RST_STREAM") && pushed.contains("error_code=CANCEL"),
         "{pushed}"
