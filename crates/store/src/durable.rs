@@ -6,6 +6,14 @@ use bytes::Bytes;
 
 use crate::{Hash, SharedState, StoreError};
 
+/// What reading a blob found.
+pub(crate) enum BlobRead {
+    Found(Bytes),
+    Absent,
+    /// It failed verification and was removed: a write the store counts.
+    Discarded,
+}
+
 /// What a durable tier holds: blobs by content hash, records by key, and encodings as
 /// (source blob, variant) → encoded blob. Sizes are checked by the store before a call.
 pub(crate) trait Durable: Send + Sync {
@@ -16,8 +24,8 @@ pub(crate) trait Durable: Send + Sync {
     fn blob_writer(&self, limit: u64) -> Result<Box<dyn PartialBlob>, StoreError>;
 
     /// The blob's bytes, verified against `hash`. A blob that fails verification is
-    /// removed (with whatever the tier removes along with it) and reported as absent.
-    fn get_blob(&self, hash: &Hash) -> Result<Option<Bytes>, StoreError>;
+    /// removed (with whatever the tier removes along with it): [`BlobRead::Discarded`].
+    fn get_blob(&self, hash: &Hash) -> Result<BlobRead, StoreError>;
 
     fn has_blob(&self, hash: &Hash) -> Result<bool, StoreError>;
 

@@ -20,7 +20,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use crate::durable::{Durable, DurableStats, PartialBlob, Precondition, RecordWrite};
+use crate::durable::{BlobRead, Durable, DurableStats, PartialBlob, Precondition, RecordWrite};
 use crate::files::{BlobFiles, TempFile};
 use crate::index::{BlobRow, Index, Removal};
 use crate::local::LocalTier;
@@ -309,21 +309,21 @@ impl Durable for Embedded {
         }))
     }
 
-    fn get_blob(&self, hash: &Hash) -> Result<Option<Bytes>, StoreError> {
+    fn get_blob(&self, hash: &Hash) -> Result<BlobRead, StoreError> {
         if !self.state().on_disk.touch(hash) {
-            return Ok(None);
+            return Ok(BlobRead::Absent);
         }
         if let Ok(data) = self.read_verified(hash) {
-            return Ok(Some(data));
+            return Ok(BlobRead::Found(data));
         }
         // The file may have been evicted, or evicted and stored again, since the check above;
         // decide again while nothing can change.
         let _changes = lock(&self.inner.changes);
         if !self.contains(hash) {
-            return Ok(None);
+            return Ok(BlobRead::Absent);
         }
         match self.read_verified(hash) {
-            Ok(data) => Ok(Some(data)),
+            Ok(data) => Ok(BlobRead::Found(data)),
             Err(problem) => {
                 tracing::error!(
                     path = %self.inner.files.path(hash).display(), %problem,
@@ -331,7 +331,7 @@ impl Durable for Embedded {
                 );
                 let removal = self.track(self.inner.index.remove_blobs(&[*hash]))?;
                 self.forget(removal);
-                Ok(None)
+                Ok(BlobRead::Discarded)
             }
         }
     }

@@ -40,7 +40,7 @@ pub use hash::{Hash, HashParseError};
 pub use shared::{CHUNK_BYTES, FIRST_RETRY, LAST_RETRY, MAX_GROUP_KEYS};
 pub use target::{RedisTarget, SharedState, StateObserver, TargetError};
 
-use durable::{Durable, PartialBlob, Precondition, RecordWrite};
+use durable::{BlobRead, Durable, PartialBlob, Precondition, RecordWrite};
 use embedded::Embedded;
 use local::LocalTier;
 #[cfg(feature = "redis")]
@@ -243,7 +243,8 @@ impl Store {
     }
 
     /// How many writes this process has made to the store (stored, replaced, removed,
-    /// evicted to make room; failed ones too, which may have evicted), counted once
+    /// evicted to make room, a damaged blob discarded when read; failed ones too,
+    /// which may have evicted), counted once
     /// each has taken effect: what a caller keeping something made from the store's
     /// content compares to learn that nothing changed since (the prepared responses).
     /// Another instance's writes to a shared store are not counted.
@@ -301,9 +302,10 @@ impl Store {
         if let Some(data) = self.get_blob_in_memory(hash) {
             return Ok(Some(data));
         }
-        let found = self.inner.durable.get_blob(hash)?;
-        let Some(data) = found else {
-            return Ok(None);
+        let data = match self.inner.durable.get_blob(hash)? {
+            BlobRead::Found(data) => data,
+            BlobRead::Absent => return Ok(None),
+            BlobRead::Discarded => return self.changed(Ok(None)),
         };
         if !self.inner.local.fits(data.len()) {
             return Ok(Some(data));

@@ -27,11 +27,11 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::{Cmd, ConnectionLike, ErrorKind, RedisError, ServerErrorKind};
 
-use crate::durable::{Durable, DurableStats, PartialBlob, Precondition, RecordWrite};
+use crate::durable::{BlobRead, Durable, DurableStats, PartialBlob, Precondition, RecordWrite};
 use crate::local::LocalTier;
 use crate::target::{RedisTarget, SharedState, StateObserver};
 use crate::{lock, Hash, StoreError, WRITE_SUSPENSION};
@@ -452,16 +452,16 @@ impl Durable for Shared {
         }))
     }
 
-    fn get_blob(&self, hash: &Hash) -> Result<Option<Bytes>, StoreError> {
+    fn get_blob(&self, hash: &Hash) -> Result<BlobRead, StoreError> {
         let Some(head) = self.query::<Option<Vec<u8>>>(redis::cmd("GET").arg(blob_key(hash)))?
         else {
-            return Ok(None);
+            return Ok(BlobRead::Absent);
         };
         let (total, chunks) = match self.parse_head(&head) {
             Ok(parsed) => parsed,
             Err(problem) => {
                 self.discard_blob(hash, 1, &problem);
-                return Ok(None);
+                return Ok(BlobRead::Discarded);
             }
         };
         let mut data = BytesMut::with_capacity(total);
@@ -474,7 +474,7 @@ impl Durable for Shared {
             for chunk in self.query::<Vec<Option<Vec<u8>>>>(&mget)? {
                 let Some(chunk) = chunk else {
                     self.discard_blob(hash, chunks, "a chunk is missing (evicted)");
-                    return Ok(None);
+                    return Ok(BlobRead::Discarded);
                 };
                 data.extend_from_slice(&chunk);
             }
@@ -483,9 +483,9 @@ impl Durable for Shared {
         if data.len() != total || actual != *hash {
             let problem = format!("{} bytes hashing to {actual}", data.len());
             self.discard_blob(hash, chunks, &problem);
-            return Ok(None);
+            return Ok(BlobRead::Discarded);
         }
-        Ok(Some(data.freeze()))
+        Ok(BlobRead::Found(data.freeze()))
     }
 
     fn has_blob(&self, hash: &Hash) -> Result<bool, StoreError> {

@@ -293,7 +293,13 @@ fn a_damaged_blob_file_is_removed_with_what_references_it() {
 
     // Reopened, so the read cannot come from the memory cache.
     let store = open(dir.path());
+    let before = store.changes();
     assert_eq!(store.get_blob(&damaged).unwrap(), None);
+    assert_eq!(
+        store.changes(),
+        before + 1,
+        "the removal is a counted write"
+    );
     assert!(!store.has_blob(&damaged));
     assert!(!path.exists());
     assert_eq!(store.get_record("uses-damaged").unwrap(), None);
