@@ -123,6 +123,10 @@ impl Http2Config {
 pub struct H2Settings {
     pub max_header_list_size: u32,
     pub http2: Http2Config,
+    /// How long a connection may stay without a stream being answered
+    /// (`limits.header_timeout_ms`, as an idle HTTP/1.1 keep-alive connection):
+    /// then it is closed gracefully.
+    pub idle_timeout: Duration,
 }
 
 /// What `h2` may buffer per stream (hyper's): with `prioritize` the connection's
@@ -192,11 +196,25 @@ pub async fn serve<S, R>(
     if stopping {
         connection.graceful_shutdown();
     }
+    // Answers being made (and pushes); a check every `idle_timeout` closes the
+    // connection when none was, and no stream arrived, since the last.
+    let answering = Arc::new(());
+    let mut idle_check = tokio::time::interval_at(
+        tokio::time::Instant::now() + settings.idle_timeout,
+        settings.idle_timeout,
+    );
+    let mut arrived = false;
     loop {
         tokio::select! {
             accepted = connection.accept() => match accepted {
                 Some(Ok((request, respond))) => {
-                    tokio::spawn(answer(responder.clone(), request, respond, conn, scheduler.clone()));
+                    arrived = true;
+                    let answering = answering.clone();
+                    let (responder, scheduler) = (responder.clone(), scheduler.clone());
+                    tokio::spawn(async move {
+                        answer(responder, request, respond, conn, scheduler).await;
+                        drop(answering);
+                    });
                 }
                 Some(Err(e)) => {
                     tracing::debug!(peer = %conn.peer, error = %e, "h2 connection ended");
@@ -208,6 +226,14 @@ pub async fn serve<S, R>(
                 stopping = true;
                 let _ = changed;
                 connection.graceful_shutdown();
+            }
+            _ = idle_check.tick(), if !stopping => {
+                // Only this loop's own reference left: nothing is being answered.
+                if !std::mem::take(&mut arrived) && Arc::strong_count(&answering) == 1 {
+                    tracing::debug!(peer = %conn.peer, "h2 connection idle: closing");
+                    stopping = true;
+                    connection.graceful_shutdown();
+                }
             }
             // Only a ping left unanswered; the watcher ending with the connection
             // (its sender dropped) is not a verdict.
@@ -905,6 +931,24 @@ mod tests {
         stream_window: u32,
         connection_window: u32,
     ) -> Connected {
+        connect_idle_for(
+            http2,
+            pipe,
+            stream_window,
+            connection_window,
+            Duration::from_secs(60),
+        )
+        .await
+    }
+
+    /// [`connect_alone`] with the connection closed after `idle_timeout` idle.
+    async fn connect_idle_for(
+        http2: Http2Config,
+        pipe: usize,
+        stream_window: u32,
+        connection_window: u32,
+        idle_timeout: Duration,
+    ) -> Connected {
         let (server_io, client_io) = tokio::io::duplex(pipe);
         let release = Arc::new(tokio::sync::Notify::new());
         let late = Arc::new(AtomicUsize::new(0));
@@ -915,6 +959,7 @@ mod tests {
         let settings = H2Settings {
             max_header_list_size: 64 * 1024,
             http2,
+            idle_timeout,
         };
         let conn = ConnInfo {
             peer: ([127, 0, 0, 1], 1).into(),
@@ -1098,6 +1143,25 @@ mod tests {
         until_count(&connected.late, 10).await;
         connected.connection.abort();
         until_count(&connected.late, 0).await;
+    }
+
+    /// A connection is closed once a check finds it idle (no answer being made and no
+    /// stream since the last one), never while an answer is being made.
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_and_a_busy_one_kept() {
+        let idle = Duration::from_millis(100);
+        let mut connected = connect_idle_for(ordered(), 64 * 1024, 1 << 20, 1 << 20, idle).await;
+        let (_, _, reader) = ask(&connected.client, "/late/100", PAGE).await;
+        tokio::time::sleep(idle * 5).await;
+        // No GOAWAY came meanwhile: another stream is answered.
+        let (_, _, another) = ask(&connected.client, "/whole/100", PAGE).await;
+        another.await.unwrap();
+        connected.release.notify_one();
+        reader.await.unwrap();
+        tokio::time::timeout(idle * 50, &mut connected.connection)
+            .await
+            .expect("an idle connection stays open")
+            .unwrap();
     }
 
     #[tokio::test]

@@ -638,6 +638,7 @@ async fn accept_loop(
                 let h2_settings = H2Settings {
                     max_header_list_size: config.limits.max_header_bytes as u32,
                     http2: config.http2.clone(),
+                    idle_timeout: limits.header_timeout,
                 };
                 // Shutdown waits for the task while it holds `pending` (to its end).
                 let pending = connections.pending();
