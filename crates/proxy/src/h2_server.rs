@@ -435,6 +435,12 @@ impl Resettable for SendResponse<Bytes> {
     }
 }
 
+impl Resettable for SendStream<Bytes> {
+    fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<Result<Reason, h2::Error>> {
+        SendStream::poll_reset(self, cx)
+    }
+}
+
 impl Resettable for h2::server::SendPushedResponse<Bytes> {
     fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<Result<Reason, h2::Error>> {
         h2::server::SendPushedResponse::poll_reset(self, cx)
@@ -442,11 +448,17 @@ impl Resettable for h2::server::SendPushedResponse<Bytes> {
 }
 
 /// `work`'s output, or `None` once the stream is reset or its connection ends: the
-/// work is dropped then (an origin request, a store read), as hyper's server drops a
-/// reset stream's service future. A client that opens and resets streams (CVE-2023-
-/// 44487) so leaves nothing running, and no answer outlives its connection (whose
-/// socket number `ConnInfo` names and the kernel may give to another client).
+/// work is dropped then (an origin request, a store read, a body's next piece), as
+/// hyper's server drops a reset stream's service future. A client that opens and
+/// resets streams (CVE-2023-44487) so leaves nothing running, and no answer outlives
+/// its connection (whose socket number `ConnInfo` names and the kernel may give to
+/// another client). Work ready at once (a prepared answer, a whole body) does not
+/// look at the stream.
 async fn until_reset<T>(stream: &mut impl Resettable, work: impl Future<Output = T>) -> Option<T> {
+    let mut work = std::pin::pin!(work);
+    if let Poll::Ready(done) = poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
+        return Some(done);
+    }
     tokio::select! {
         // The reset first: after the connection's end the work is not resumed.
         biased;
@@ -570,16 +582,8 @@ async fn send_body(
         .clone()
         .map(|budget| Turn::new(budget, send.stream_id().as_u32(), priority));
     loop {
-        let frame = {
-            let mut next = body.frame();
-            // Nothing ready (the origin is slow): watch for a reset meanwhile.
-            match poll_fn(|cx| Poll::Ready(Pin::new(&mut next).poll(cx))).await {
-                Poll::Ready(frame) => frame,
-                Poll::Pending => tokio::select! {
-                    frame = next => frame,
-                    _ = poll_fn(|cx| send.poll_reset(cx)) => return,
-                },
-            }
+        let Some(frame) = until_reset(&mut send, body.frame()).await else {
+            return;
         };
         let sent = match frame {
             None => send.send_data(Bytes::new(), true),
