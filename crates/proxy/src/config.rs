@@ -193,6 +193,10 @@ pub struct Limits {
     pub max_decoding_memory: usize,
     /// How long in-flight requests may run after SIGTERM/SIGINT.
     pub shutdown_grace_ms: u64,
+    /// Client connections the main listener holds open at once; at the limit it
+    /// accepts no more until one closes. 0: three quarters of the open-file limit
+    /// (raised to its hard limit at start). Read at start.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -210,6 +214,7 @@ impl Default for Limits {
             // so this holds one 8 MiB body, or many small ones; others stream.
             max_decoding_memory: 16 * 1024 * 1024,
             shutdown_grace_ms: 30_000,
+            max_connections: 0,
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod body;
 pub mod cache;
 pub mod config;
 mod config_error;
+mod conn_slots;
 pub mod decode;
 pub mod destinations;
 mod file_watch;

@@ -292,6 +292,10 @@ pub struct Metrics {
     /// parked (`park`).
     pub connections_parked: Gauge,
     pub connection_parks: Counter,
+    /// Client connections the main listener holds open now, and the times it found
+    /// none of `limits.max_connections` free (`conn_slots`).
+    pub connections_open: Gauge,
+    pub connection_limit_waits: Counter,
     pub streamed_page_scans: Counter,
     /// Seconds each give-back of memory freed by parked connections took.
     pub memory_trims: Histogram,
@@ -473,6 +477,18 @@ impl Metrics {
             "Idle HTTP/1.1 connections parked outside hyper now (no buffers held)",
             connections_parked.clone(),
         );
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Client connections the main listener holds open now (served or parked)",
+            connections_open.clone(),
+        );
+        let connection_limit_waits = Counter::default();
+        registry.register(
+            "connection_limit_waits",
+            "Times the main listener stopped accepting at limits.max_connections",
+            connection_limit_waits.clone(),
+        );
         let connection_parks = Counter::default();
         registry.register(
             "connection_parks",
@@ -638,6 +654,8 @@ impl Metrics {
             early_hint_links,
             early_hints,
             connections_parked,
+            connections_open,
+            connection_limit_waits,
             connection_parks,
             streamed_page_scans,
             memory_trims,

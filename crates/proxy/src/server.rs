@@ -22,6 +22,7 @@ use crate::access_log::{AccessLog, AccessLogError};
 use crate::background::{Background, Pending};
 use crate::body::{self, Body};
 use crate::config::Config;
+use crate::conn_slots::{Slot, Slots};
 use crate::files::FileSource;
 use crate::first_bytes::{self, FirstBytesDeadline, Protocol};
 use crate::h2_server::H2Settings;
@@ -346,8 +347,8 @@ impl ConnectionLimits {
 async fn serve_with_hyper<I: Transport>(
     io: I,
     served: Served,
-    // Held until the connection ends, parked or not: shutdown waits for it.
-    _pending: Pending,
+    // Held until the connection ends, parked or not.
+    open: Open,
 ) {
     // Boxed: its state (the timer and the first bytes) is needed only until the
     // protocol is told, and inline it would stay in the connection's task for good.
@@ -368,22 +369,30 @@ async fn serve_with_hyper<I: Transport>(
         // HTTP/1.1: hyper serves the connection while it is busy; once idle it is
         // parked as its bare socket and served by a new hyper connection when bytes
         // arrive (`park`).
-        Protocol::Http1 => serve_http1(io, bytes::Bytes::new(), served, _pending).await,
+        Protocol::Http1 => serve_http1(io, bytes::Bytes::new(), served, open).await,
     }
 }
 
 /// Serves an accepted plain-TCP connection on the connection thread polling this.
-async fn serve_plain(socket: std::net::TcpStream, served: Served, pending: Pending) {
+async fn serve_plain(socket: std::net::TcpStream, served: Served, open: Open) {
     if let Some(stream) = on_this_thread(socket) {
-        serve_with_hyper(stream, served, pending).await;
+        serve_with_hyper(stream, served, open).await;
     }
 }
 
 /// Serves a parked HTTP/1.1 connection again, on the connection thread polling this.
-async fn serve_parked(socket: std::net::TcpStream, served: Served, pending: Pending) {
+async fn serve_parked(socket: std::net::TcpStream, served: Served, open: Open) {
     if let Some(stream) = on_this_thread(socket) {
-        serve_http1(stream, bytes::Bytes::new(), served, pending).await;
+        serve_http1(stream, bytes::Bytes::new(), served, open).await;
     }
+}
+
+/// What an accepted connection holds until it closes, wherever it is (served by a
+/// task, parked): shutdown's wait for it, and its place among
+/// `limits.max_connections`.
+struct Open {
+    _pending: Pending,
+    _slot: Slot,
 }
 
 /// Registers `socket` with the event loop of the thread that calls this.
@@ -438,7 +447,7 @@ async fn serve_http1<I: Transport>(
     io: I,
     mut read_ahead: bytes::Bytes,
     served: Served,
-    pending: Pending,
+    open: Open,
 ) {
     let mut stopping = std::pin::pin!(stop_requested(served.stop.clone()));
     let mut io = io;
@@ -510,7 +519,7 @@ async fn serve_http1<I: Transport>(
         let with = ParkedWith {
             conn: served.conn,
             limits: served.limits,
-            pending,
+            open,
         };
         served.front.parked.park(socket, deadline, with);
         served.front.freed.parked();
@@ -523,7 +532,7 @@ struct ParkedWith {
     conn: ConnInfo,
     limits: ConnectionLimits,
     // Shutdown waits for parked connections too (the lot closes them at once).
-    pending: Pending,
+    open: Open,
 }
 
 /// The value in `boxed`, its box freed at once.
@@ -566,6 +575,20 @@ async fn accept_loop(
     let pipeline = &front.pipeline;
     // Every connection's task; shutdown waits for them (each stops on `stop`).
     let connections = Background::default();
+    let slots = {
+        let open_files = crate::conn_slots::raise_open_files_limit();
+        let max = match pipeline.config().limits.max_connections {
+            0 => crate::conn_slots::default_max(open_files),
+            max => max,
+        };
+        tracing::debug!(max_connections = max, open_files, "connection limit");
+        let metrics = &pipeline.metrics;
+        Slots::new(
+            max,
+            metrics.connections_open.clone(),
+            metrics.connection_limit_waits.clone(),
+        )
+    };
     let watching_parked = {
         let (front, shards, stop) = (front.clone(), shards.clone(), stop.clone());
         tokio::spawn(async move {
@@ -576,7 +599,7 @@ async fn accept_loop(
                     limits: with.limits,
                     stop: stop.clone(),
                 };
-                shards.spawn(serve_parked(socket, served, with.pending));
+                shards.spawn(serve_parked(socket, served, with.open));
             };
             front.parked.watch(parked_events, stop.clone(), again).await;
         })
@@ -586,6 +609,10 @@ async fn accept_loop(
         tokio::spawn(async move { front.freed.give_back(&front.pipeline.metrics, stop).await })
     };
     loop {
+        let slot = tokio::select! {
+            slot = slots.next() => slot,
+            _ = stop.changed() => break,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
@@ -623,14 +650,17 @@ async fn accept_loop(
         };
         match &tls {
             None => {
-                let pending = connections.pending();
+                let open = Open {
+                    _pending: connections.pending(),
+                    _slot: slot,
+                };
                 let served = Served {
                     front: front.clone(),
                     conn,
                     limits,
                     stop: stop.clone(),
                 };
-                shards.spawn(serve_plain(stream, served, pending));
+                shards.spawn(serve_plain(stream, served, open));
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
@@ -640,8 +670,11 @@ async fn accept_loop(
                     http2: config.http2.clone(),
                     idle_timeout: limits.header_timeout,
                 };
-                // Shutdown waits for the task while it holds `pending` (to its end).
-                let pending = connections.pending();
+                // Shutdown waits for the task while it holds `open` (to its end).
+                let open = Open {
+                    _pending: connections.pending(),
+                    _slot: slot,
+                };
                 shards.spawn(async move {
                     let Some(stream) = on_this_thread(stream) else {
                         return;
@@ -670,7 +703,7 @@ async fn accept_loop(
                             limits,
                             stop,
                         };
-                        serve_with_hyper(stream, served, pending).await;
+                        serve_with_hyper(stream, served, open).await;
                     }
                 });
             }

@@ -308,6 +308,60 @@ async fn slow_clients_are_cut_off_at_the_header_timeout() {
     assert_eq!(origin.hits(), 3);
 }
 
+/// At `limits.max_connections` the listener accepts no more until one closes: idle
+/// connections cannot take every file descriptor, and the next client is answered
+/// as soon as a place frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_connection_limit_the_next_client_waits_for_a_place() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = origin(|_| response(200, &[("cache-control", "no-store")], "fine")).await;
+    let proxy = start_proxy(&origin.url(""), |c| c.limits.max_connections = 2).await;
+    let addr = proxy.running.addr;
+    // The first is answered once and then idles (parked: it keeps its place).
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    first
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0; 12];
+    first.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    for _ in 0..100 {
+        if proxy.metric("wirefold_connections_parked").await == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(proxy.metric("wirefold_connections_parked").await, 1.0);
+    let _second = TcpStream::connect(addr).await.unwrap();
+    // The kernel completes the handshake (the listen backlog); the server does not
+    // take the connection.
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    third
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let waited =
+        tokio::time::timeout(Duration::from_millis(500), third.read_to_end(&mut answer)).await;
+    assert!(
+        waited.is_err(),
+        "answered beyond the limit: {}",
+        body_text(&answer)
+    );
+    assert_eq!(proxy.metric("wirefold_connections_open").await, 2.0);
+    assert_eq!(
+        proxy.metric("wirefold_connection_limit_waits_total").await,
+        1.0
+    );
+    drop(first);
+    tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut answer))
+        .await
+        .expect("answered once a place freed")
+        .unwrap();
+    assert_eq!(status_of(&answer), Some(200), "{}", body_text(&answer));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_on_the_admin_port_are_cut_off_at_the_header_timeout() {
     let origin = origin(|_| response(200, &[], "fine")).await;

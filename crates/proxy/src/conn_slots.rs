@@ -1,0 +1,139 @@
+//! How many client connections the main listener holds open at once
+//! (`limits.max_connections`). Each takes a file descriptor, and so do the origin
+//! connections, the store's files and the directory watches: a client that opens
+//! connections until the process runs out would break those too. At the limit the
+//! listener stops accepting until one closes (the kernel's backlog holds the next
+//! ones), as nginx does at `worker_connections`.
+
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The connections the listener may hold open.
+pub struct Slots {
+    free: Arc<Semaphore>,
+    open: Gauge,
+    waits: Counter,
+}
+
+/// One open connection's place, held wherever the connection is (served, parked)
+/// until it closes.
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    open: Gauge,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
+impl Slots {
+    /// `max` connections (at least one); `open` counts those held, `waits` the times
+    /// the listener found none free.
+    pub fn new(max: usize, open: Gauge, waits: Counter) -> Slots {
+        Slots {
+            free: Arc::new(Semaphore::new(max.clamp(1, Semaphore::MAX_PERMITS))),
+            open,
+            waits,
+        }
+    }
+
+    /// A free slot, once there is one.
+    pub async fn next(&self) -> Slot {
+        let permit = match self.free.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                self.waits.inc();
+                tracing::warn!("connection limit reached (limits.max_connections): accepting no more until one closes");
+                match self.free.clone().acquire_owned().await {
+                    Ok(permit) => permit,
+                    // The semaphore is never closed.
+                    Err(_) => return std::future::pending().await,
+                }
+            }
+        };
+        self.open.inc();
+        Slot {
+            _permit: permit,
+            open: self.open.clone(),
+        }
+    }
+}
+
+/// The connections `limits.max_connections = 0` allows: three quarters of the file
+/// descriptors the process may open (after [`raise_open_files_limit`]), the rest
+/// left for the origin, the store and the watches.
+pub fn default_max(open_files: u64) -> usize {
+    usize::try_from(open_files / 4 * 3)
+        .unwrap_or(usize::MAX)
+        .max(1)
+}
+
+/// Raises the process's soft limit on open files to its hard limit, as far as the
+/// kernel lets it, and returns the soft limit in force.
+#[allow(unsafe_code)] // std has no getrlimit/setrlimit
+pub fn raise_open_files_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit for the call to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 1024;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: `raised` is a valid rlimit; the soft limit asked is the hard one.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return raised.rlim_cur;
+        }
+    }
+    limit.rlim_cur
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_leaves_a_quarter_of_the_descriptors() {
+        assert_eq!(default_max(1024), 768);
+        assert_eq!(default_max(1), 1);
+        assert_eq!(default_max(1 << 20), 786_432);
+    }
+
+    #[tokio::test]
+    async fn a_slot_is_free_again_once_its_connection_closes() {
+        let slots = Slots::new(2, Gauge::default(), Counter::default());
+        let first = slots.next().await;
+        let _second = slots.next().await;
+        assert_eq!(slots.open.get(), 2);
+        let mut third = Box::pin(slots.next());
+        assert!(
+            futures_poll_once(third.as_mut()).is_none(),
+            "a third beyond the limit"
+        );
+        assert_eq!(slots.waits.get(), 1);
+        drop(first);
+        assert_eq!(slots.open.get(), 1);
+        let _third = third.await;
+        assert_eq!(slots.open.get(), 2);
+    }
+
+    fn futures_poll_once<F: std::future::Future>(
+        future: std::pin::Pin<&mut F>,
+    ) -> Option<F::Output> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.poll(&mut cx) {
+            std::task::Poll::Ready(output) => Some(output),
+            std::task::Poll::Pending => None,
+        }
+    }
+}
