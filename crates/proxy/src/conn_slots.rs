@@ -5,6 +5,7 @@
 //! listener stops accepting until one closes (the kernel's backlog holds the next
 //! ones), as nginx does at `worker_connections`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
@@ -16,10 +17,15 @@ pub struct Slots {
     free: Arc<Semaphore>,
     open: Gauge,
     waits: Counter,
+    /// The listener has waited for a place since it last found one free at once.
+    at_limit: AtomicBool,
 }
 
-/// One open connection's place, held wherever the connection is (served, parked)
-/// until it closes.
+/// A place waited for before accepting: not counted open until a connection takes it.
+pub struct Free(OwnedSemaphorePermit);
+
+/// One open connection's place, held wherever the connection is (served, parked,
+/// upgraded) until it closes.
 pub struct Slot {
     _permit: OwnedSemaphorePermit,
     open: Gauge,
@@ -39,26 +45,36 @@ impl Slots {
             free: Arc::new(Semaphore::new(max.clamp(1, Semaphore::MAX_PERMITS))),
             open,
             waits,
+            at_limit: AtomicBool::new(false),
         }
     }
 
-    /// A free slot, once there is one.
-    pub async fn next(&self) -> Slot {
-        let permit = match self.free.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                self.waits.inc();
-                tracing::warn!("connection limit reached (limits.max_connections): accepting no more until one closes");
-                match self.free.clone().acquire_owned().await {
-                    Ok(permit) => permit,
-                    // The semaphore is never closed.
-                    Err(_) => return std::future::pending().await,
-                }
-            }
-        };
+    /// A free place, once there is one.
+    pub async fn free(&self) -> Free {
+        if let Ok(permit) = self.free.clone().try_acquire_owned() {
+            self.at_limit.store(false, Ordering::Relaxed);
+            return Free(permit);
+        }
+        // Warned once per spell at the limit (a spell ends when a place is found
+        // free at once again).
+        if !self.at_limit.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "connection limit reached (limits.max_connections): accepting no more until one closes"
+            );
+        }
+        self.waits.inc();
+        match self.free.clone().acquire_owned().await {
+            Ok(permit) => Free(permit),
+            // The semaphore is never closed.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// `free` taken by a connection just accepted.
+    pub fn take(&self, free: Free) -> Slot {
         self.open.inc();
         Slot {
-            _permit: permit,
+            _permit: free.0,
             open: self.open.clone(),
         }
     }
@@ -112,10 +128,16 @@ mod tests {
     #[tokio::test]
     async fn a_slot_is_free_again_once_its_connection_closes() {
         let slots = Slots::new(2, Gauge::default(), Counter::default());
-        let first = slots.next().await;
-        let _second = slots.next().await;
+        let first = slots.take(slots.free().await);
+        let second = slots.free().await;
+        assert_eq!(
+            slots.open.get(),
+            1,
+            "a place waited for is not a connection"
+        );
+        let _second = slots.take(second);
         assert_eq!(slots.open.get(), 2);
-        let mut third = Box::pin(slots.next());
+        let mut third = Box::pin(slots.free());
         assert!(
             futures_poll_once(third.as_mut()).is_none(),
             "a third beyond the limit"
@@ -123,7 +145,7 @@ mod tests {
         assert_eq!(slots.waits.get(), 1);
         drop(first);
         assert_eq!(slots.open.get(), 1);
-        let _third = third.await;
+        let _third = slots.take(third.await);
         assert_eq!(slots.open.get(), 2);
     }
 

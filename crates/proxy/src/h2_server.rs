@@ -68,6 +68,10 @@ pub struct Http2Config {
     /// kernel holds at most about this many bytes not yet sent, so an urgent
     /// response does not queue behind megabytes of others. 0 leaves the kernel's.
     pub unsent_bytes: u32,
+    /// A connection with no stream answered for this long is closed (GOAWAY; pings
+    /// do not count): an idle one holds a place among `limits.max_connections`.
+    /// Checked each period, so it closes between one and two of them.
+    pub idle_timeout_ms: u64,
 }
 
 impl Default for Http2Config {
@@ -79,6 +83,9 @@ impl Default for Http2Config {
             budget_bytes: 8 * 1024,
             tls_buffer_bytes: 8 * 1024,
             unsent_bytes: 8 * 1024,
+            // nginx's `http2_idle_timeout` (before 1.19.7); browsers and the link's
+            // client proxy keep a connection for a next page or request.
+            idle_timeout_ms: 180_000,
         }
     }
 }
@@ -115,6 +122,12 @@ impl Http2Config {
             };
             problems.push(ConfigError::Invalid { key, message });
         }
+        if self.idle_timeout_ms < 1000 {
+            problems.push(ConfigError::Invalid {
+                key: "http2.idle_timeout_ms",
+                message: "must be at least 1000 (1 s)".into(),
+            });
+        }
         problems
     }
 }
@@ -123,10 +136,6 @@ impl Http2Config {
 pub struct H2Settings {
     pub max_header_list_size: u32,
     pub http2: Http2Config,
-    /// How long a connection may stay without a stream being answered
-    /// (`limits.header_timeout_ms`, as an idle HTTP/1.1 keep-alive connection):
-    /// then it is closed gracefully.
-    pub idle_timeout: Duration,
 }
 
 /// What `h2` may buffer per stream (hyper's): with `prioritize` the connection's
@@ -196,13 +205,15 @@ pub async fn serve<S, R>(
     if stopping {
         connection.graceful_shutdown();
     }
-    // Answers being made (and pushes); a check every `idle_timeout` closes the
-    // connection when none was, and no stream arrived, since the last.
+    // Answers being made; a check every `idle_timeout` closes the connection when
+    // none was, and no stream arrived, since the last (gracefully; at the next check,
+    // at once if the client still holds it open: h2 waits for the client to
+    // acknowledge a ping before it ends a graceful close).
     let answering = Arc::new(());
-    let mut idle_check = tokio::time::interval_at(
-        tokio::time::Instant::now() + settings.idle_timeout,
-        settings.idle_timeout,
-    );
+    let mut closing_idle = false;
+    let idle_timeout = Duration::from_millis(settings.http2.idle_timeout_ms);
+    let mut idle_check =
+        tokio::time::interval_at(tokio::time::Instant::now() + idle_timeout, idle_timeout);
     let mut arrived = false;
     loop {
         tokio::select! {
@@ -227,11 +238,18 @@ pub async fn serve<S, R>(
                 let _ = changed;
                 connection.graceful_shutdown();
             }
-            _ = idle_check.tick(), if !stopping => {
+            _ = idle_check.tick(), if !stopping || closing_idle => {
                 // Only this loop's own reference left: nothing is being answered.
-                if !std::mem::take(&mut arrived) && Arc::strong_count(&answering) == 1 {
+                let idle = !std::mem::take(&mut arrived) && Arc::strong_count(&answering) == 1;
+                if closing_idle && idle {
+                    tracing::debug!(peer = %conn.peer, "h2 idle connection held open: closing");
+                    connection.abrupt_shutdown(Reason::NO_ERROR);
+                    let _ = tokio::time::timeout(PING_TIMEOUT, poll_fn(|cx| connection.poll_closed(cx))).await;
+                    return;
+                }
+                if idle && !stopping {
                     tracing::debug!(peer = %conn.peer, "h2 connection idle: closing");
-                    stopping = true;
+                    (stopping, closing_idle) = (true, true);
                     connection.graceful_shutdown();
                 }
             }
@@ -935,24 +953,6 @@ mod tests {
         stream_window: u32,
         connection_window: u32,
     ) -> Connected {
-        connect_idle_for(
-            http2,
-            pipe,
-            stream_window,
-            connection_window,
-            Duration::from_secs(60),
-        )
-        .await
-    }
-
-    /// [`connect_alone`] with the connection closed after `idle_timeout` idle.
-    async fn connect_idle_for(
-        http2: Http2Config,
-        pipe: usize,
-        stream_window: u32,
-        connection_window: u32,
-        idle_timeout: Duration,
-    ) -> Connected {
         let (server_io, client_io) = tokio::io::duplex(pipe);
         let release = Arc::new(tokio::sync::Notify::new());
         let late = Arc::new(AtomicUsize::new(0));
@@ -963,7 +963,6 @@ mod tests {
         let settings = H2Settings {
             max_header_list_size: 64 * 1024,
             http2,
-            idle_timeout,
         };
         let conn = ConnInfo {
             peer: ([127, 0, 0, 1], 1).into(),
@@ -1154,7 +1153,11 @@ mod tests {
     #[tokio::test]
     async fn an_idle_connection_is_closed_and_a_busy_one_kept() {
         let idle = Duration::from_millis(100);
-        let mut connected = connect_idle_for(ordered(), 64 * 1024, 1 << 20, 1 << 20, idle).await;
+        let http2 = Http2Config {
+            idle_timeout_ms: 100,
+            ..ordered()
+        };
+        let mut connected = connect_alone(http2, 64 * 1024, 1 << 20, 1 << 20).await;
         let (_, _, reader) = ask(&connected.client, "/late/100", PAGE).await;
         tokio::time::sleep(idle * 5).await;
         // No GOAWAY came meanwhile: another stream is answered.
@@ -1476,6 +1479,11 @@ mod tests {
         let problems = keys(zeros);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("http2.budget_bytes"), "{problems:?}");
+        let instant = Http2Config {
+            idle_timeout_ms: 999,
+            ..Http2Config::default()
+        };
+        assert!(keys(instant)[0].contains("http2.idle_timeout_ms"));
         let huge = Http2Config {
             budget_bytes: u32::MAX,
             tls_buffer_bytes: 1,

@@ -110,6 +110,7 @@ fn keep_what_needs_a_restart(running: &Config, new: &mut Config) {
     new.cache.prepared_bytes = running.cache.prepared_bytes;
     new.limits.max_decoding_memory = running.limits.max_decoding_memory;
     new.limits.max_buffered_body = running.limits.max_buffered_body;
+    new.limits.max_connections = running.limits.max_connections;
     new.files.serve_dotfiles = running.files.serve_dotfiles;
     new.link.enabled = running.link.enabled;
     new.link.destinations = running.link.destinations;
@@ -202,6 +203,7 @@ mod tests {
         new.data_dir = "/elsewhere".into();
         new.cache.max_bytes += 1;
         new.limits.max_buffered_body += 1;
+        new.limits.max_connections += 1;
         new.upstream.connect_timeout_ms += 1;
         new.link.destinations = crate::destinations::Destinations::Any;
         new.log.access_buffer += 1;
@@ -215,6 +217,7 @@ mod tests {
                 "connection_threads",
                 "data_dir",
                 "limits.max_buffered_body",
+                "limits.max_connections",
                 "link.destinations",
                 "log.access_buffer",
                 "upstream.connect_timeout_ms"

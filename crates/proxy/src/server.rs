@@ -369,7 +369,7 @@ async fn serve_with_hyper<I: Transport>(
         // HTTP/1.1: hyper serves the connection while it is busy; once idle it is
         // parked as its bare socket and served by a new hyper connection when bytes
         // arrive (`park`).
-        Protocol::Http1 => serve_http1(io, bytes::Bytes::new(), served, open).await,
+        Protocol::Http1 => serve_http1(io, bytes::Bytes::new(), served, Arc::new(open)).await,
     }
 }
 
@@ -381,15 +381,15 @@ async fn serve_plain(socket: std::net::TcpStream, served: Served, open: Open) {
 }
 
 /// Serves a parked HTTP/1.1 connection again, on the connection thread polling this.
-async fn serve_parked(socket: std::net::TcpStream, served: Served, open: Open) {
+async fn serve_parked(socket: std::net::TcpStream, served: Served, open: Arc<Open>) {
     if let Some(stream) = on_this_thread(socket) {
         serve_http1(stream, bytes::Bytes::new(), served, open).await;
     }
 }
 
 /// What an accepted connection holds until it closes, wherever it is (served by a
-/// task, parked): shutdown's wait for it, and its place among
-/// `limits.max_connections`.
+/// task, parked, upgraded and copied to the origin): shutdown's wait for it, and its
+/// place among `limits.max_connections`.
 struct Open {
     _pending: Pending,
     _slot: Slot,
@@ -447,7 +447,7 @@ async fn serve_http1<I: Transport>(
     io: I,
     mut read_ahead: bytes::Bytes,
     served: Served,
-    open: Open,
+    open: Arc<Open>,
 ) {
     let mut stopping = std::pin::pin!(stop_requested(served.stop.clone()));
     let mut io = io;
@@ -455,9 +455,16 @@ async fn serve_http1<I: Transport>(
         let exchanges = Arc::new(park::Exchanges::default());
         let service = {
             let (front, conn, exchanges) = (served.front.clone(), served.conn, exchanges.clone());
-            service_fn(move |req: Request<Incoming>| {
+            let open = open.clone();
+            service_fn(move |mut req: Request<Incoming>| {
                 let front = front.clone();
                 let answer = exchanges.start(&req);
+                // An upgraded connection leaves this task for the upgrade's copy,
+                // which takes the hold along (`upgrade::pass_through`).
+                if req.headers().contains_key(http::header::UPGRADE) {
+                    req.extensions_mut()
+                        .insert(crate::upgrade::ConnectionHold::new(open.clone()));
+                }
                 // Boxed: hyper keeps the service's future inside the connection, so
                 // unboxed, every busy connection would hold the space of a whole
                 // pipeline run (docs/benchmarks.md, "Idle connections").
@@ -532,7 +539,7 @@ struct ParkedWith {
     conn: ConnInfo,
     limits: ConnectionLimits,
     // Shutdown waits for parked connections too (the lot closes them at once).
-    open: Open,
+    open: Arc<Open>,
 }
 
 /// The value in `boxed`, its box freed at once.
@@ -609,8 +616,8 @@ async fn accept_loop(
         tokio::spawn(async move { front.freed.give_back(&front.pipeline.metrics, stop).await })
     };
     loop {
-        let slot = tokio::select! {
-            slot = slots.next() => slot,
+        let free = tokio::select! {
+            free = slots.free() => free,
             _ = stop.changed() => break,
         };
         let (stream, peer) = tokio::select! {
@@ -625,6 +632,7 @@ async fn accept_loop(
             },
             _ = stop.changed() => break,
         };
+        let slot = slots.take(free);
         let _ = stream.set_nodelay(true);
         // Handed to its connection thread as the bare socket, to be watched there.
         let stream = match stream.into_std() {
@@ -668,7 +676,6 @@ async fn accept_loop(
                 let h2_settings = H2Settings {
                     max_header_list_size: config.limits.max_header_bytes as u32,
                     http2: config.http2.clone(),
-                    idle_timeout: limits.header_timeout,
                 };
                 // Shutdown waits for the task while it holds `open` (to its end).
                 let open = Open {

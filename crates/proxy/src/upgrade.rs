@@ -1,6 +1,9 @@
 //! `Upgrade` (WebSocket and the like) passed through to the origin: once both sides
 //! agree on 101, bytes are copied both ways untouched.
 
+use std::any::Any;
+use std::sync::Arc;
+
 use http::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
@@ -9,11 +12,26 @@ use crate::body::{self, Body};
 use crate::model::ConnInfo;
 use crate::origin::Origin;
 
+/// What the client's connection holds until it closes (its place among
+/// `limits.max_connections`, shutdown's wait for it): put in an upgrade request's
+/// extensions by the connection, kept by the copy once the connection is upgraded.
+#[derive(Clone)]
+pub struct ConnectionHold {
+    _held: Arc<dyn Any + Send + Sync>,
+}
+
+impl ConnectionHold {
+    pub fn new(held: Arc<dyn Any + Send + Sync>) -> Self {
+        ConnectionHold { _held: held }
+    }
+}
+
 pub async fn pass_through(
     origin: &Origin,
     mut req: Request<Body>,
     conn: ConnInfo,
 ) -> Response<Body> {
+    let hold = req.extensions_mut().remove::<ConnectionHold>();
     let client_side = hyper::upgrade::on(&mut req);
     let upstream = origin.prepare(req, conn);
     let mut response = match origin.send(upstream).await {
@@ -25,6 +43,7 @@ pub async fn pass_through(
     }
     let origin_side = hyper::upgrade::on(&mut response);
     tokio::spawn(async move {
+        let _hold = hold;
         match tokio::try_join!(client_side, origin_side) {
             Ok((client, origin)) => {
                 let (mut client, mut origin) = (TokioIo::new(client), TokioIo::new(origin));

@@ -1358,4 +1358,15 @@ async fn websocket_upgrade_passes_through() {
             .unwrap();
         assert_eq!(echoed, message);
     }
+    // The upgraded connection keeps its place among `limits.max_connections` (the
+    // copy holds it) until it closes.
+    assert_eq!(proxy.metric("wirefold_connections_open").await, 1.0);
+    drop(client);
+    for _ in 0..100 {
+        if proxy.metric("wirefold_connections_open").await == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(proxy.metric("wirefold_connections_open").await, 0.0);
 }
