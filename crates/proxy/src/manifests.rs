@@ -197,8 +197,9 @@ impl Manifests {
     /// Puts `manifest` (a shared page's version, its stylesheets read) in place of
     /// the one kept for the page at `page_url`, in memory and in the store, while
     /// that version is still the page's latest in memory. Otherwise (the page changed
-    /// meanwhile, or was forgotten) nothing is kept: the store's latest must not go
-    /// back to an older version.
+    /// meanwhile, or was forgotten) nothing is kept. Only the version's record is
+    /// written: which version is the latest is the page's serving's to say (a newer
+    /// one may be stored while this one is written).
     pub async fn replace(&self, page_url: &str, manifest: PageManifest, added_entries: usize) {
         let manifest = Arc::new(manifest);
         let still_latest = self
@@ -216,7 +217,11 @@ impl Manifests {
         self.metrics.manifest_entries.inc_by(added_entries as u64);
         if let Some(store) = self.store.clone() {
             let url = page_url.to_string();
-            delta::blocking::run(move || write(&store, &url, &manifest)).await;
+            let written =
+                delta::blocking::run(move || write_version(&store, &url, &manifest)).await;
+            if let Err(e) = written {
+                tracing::debug!(page_url, error = %e, "page manifest not stored");
+            }
         }
     }
 
@@ -253,31 +258,35 @@ fn latest_key(page_url: &str) -> String {
 
 /// Writes a version's manifest and points the page's latest at it. A failed write
 /// only costs the next start a parse.
-///
-/// Both records reference the page's body, so evicting it removes them. A streamed
-/// page's body is not in the store: its records reference the manifest itself, kept
-/// as a blob, so they are evicted like anything else rather than kept for ever.
 fn write(store: &Store, page_url: &str, manifest: &PageManifest) {
-    let written = serde_json::to_vec(manifest)
-        .map_err(|e| e.to_string())
-        .and_then(|value| {
-            let anchor = if store.has_blob(&manifest.hash) {
-                manifest.hash
-            } else {
-                store.put_blob(&value).map_err(|e| e.to_string())?
-            };
-            let refs = [anchor];
-            store
-                .put_record(&version_key(&manifest.hash, page_url), &value, &refs)
-                .and_then(|()| {
-                    let pointer = manifest.hash.to_hex();
-                    store.put_record(&latest_key(page_url), pointer.as_bytes(), &refs)
-                })
-                .map_err(|e| e.to_string())
-        });
+    let written = write_version(store, page_url, manifest).and_then(|anchor| {
+        let pointer = manifest.hash.to_hex();
+        store
+            .put_record(&latest_key(page_url), pointer.as_bytes(), &[anchor])
+            .map_err(|e| e.to_string())
+    });
     if let Err(e) = written {
         tracing::debug!(page_url, error = %e, "page manifest not stored");
     }
+}
+
+/// Writes a version's manifest (not which version is the latest); returns the blob
+/// its records reference.
+///
+/// The records reference the page's body, so evicting it removes them. A streamed
+/// page's body is not in the store: its records reference the manifest itself, kept
+/// as a blob, so they are evicted like anything else rather than kept for ever.
+fn write_version(store: &Store, page_url: &str, manifest: &PageManifest) -> Result<Hash, String> {
+    let value = serde_json::to_vec(manifest).map_err(|e| e.to_string())?;
+    let anchor = if store.has_blob(&manifest.hash) {
+        manifest.hash
+    } else {
+        store.put_blob(&value).map_err(|e| e.to_string())?
+    };
+    store
+        .put_record(&version_key(&manifest.hash, page_url), &value, &[anchor])
+        .map_err(|e| e.to_string())?;
+    Ok(anchor)
 }
 
 fn read_latest(store: &Store, page_url: &str) -> Option<PageManifest> {
@@ -403,7 +412,20 @@ mod tests {
             ..(*built[1]).clone()
         };
         manifests.replace(url, read_in_time, 1).await;
-        let restarted = Manifests::new(Some(store), Arc::new(Metrics::new()));
+        let restarted = Manifests::new(Some(store.clone()), Arc::new(Metrics::new()));
         assert!(restarted.latest(url).await.unwrap().stylesheets_read);
+
+        // A newer version stored while the older one, still the latest in this
+        // memory, has its stylesheets read: the store keeps naming the newer.
+        let html = page(3);
+        let hash = store.put_blob(&html).unwrap();
+        let newer = restarted.of_page(url, hash, &html, &RULES, true).await;
+        let read_meanwhile = PageManifest {
+            stylesheets_read: true,
+            ..(*built[1]).clone()
+        };
+        manifests.replace(url, read_meanwhile, 1).await;
+        let restarted = Manifests::new(Some(store), Arc::new(Metrics::new()));
+        assert_eq!(restarted.latest(url).await.unwrap().hash, newer.hash);
     }
 }
