@@ -587,9 +587,6 @@ impl Variants {
     pub fn network_link(&self, peer: IpAddr, sample: Option<LinkSample>) -> Option<LinkEstimate> {
         let network = Network::of(peer);
         let known = self.networks.get(&network);
-        if known.is_none() {
-            self.load_network(network);
-        }
         let mut link = known.unwrap_or_else(NetworkLink::new);
         if let Some(sample) = sample {
             if let Some(rtt) = sample.rtt {
@@ -616,6 +613,10 @@ impl Variants {
                 }
             }
             self.networks.insert(network, link);
+        }
+        // After this sample is in: a load finishing first would be overwritten by it.
+        if known.is_none() {
+            self.load_network(network);
         }
         link.estimate()
     }
@@ -664,13 +665,20 @@ impl Variants {
                 kept: Some(Instant::now()),
                 ..NetworkLink::new()
             });
-            if link.rtt_seconds.get().is_none() {
-                link.rtt_seconds.add(stored.rtt_seconds);
+            let mut filled = false;
+            for (part, stored) in [
+                (&mut link.rtt_seconds, stored.rtt_seconds),
+                (&mut link.bytes_per_second, stored.bytes_per_second),
+            ] {
+                if part.get().is_none() {
+                    part.add(stored);
+                    filled = true;
+                }
             }
-            if link.bytes_per_second.get().is_none() {
-                link.bytes_per_second.add(stored.bytes_per_second);
+            // Unchanged, it is not put back over samples added meanwhile.
+            if filled {
+                networks.insert(network, link);
             }
-            networks.insert(network, link);
         });
     }
 
