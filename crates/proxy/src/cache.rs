@@ -399,19 +399,30 @@ impl HotEntry {
 /// look again.
 #[derive(Default)]
 pub struct Inflight {
-    leaders: Mutex<HashMap<String, watch::Receiver<()>>>,
+    leaders: Mutex<HashMap<String, watch::Receiver<bool>>>,
 }
 
 pub enum Role<'a> {
     Leader(LeaderGuard<'a>),
-    Follower(watch::Receiver<()>),
+    /// Told `true` when the leader finished its fill ([`LeaderGuard::finish`]).
+    Follower(watch::Receiver<bool>),
 }
 
 /// Held by the leader until its response is stored; dropping it wakes the followers.
+/// Dropped without [`LeaderGuard::finish`], the fill was abandoned midway (its
+/// requester went away and its work was dropped): a follower may lead instead.
 pub struct LeaderGuard<'a> {
     inflight: &'a Inflight,
     key: String,
-    _done: watch::Sender<()>,
+    done: watch::Sender<bool>,
+}
+
+impl LeaderGuard<'_> {
+    /// The fill is over, stored or not (uncacheable, the origin failed): the
+    /// followers find what the cache holds now, or go to the origin each.
+    pub fn finish(self) {
+        self.done.send_replace(true);
+    }
 }
 
 impl Drop for LeaderGuard<'_> {
@@ -424,7 +435,7 @@ impl Inflight {
     /// The leaders. Each use is one `get`, `insert` or `remove`, so a panic elsewhere
     /// cannot leave the map half-updated: a poisoned lock is taken over as it is (a
     /// leader's guard is also dropped while unwinding, where a panic would abort).
-    fn leaders(&self) -> MutexGuard<'_, HashMap<String, watch::Receiver<()>>> {
+    fn leaders(&self) -> MutexGuard<'_, HashMap<String, watch::Receiver<bool>>> {
         self.leaders.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -433,19 +444,22 @@ impl Inflight {
         if let Some(rx) = leaders.get(key) {
             return Role::Follower(rx.clone());
         }
-        let (tx, rx) = watch::channel(());
+        let (tx, rx) = watch::channel(false);
         leaders.insert(key.to_string(), rx);
         Role::Leader(LeaderGuard {
             inflight: self,
             key: key.to_string(),
-            _done: tx,
+            done: tx,
         })
     }
 }
 
-/// Waits until the leader is done (its sender dropped), at most `limit`.
-pub async fn wait_for_leader(mut rx: watch::Receiver<()>, limit: Duration) {
+/// Waits until the leader is done (its sender dropped), at most `limit`; whether it
+/// finished its fill (false: abandoned, or still going at `limit`).
+pub async fn wait_for_leader(mut rx: watch::Receiver<bool>, limit: Duration) -> bool {
     let _ = tokio::time::timeout(limit, async { while rx.changed().await.is_ok() {} }).await;
+    let finished = *rx.borrow();
+    finished
 }
 
 #[cfg(test)]
@@ -583,5 +597,28 @@ mod tests {
         assert!(matches!(inflight.join("k"), Role::Follower(_)));
         drop(leader);
         assert!(matches!(inflight.join("k"), Role::Leader(_)));
+    }
+
+    /// A follower learns whether its leader finished the fill or was dropped midway
+    /// (then it may lead instead).
+    #[tokio::test]
+    async fn followers_are_told_a_finished_fill_from_an_abandoned_one() {
+        let inflight = Inflight::default();
+        let limit = Duration::from_secs(5);
+        for finish in [true, false] {
+            let Role::Leader(leader) = inflight.join("k") else {
+                panic!("first must lead");
+            };
+            let Role::Follower(rx) = inflight.join("k") else {
+                panic!("second must follow");
+            };
+            let waiting = tokio::spawn(wait_for_leader(rx, limit));
+            if finish {
+                leader.finish();
+            } else {
+                drop(leader);
+            }
+            assert_eq!(waiting.await.unwrap(), finish);
+        }
     }
 }

@@ -177,6 +177,48 @@ async fn concurrent_misses_make_one_origin_request() {
     assert_eq!(origin.hits(), 1);
 }
 
+/// The leader of a fill whose client goes away midway (its work is dropped) hands the
+/// lead to one of the waiting requests, not to all of them at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_abandoned_by_its_client_is_led_by_one_waiting_request() {
+    use tokio::io::AsyncWriteExt;
+    let origin = slow_origin(Duration::from_millis(1000), |_| {
+        response(
+            200,
+            &[
+                ("content-type", "text/html"),
+                ("cache-control", "max-age=60"),
+            ],
+            page(7),
+        )
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let url = proxy.url("/slow");
+    // The leader's client asks, then leaves while the origin takes its time.
+    let mut leaving = tokio::net::TcpStream::connect(proxy.running.addr)
+        .await
+        .unwrap();
+    leaving
+        .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let clients: Vec<_> = (0..6)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { curl(&url, &["--compressed"]).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(leaving);
+    for c in clients {
+        assert_eq!(c.await.unwrap().body, page(7).as_bytes());
+    }
+    // The abandoned fill's request, and one more.
+    assert_eq!(origin.hits(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origin_encodings_pass_through_or_are_decoded() {
     let gz = {

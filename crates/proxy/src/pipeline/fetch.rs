@@ -460,44 +460,64 @@ async fn fetch_origin<'a>(
         f.metrics.cache_result("bypass");
         return pass_through(f, origin, ctx.into(), req).await;
     }
-    let leader = match f.cache.inflight.join(&key) {
-        Role::Leader(guard) => Some(guard),
-        Role::Follower(rx) => {
-            cache::wait_for_leader(
-                rx,
-                Duration::from_millis(f.config().upstream.header_timeout_ms),
-            )
-            .await;
-            if let Some((stored, headers, bytes, hash)) =
-                f.cache.lookup(&key, &profile.headers).await
-            {
-                f.metrics.cache_result("coalesced");
-                let age = stored.age(SystemTime::now());
-                let instance =
-                    cached_instance(&stored, headers, bytes, hash, Provenance::Hit { age });
-                return Ok(Fetched::plain(instance));
+    // A leader abandoned midway (its requester went away) lets one follower lead
+    // instead, once: the others keep waiting for that one.
+    let mut led_again = false;
+    let leader = loop {
+        match f.cache.inflight.join(&key) {
+            Role::Leader(guard) => break Some(guard),
+            Role::Follower(rx) => {
+                let finished = cache::wait_for_leader(
+                    rx,
+                    Duration::from_millis(f.config().upstream.header_timeout_ms),
+                )
+                .await;
+                if let Some((stored, headers, bytes, hash)) =
+                    f.cache.lookup(&key, &profile.headers).await
+                {
+                    f.metrics.cache_result("coalesced");
+                    let age = stored.age(SystemTime::now());
+                    let instance =
+                        cached_instance(&stored, headers, bytes, hash, Provenance::Hit { age });
+                    return Ok(Fetched::plain(instance));
+                }
+                if finished || std::mem::replace(&mut led_again, true) {
+                    break None;
+                }
             }
-            None
         }
     };
     f.metrics.cache_result("miss");
     let upstream = cache_fill_request(&profile.headers, &profile.uri, None);
     let request_time = SystemTime::now();
-    let response = send(f, origin, upstream, ctx.into())
-        .await
-        .map_err(|e| origin_failure(&e))?;
-    let mut fetched = admit(
-        f,
-        Method::GET,
-        Some(&key),
-        &profile.headers,
-        response,
-        request_time,
-        observer,
-    )
-    .await?;
-    fetched.leader = leader;
-    Ok(fetched)
+    let admitted = match send(f, origin, upstream, ctx.into()).await {
+        Ok(response) => {
+            admit(
+                f,
+                Method::GET,
+                Some(&key),
+                &profile.headers,
+                response,
+                request_time,
+                observer,
+            )
+            .await
+        }
+        Err(e) => Err(origin_failure(&e)),
+    };
+    match admitted {
+        Ok(mut fetched) => {
+            fetched.leader = leader;
+            Ok(fetched)
+        }
+        Err(failed) => {
+            // Tried and failed: the followers do not try again behind it.
+            if let Some(leader) = leader {
+                leader.finish();
+            }
+            Err(failed)
+        }
+    }
 }
 
 fn serve_stale_instead(

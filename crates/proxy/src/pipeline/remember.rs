@@ -4,6 +4,8 @@
 //! A failed write (disk full, I/O error) is logged and counted; the response is
 //! served all the same.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::cache::{resource_of, Cache, CacheEntry, LeaderGuard, StoredResponse};
@@ -65,7 +67,7 @@ pub enum StorePlan {
 /// only the store. Returns the instance unchanged; a failed write (disk full, I/O
 /// error) is logged and counted and the response is served all the same.
 pub async fn remember(
-    cache: &Cache,
+    cache: &Arc<Cache>,
     deltas: &DeltaEngine,
     metrics: &Metrics,
     fetched: Fetched<'_>,
@@ -82,71 +84,72 @@ pub async fn remember(
             StorePlan::CacheEntry { key, .. } => cache.hot.generation(key),
             StorePlan::Body { .. } => 0,
         };
-        // A cache entry written comes back, to be kept hot.
-        let written = delta::blocking::run(
-            move || -> Result<Option<(String, CacheEntry)>, store::StoreError> {
-                match plan {
-                    StorePlan::Body {
-                        bytes,
-                        resource: None,
-                    } => store.put_blob(&bytes).map(|_| None),
-                    StorePlan::Body {
-                        bytes,
-                        resource: Some(resource),
-                    } => {
-                        let hash = store.put_blob(&bytes)?;
-                        let etag = Some(format!("\"{}\"", crate::model::content_etag(&hash)));
-                        let version = history::Version {
-                            hash: hash.to_hex(),
+        // A cache entry written is kept hot by the same blocking work: the requester
+        // may go away meanwhile (its future dropped), and the store's entry and the
+        // hot one must not part.
+        let cache = Arc::clone(cache);
+        let written = delta::blocking::run(move || -> Result<(), store::StoreError> {
+            match plan {
+                StorePlan::Body {
+                    bytes,
+                    resource: None,
+                } => store.put_blob(&bytes).map(drop),
+                StorePlan::Body {
+                    bytes,
+                    resource: Some(resource),
+                } => {
+                    let hash = store.put_blob(&bytes)?;
+                    let etag = Some(format!("\"{}\"", crate::model::content_etag(&hash)));
+                    let version = history::Version {
+                        hash: hash.to_hex(),
+                        etag,
+                        time: now_unix(),
+                        size: bytes.len() as u64,
+                    };
+                    record_version(&store, &delta, &resource, version).map(drop)
+                }
+                StorePlan::CacheEntry {
+                    key,
+                    response,
+                    body,
+                    is_version,
+                } => {
+                    if let Some(bytes) = &body {
+                        store.put_blob(bytes)?;
+                    }
+                    let headers = response.headers();
+                    let new_version = body.as_ref().filter(|_| is_version).and_then(|bytes| {
+                        let etag = headers
+                            .get(http::header::ETAG)
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_string);
+                        Some(history::Version {
+                            hash: response.body_hash()?.to_hex(),
                             etag,
                             time: now_unix(),
                             size: bytes.len() as u64,
-                        };
-                        record_version(&store, &delta, &resource, version).map(|_| None)
+                        })
+                    });
+                    // Other variants of the entry may be written meanwhile (by
+                    // other requests, or other instances on Redis): this one joins
+                    // whatever is stored when it lands.
+                    let mut written = CacheEntry::default();
+                    store.update_record(&key, |stored| {
+                        written = stored.and_then(CacheEntry::decode).unwrap_or_default();
+                        written.upsert(response.clone());
+                        Some((written.encode(), written.bodies()))
+                    })?;
+                    if let Some(version) = new_version {
+                        record_version(&store, &delta, resource_of(&key), version)?;
                     }
-                    StorePlan::CacheEntry {
-                        key,
-                        response,
-                        body,
-                        is_version,
-                    } => {
-                        if let Some(bytes) = &body {
-                            store.put_blob(bytes)?;
-                        }
-                        let headers = response.headers();
-                        let new_version = body.as_ref().filter(|_| is_version).and_then(|bytes| {
-                            let etag = headers
-                                .get(http::header::ETAG)
-                                .and_then(|v| v.to_str().ok())
-                                .map(str::to_string);
-                            Some(history::Version {
-                                hash: response.body_hash()?.to_hex(),
-                                etag,
-                                time: now_unix(),
-                                size: bytes.len() as u64,
-                            })
-                        });
-                        // Other variants of the entry may be written meanwhile (by
-                        // other requests, or other instances on Redis): this one joins
-                        // whatever is stored when it lands.
-                        let mut written = CacheEntry::default();
-                        store.update_record(&key, |stored| {
-                            written = stored.and_then(CacheEntry::decode).unwrap_or_default();
-                            written.upsert(response.clone());
-                            Some((written.encode(), written.bodies()))
-                        })?;
-                        if let Some(version) = new_version {
-                            record_version(&store, &delta, resource_of(&key), version)?;
-                        }
-                        Ok(Some((key, written)))
-                    }
+                    cache.hot.put_written(&key, &written, seen);
+                    Ok(())
                 }
-            },
-        )
+            }
+        })
         .await;
         match written {
-            Ok(Some((key, entry))) => cache.hot.put_written(&key, &entry, seen),
-            Ok(None) => {}
+            Ok(()) => {}
             // Suspended after a full disk or a shared store that stopped answering
             // (logged once by the store), or a body evicted between writes: not cached
             // this time, nothing to report per request.
@@ -159,6 +162,8 @@ pub async fn remember(
             }
         }
     }
-    drop(leader);
+    if let Some(leader) = leader {
+        leader.finish();
+    }
     instance
 }
