@@ -149,10 +149,9 @@ async fn vary_keeps_variants_apart() {
     assert_eq!(origin.hits(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_misses_make_one_origin_request() {
-    let origin = origin(|_| {
-        std::thread::sleep(Duration::from_millis(300));
+/// An origin answering every request with `page(7)`, cacheable, after `delay`.
+async fn slow_cacheable_origin(delay: Duration) -> TestOrigin {
+    slow_origin(delay, |_| {
         response(
             200,
             &[
@@ -162,15 +161,24 @@ async fn concurrent_misses_make_one_origin_request() {
             page(7),
         )
     })
-    .await;
-    let proxy = start_proxy(&origin.url(""), |_| {}).await;
-    let url = proxy.url("/slow");
-    let clients: Vec<_> = (0..8)
+    .await
+}
+
+/// `clients` requests for `url` at once.
+fn ask_at_once(url: &str, clients: usize) -> Vec<tokio::task::JoinHandle<Curled>> {
+    (0..clients)
         .map(|_| {
-            let url = url.clone();
+            let url = url.to_string();
             tokio::spawn(async move { curl(&url, &["--compressed"]).await })
         })
-        .collect();
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_make_one_origin_request() {
+    let origin = slow_cacheable_origin(Duration::from_millis(300)).await;
+    let proxy = start_proxy(&origin.url(""), |_| {}).await;
+    let clients = ask_at_once(&proxy.url("/slow"), 8);
     for c in clients {
         assert_eq!(c.await.unwrap().body, page(7).as_bytes());
     }
@@ -182,19 +190,8 @@ async fn concurrent_misses_make_one_origin_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fill_abandoned_by_its_client_is_led_by_one_waiting_request() {
     use tokio::io::AsyncWriteExt;
-    let origin = slow_origin(Duration::from_millis(1000), |_| {
-        response(
-            200,
-            &[
-                ("content-type", "text/html"),
-                ("cache-control", "max-age=60"),
-            ],
-            page(7),
-        )
-    })
-    .await;
+    let origin = slow_cacheable_origin(Duration::from_millis(1000)).await;
     let proxy = start_proxy(&origin.url(""), |_| {}).await;
-    let url = proxy.url("/slow");
     // The leader's client asks, then leaves while the origin takes its time.
     let mut leaving = tokio::net::TcpStream::connect(proxy.running.addr)
         .await
@@ -204,12 +201,7 @@ async fn a_fill_abandoned_by_its_client_is_led_by_one_waiting_request() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let clients: Vec<_> = (0..6)
-        .map(|_| {
-            let url = url.clone();
-            tokio::spawn(async move { curl(&url, &["--compressed"]).await })
-        })
-        .collect();
+    let clients = ask_at_once(&proxy.url("/slow"), 6);
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(leaving);
     for c in clients {
