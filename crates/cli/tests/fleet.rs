@@ -32,12 +32,17 @@ fn page_version(n: usize) -> Vec<u8> {
     ))
 }
 
+/// A port free now, from below the kernel's ephemeral range (32768 and up by
+/// default): a port the kernel picked and gave back could be picked again for the
+/// next `--listen 127.0.0.1:0`, and the instance or nginx meant for it would then
+/// fail to bind.
 fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+    use std::hash::{BuildHasher, RandomState};
+    let random = RandomState::new();
+    (0u64..)
+        .map(|n| 10_000 + (random.hash_one(n) % 20_000) as u16)
+        .find(|&port| TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok())
         .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// nginx in one process (no daemon, no workers: it runs as the test's user): the
