@@ -26,8 +26,10 @@
 # held; such a run is marked, its figures describe fewer connections.
 #
 # Limits: the shell's open-file limit is raised to CONNECTIONS+1100 for the loader and
-# the servers (it must be under the hard limit). wirefold has no connection limit, but
-# it closes an idle keep-alive connection after limits.header_timeout_ms (10 s by
+# the servers (it must be under the hard limit). wirefold's connection limit
+# (limits.max_connections, by default 3/4 of the open-file limit) is set to
+# CONNECTIONS+1024 as nginx's worker_connections is, and wirefold
+# closes an idle keep-alive connection after limits.header_timeout_ms (10 s by
 # default: hyper's header timer runs while a connection waits for its next request);
 # nginx's keepalive_timeout is 75 s. The run's wirefold configuration raises
 # header_timeout_ms to HOLD+SETTLE+60 s, so that the connections are still open when
@@ -86,7 +88,8 @@ NGX_CONNECTIONS=$((CONNECTIONS + 1024))
 HEADER_TIMEOUT_MS=$(( (HOLD + SETTLE + 60) * 1000 ))
 write_wirefold_config "$TMP/wirefold.toml" "
 [limits]
-header_timeout_ms = $HEADER_TIMEOUT_MS"
+header_timeout_ms = $HEADER_TIMEOUT_MS
+max_connections = $NGX_CONNECTIONS"
 
 # ---------------------------------------------------------------- one server
 # body_ok URL: the br answer decodes to the file.

@@ -205,22 +205,19 @@ pub async fn serve<S, R>(
     if stopping {
         connection.graceful_shutdown();
     }
-    // Answers being made; a check every `idle_timeout` closes the connection when
-    // none was, and no stream arrived, since the last (gracefully; at the next check,
-    // at once if the client still holds it open: h2 waits for the client to
-    // acknowledge a ping before it ends a graceful close).
-    let answering = Arc::new(());
+    // A check every `idle_timeout` closes the connection when it was idle since the
+    // last (gracefully; at the next check at once if the client still holds it open:
+    // h2 waits for the client to acknowledge a ping before it ends a graceful close).
+    let mut idleness = Idleness::default();
     let mut closing_idle = false;
     let idle_timeout = Duration::from_millis(settings.http2.idle_timeout_ms);
     let mut idle_check =
         tokio::time::interval_at(tokio::time::Instant::now() + idle_timeout, idle_timeout);
-    let mut arrived = false;
     loop {
         tokio::select! {
             accepted = connection.accept() => match accepted {
                 Some(Ok((request, respond))) => {
-                    arrived = true;
-                    let answering = answering.clone();
+                    let answering = idleness.arrived();
                     let (responder, scheduler) = (responder.clone(), scheduler.clone());
                     tokio::spawn(async move {
                         answer(responder, request, respond, conn, scheduler).await;
@@ -239,8 +236,7 @@ pub async fn serve<S, R>(
                 connection.graceful_shutdown();
             }
             _ = idle_check.tick(), if !stopping || closing_idle => {
-                // Only this loop's own reference left: nothing is being answered.
-                let idle = !std::mem::take(&mut arrived) && Arc::strong_count(&answering) == 1;
+                let idle = idleness.idle_since_last_check();
                 if closing_idle && idle {
                     tracing::debug!(peer = %conn.peer, "h2 idle connection held open: closing");
                     connection.abrupt_shutdown(Reason::NO_ERROR);
@@ -263,6 +259,27 @@ pub async fn serve<S, R>(
                 return;
             }
         }
+    }
+}
+
+/// Whether a connection was idle between two checks: no stream arrived and no answer
+/// was being made.
+#[derive(Default)]
+struct Idleness {
+    /// Held by each answer being made (this one's own reference aside).
+    answering: Arc<()>,
+    arrived: bool,
+}
+
+impl Idleness {
+    /// A stream arrived: the token its answer holds while it is made.
+    fn arrived(&mut self) -> Arc<()> {
+        self.arrived = true;
+        self.answering.clone()
+    }
+
+    fn idle_since_last_check(&mut self) -> bool {
+        !std::mem::take(&mut self.arrived) && Arc::strong_count(&self.answering) == 1
     }
 }
 
@@ -468,10 +485,10 @@ impl Resettable for h2::server::SendPushedResponse<Bytes> {
 /// `work`'s output, or `None` once the stream is reset or its connection ends: the
 /// work is dropped then (an origin request, a store read, a body's next piece), as
 /// hyper's server drops a reset stream's service future. A client that opens and
-/// resets streams (CVE-2023-44487) so leaves nothing running, and no answer outlives
-/// its connection (whose socket number `ConnInfo` names and the kernel may give to
-/// another client). Work ready at once (a prepared answer, a whole body) does not
-/// look at the stream.
+/// resets streams (CVE-2023-44487) so keeps no more requests in progress than `h2`'s
+/// stream limits allow, and no answer is resumed after its connection ended (whose
+/// socket number `ConnInfo` names and the kernel may give to another client). Work
+/// ready at once (a prepared answer, a whole body) does not look at the stream.
 async fn until_reset<T>(stream: &mut impl Resettable, work: impl Future<Output = T>) -> Option<T> {
     let mut work = std::pin::pin!(work);
     if let Poll::Ready(done) = poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
