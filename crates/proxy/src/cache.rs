@@ -454,12 +454,25 @@ impl Inflight {
     }
 }
 
-/// Waits until the leader is done (its sender dropped), at most `limit`; whether it
-/// finished its fill (false: abandoned, or still going at `limit`).
-pub async fn wait_for_leader(mut rx: watch::Receiver<bool>, limit: Duration) -> bool {
-    let _ = tokio::time::timeout(limit, async { while rx.changed().await.is_ok() {} }).await;
-    let finished = *rx.borrow();
-    finished
+/// How a follower's wait for its leader ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Led {
+    /// The fill is over ([`LeaderGuard::finish`]).
+    Finished,
+    /// The leader was dropped midway: a follower may lead instead.
+    Abandoned,
+    /// Still going at the wait's limit.
+    StillGoing,
+}
+
+/// Waits until the leader is done (its sender dropped), at most `limit`.
+pub async fn wait_for_leader(mut rx: watch::Receiver<bool>, limit: Duration) -> Led {
+    let ended = tokio::time::timeout(limit, async { while rx.changed().await.is_ok() {} }).await;
+    match (ended, *rx.borrow()) {
+        (Err(_), _) => Led::StillGoing,
+        (Ok(()), true) => Led::Finished,
+        (Ok(()), false) => Led::Abandoned,
+    }
 }
 
 #[cfg(test)]
@@ -599,13 +612,13 @@ mod tests {
         assert!(matches!(inflight.join("k"), Role::Leader(_)));
     }
 
-    /// A follower learns whether its leader finished the fill or was dropped midway
-    /// (then it may lead instead).
+    /// A follower learns whether its leader finished the fill, was dropped midway
+    /// (then it may lead instead), or was still going when the wait ended.
     #[tokio::test]
     async fn followers_are_told_a_finished_fill_from_an_abandoned_one() {
         let inflight = Inflight::default();
         let limit = Duration::from_secs(5);
-        for finish in [true, false] {
+        for (finish, led) in [(true, Led::Finished), (false, Led::Abandoned)] {
             let Role::Leader(leader) = inflight.join("k") else {
                 panic!("first must lead");
             };
@@ -618,7 +631,17 @@ mod tests {
             } else {
                 drop(leader);
             }
-            assert_eq!(waiting.await.unwrap(), finish);
+            assert_eq!(waiting.await.unwrap(), led);
         }
+        let Role::Leader(_going) = inflight.join("k") else {
+            panic!("first must lead");
+        };
+        let Role::Follower(rx) = inflight.join("k") else {
+            panic!("second must follow");
+        };
+        assert_eq!(
+            wait_for_leader(rx, Duration::from_millis(10)).await,
+            Led::StillGoing
+        );
     }
 }

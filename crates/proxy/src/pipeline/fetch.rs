@@ -467,7 +467,7 @@ async fn fetch_origin<'a>(
         match f.cache.inflight.join(&key) {
             Role::Leader(guard) => break Some(guard),
             Role::Follower(rx) => {
-                let finished = cache::wait_for_leader(
+                let led = cache::wait_for_leader(
                     rx,
                     Duration::from_millis(f.config().upstream.header_timeout_ms),
                 )
@@ -481,7 +481,7 @@ async fn fetch_origin<'a>(
                         cached_instance(&stored, headers, bytes, hash, Provenance::Hit { age });
                     return Ok(Fetched::plain(instance));
                 }
-                if finished || std::mem::replace(&mut led_again, true) {
+                if led != cache::Led::Abandoned || std::mem::replace(&mut led_again, true) {
                     break None;
                 }
             }
