@@ -365,19 +365,39 @@ mod tests {
         assert!(manifests.latest("https://e.com/never").await.is_none());
     }
 
-    #[tokio::test]
-    async fn a_new_version_replaces_the_latest() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), store::StoreConfig::default()).unwrap();
+    const URL: &str = "https://e.com/page";
+
+    /// A store in `dir` and manifests over it that served versions 1 and 2 of the
+    /// page at [`URL`], with their manifests.
+    async fn two_versions_served(
+        dir: &std::path::Path,
+    ) -> (Store, Manifests, Vec<Arc<PageManifest>>) {
+        let store = Store::open(dir, store::StoreConfig::default()).unwrap();
         let manifests = Manifests::new(Some(store.clone()), Arc::new(Metrics::new()));
-        let url = "https://e.com/page";
+        let mut built = Vec::new();
         for v in 1..=2 {
             let html = page(v);
             let hash = store.put_blob(&html).unwrap();
-            manifests.of_page(url, hash, &html, &RULES, true).await;
+            built.push(manifests.of_page(URL, hash, &html, &RULES, true).await);
         }
+        (store, manifests, built)
+    }
+
+    #[tokio::test]
+    async fn a_new_version_replaces_the_latest() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, manifests, _) = two_versions_served(dir.path()).await;
+        let url = URL;
         let latest = manifests.latest(url).await.unwrap();
         assert_eq!(latest.entries[0].url, "https://e.com/v2.css");
+    }
+
+    /// `manifest` as its stylesheets' reading leaves it.
+    fn stylesheets_read(manifest: &PageManifest) -> PageManifest {
+        PageManifest {
+            stylesheets_read: true,
+            ..manifest.clone()
+        }
     }
 
     /// Stylesheets read for a version the page has moved on from (or one not
@@ -385,19 +405,9 @@ mod tests {
     #[tokio::test]
     async fn stylesheets_read_for_an_older_version_replace_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), store::StoreConfig::default()).unwrap();
-        let manifests = Manifests::new(Some(store.clone()), Arc::new(Metrics::new()));
-        let url = "https://e.com/page";
-        let mut built = Vec::new();
-        for v in 1..=2 {
-            let html = page(v);
-            let hash = store.put_blob(&html).unwrap();
-            built.push(manifests.of_page(url, hash, &html, &RULES, true).await);
-        }
-        let read_too_late = PageManifest {
-            stylesheets_read: true,
-            ..(*built[0]).clone()
-        };
+        let (store, manifests, built) = two_versions_served(dir.path()).await;
+        let url = URL;
+        let read_too_late = stylesheets_read(&built[0]);
         manifests.replace(url, read_too_late.clone(), 1).await;
         manifests
             .replace("https://e.com/other", read_too_late, 1)
@@ -407,10 +417,7 @@ mod tests {
         assert!(restarted.latest("https://e.com/other").await.is_none());
         assert_eq!(manifests.latest(url).await.unwrap().hash, built[1].hash);
 
-        let read_in_time = PageManifest {
-            stylesheets_read: true,
-            ..(*built[1]).clone()
-        };
+        let read_in_time = stylesheets_read(&built[1]);
         manifests.replace(url, read_in_time, 1).await;
         let restarted = Manifests::new(Some(store.clone()), Arc::new(Metrics::new()));
         assert!(restarted.latest(url).await.unwrap().stylesheets_read);
@@ -420,10 +427,7 @@ mod tests {
         let html = page(3);
         let hash = store.put_blob(&html).unwrap();
         let newer = restarted.of_page(url, hash, &html, &RULES, true).await;
-        let read_meanwhile = PageManifest {
-            stylesheets_read: true,
-            ..(*built[1]).clone()
-        };
+        let read_meanwhile = stylesheets_read(&built[1]);
         manifests.replace(url, read_meanwhile, 1).await;
         let restarted = Manifests::new(Some(store), Arc::new(Metrics::new()));
         assert_eq!(restarted.latest(url).await.unwrap().hash, newer.hash);
