@@ -1,6 +1,7 @@
-//! The HTTP/2 listener for TLS connections that chose `h2` by ALPN, on the `h2`
-//! crate's server rather than hyper's: hyper's server cannot send a 1xx response, and
-//! 103 Early Hints is what a browser acts on before the page arrives. Requests go to
+//! The HTTP/2 listener (TLS connections that chose `h2` by ALPN, and h2c by prior
+//! knowledge), on the `h2` crate's server rather than hyper's: hyper's server cannot
+//! send a 1xx response, and 103 Early Hints is what a browser acts on before the page
+//! arrives. Requests go to
 //! the same [`Pipeline::handle`](crate::pipeline::Pipeline::handle) (and link
 //! endpoint) as HTTP/1.1's; only the framing differs.
 //!
@@ -190,7 +191,7 @@ pub async fn serve<S, R>(
         .max_concurrent_streams(200)
         .max_send_buffer_size(SEND_BUFFER)
         .max_header_list_size(settings.max_header_list_size);
-    let bound_below = (prioritize && settings.http2.tls_buffer_bytes != 0)
+    let bound_below = (prioritize && conn.tls && settings.http2.tls_buffer_bytes != 0)
         .then_some(settings.http2.tls_buffer_bytes as usize);
     let io = Metered::new(io, budget, bound_below);
     let mut connection = match builder.handshake::<_, Bytes>(io).await {

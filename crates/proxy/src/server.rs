@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -338,13 +338,13 @@ impl ConnectionLimits {
     }
 }
 
-/// Serves, with hyper, a connection that did not choose `h2` by ALPN: HTTP/1.1 (with
-/// upgrades), or HTTP/2 when it opens with the preface (h2c by prior knowledge). Once
+/// Serves a connection that did not choose `h2` by ALPN: HTTP/1.1 (with upgrades) on
+/// hyper, or HTTP/2 when it opens with the preface (h2c by prior knowledge). Once
 /// `stop` turns true, the request in flight finishes and the connection closes.
 ///
 /// Spawned as the task itself, not wrapped in another `async` block: rustc would keep
 /// the wrapped future twice over (the captured one and the one being awaited).
-async fn serve_with_hyper<I: Transport>(
+async fn serve_unnegotiated<I: Transport>(
     io: I,
     served: Served,
     // Held until the connection ends, parked or not.
@@ -376,7 +376,7 @@ async fn serve_with_hyper<I: Transport>(
 /// Serves an accepted plain-TCP connection on the connection thread polling this.
 async fn serve_plain(socket: std::net::TcpStream, served: Served, open: Open) {
     if let Some(stream) = on_this_thread(socket) {
-        serve_with_hyper(stream, served, open).await;
+        serve_unnegotiated(stream, served, open).await;
     }
 }
 
@@ -410,34 +410,20 @@ struct Served {
     stop: watch::Receiver<bool>,
 }
 
-/// Serves HTTP/2 by prior knowledge (h2c) with hyper.
+/// Serves HTTP/2 by prior knowledge (h2c, or TLS without ALPN) on the same server as
+/// TLS's `h2`: one HTTP/2 implementation, with its 103s, push, idle close and reset
+/// handling, whatever the client's way in.
 async fn serve_h2c<I: Transport>(io: I, served: Served) {
-    let Served {
-        front,
-        conn,
-        limits,
-        stop,
-    } = served;
-    let service = service_fn(move |req: Request<Incoming>| {
-        let front = front.clone();
-        Box::pin(
-            async move { Ok::<_, Infallible>(dispatch(&front, req.map(body::boxed), conn).await) },
-        )
-    });
-    // Boxed: inline, HTTP/2's larger state would size the task of every HTTP/1.1
-    // connection too.
-    let mut connection = Box::pin(
-        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .max_header_list_size(limits.max_header_bytes as u32)
-            .keep_alive_interval(Duration::from_secs(30))
-            .serve_connection(TokioIo::new(io), service),
-    );
-    tokio::select! {
-        _ = connection.as_mut() => return,
-        () = stop_requested(stop) => connection.as_mut().graceful_shutdown(),
+    let settings = h2_settings(&served.front.pipeline.config());
+    crate::h2_server::serve(io, settings, served.front, served.conn, served.stop).await;
+}
+
+/// The HTTP/2 settings of a connection arriving under `config`.
+fn h2_settings(config: &Config) -> H2Settings {
+    H2Settings {
+        max_header_list_size: config.limits.max_header_bytes as u32,
+        http2: config.http2.clone(),
     }
-    let _ = connection.await;
 }
 
 /// Serves an HTTP/1.1 connection with hyper until it ends or parks; parked, it waits
@@ -673,10 +659,7 @@ async fn accept_loop(
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
                 let (served_front, stop) = (front.clone(), stop.clone());
-                let h2_settings = H2Settings {
-                    max_header_list_size: config.limits.max_header_bytes as u32,
-                    http2: config.http2.clone(),
-                };
+                let h2_settings = h2_settings(&config);
                 // Shutdown waits for the task while it holds `open` (to its end).
                 let open = Open {
                     _pending: connections.pending(),
@@ -710,7 +693,7 @@ async fn accept_loop(
                             limits,
                             stop,
                         };
-                        serve_with_hyper(stream, served, open).await;
+                        serve_unnegotiated(stream, served, open).await;
                     }
                 });
             }

@@ -269,6 +269,41 @@ async fn early_hints_over_http2_for_a_known_page_before_the_origin_answers() {
     off.running.shutdown().await;
 }
 
+/// h2c by prior knowledge is served by the same HTTP/2 server as TLS's `h2`: its 103s,
+/// and its close of an idle connection (hyper's h2c had neither).
+#[tokio::test]
+async fn h2c_by_prior_knowledge_gets_early_hints_and_an_idle_close() {
+    let origin = origin(|req| {
+        if req.uri().path() == "/" {
+            let fields = [("content-type", "text/html"), ("cache-control", "no-cache")];
+            response(200, &fields, PAGE)
+        } else {
+            response(200, &[("content-type", "text/css")], "body{}")
+        }
+    })
+    .await;
+    let proxy = start_proxy(&origin.url(""), |c| c.http2.idle_timeout_ms = 1000).await;
+    let page = ["--http2-prior-knowledge", "-H", "accept: text/html"];
+    curl_verbose(&proxy.url("/"), &page).await;
+    let second = heads(&curl_verbose(&proxy.url("/"), &page).await);
+    let statuses: Vec<u16> = second.iter().map(|h| h.0).collect();
+    assert_eq!(statuses, [103, 200], "{second:?}");
+
+    let tcp = tokio::net::TcpStream::connect(proxy.running.addr)
+        .await
+        .unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let request = http::Request::get(proxy.url("/site.css")).body(()).unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    assert_eq!(response.await.unwrap().status(), 200);
+    // Closed one to two idle periods after its answer; 20 of them is generous.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(20), connection).await;
+    assert!(ended.is_ok(), "an idle h2c connection stays open");
+    drop(client);
+    proxy.running.shutdown().await;
+}
+
 /// A personalised page's manifest stays with the client it was made for: its
 /// stylesheets are not read into a manifest kept for the page, and another client
 /// asking for the page over HTTP/2 gets no 103 naming what that page linked.
