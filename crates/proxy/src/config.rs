@@ -194,6 +194,7 @@ pub struct Limits {
     /// How long in-flight requests may run after SIGTERM/SIGINT.
     pub shutdown_grace_ms: u64,
     /// Client connections the main listener holds open at once; at the limit it
+    /// closes up to 32 idle parked HTTP/1.1 connections (the longest idle) and
     /// accepts no more until one closes. 0: three quarters of the open-file limit
     /// (raised to its hard limit at start). Read at start.
     pub max_connections: usize,

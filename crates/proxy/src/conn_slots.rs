@@ -2,8 +2,9 @@
 //! (`limits.max_connections`). Each takes a file descriptor, and so do the origin
 //! connections, the store's files and the directory watches: a client that opens
 //! connections until the process runs out would break those too. At the limit the
-//! listener stops accepting until one closes (the kernel's backlog holds the next
-//! ones), as nginx does at `worker_connections`.
+//! listener closes idle keep-alive connections to make room and stops accepting until
+//! one closes (the kernel's backlog holds the next ones), as nginx does at
+//! `worker_connections`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -49,8 +50,9 @@ impl Slots {
         }
     }
 
-    /// A free place, once there is one.
-    pub async fn free(&self) -> Free {
+    /// A free place, once there is one. None free at once, `make_room` is called
+    /// first (it may close idle connections) and the wait counted.
+    pub async fn free(&self, make_room: impl FnOnce()) -> Free {
         if let Ok(permit) = self.free.clone().try_acquire_owned() {
             self.at_limit.store(false, Ordering::Relaxed);
             return Free(permit);
@@ -63,6 +65,7 @@ impl Slots {
             );
         }
         self.waits.inc();
+        make_room();
         match self.free.clone().acquire_owned().await {
             Ok(permit) => Free(permit),
             // The semaphore is never closed.
@@ -128,8 +131,9 @@ mod tests {
     #[tokio::test]
     async fn a_slot_is_free_again_once_its_connection_closes() {
         let slots = Slots::new(2, Gauge::default(), Counter::default());
-        let first = slots.take(slots.free().await);
-        let second = slots.free().await;
+        let below_the_limit = || panic!("room made below the limit");
+        let first = slots.take(slots.free(below_the_limit).await);
+        let second = slots.free(below_the_limit).await;
         assert_eq!(
             slots.open.get(),
             1,
@@ -137,16 +141,29 @@ mod tests {
         );
         let _second = slots.take(second);
         assert_eq!(slots.open.get(), 2);
-        let mut third = Box::pin(slots.free());
+        let asked = std::cell::Cell::new(false);
+        let mut third = Box::pin(slots.free(|| asked.set(true)));
         assert!(
             futures_poll_once(third.as_mut()).is_none(),
             "a third beyond the limit"
         );
         assert_eq!(slots.waits.get(), 1);
+        assert!(asked.get(), "asked to make room");
         drop(first);
         assert_eq!(slots.open.get(), 1);
         let _third = slots.take(third.await);
         assert_eq!(slots.open.get(), 2);
+    }
+
+    #[tokio::test]
+    async fn room_made_at_the_limit_is_taken_at_once() {
+        let slots = Slots::new(1, Gauge::default(), Counter::default());
+        let idle = std::cell::Cell::new(Some(slots.take(slots.free(|| {}).await)));
+        let mut next = Box::pin(slots.free(|| drop(idle.take())));
+        let next = futures_poll_once(next.as_mut()).expect("the place made is taken at once");
+        assert_eq!(slots.waits.get(), 1, "the limit was reached");
+        let _next = slots.take(next);
+        assert_eq!(slots.open.get(), 1);
     }
 
     fn futures_poll_once<F: std::future::Future>(

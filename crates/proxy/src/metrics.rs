@@ -292,6 +292,8 @@ pub struct Metrics {
     /// parked (`park`).
     pub connections_parked: Gauge,
     pub connection_parks: Counter,
+    /// Parked connections closed at `limits.max_connections` for new clients.
+    pub parked_closed_for_room: Counter,
     /// Client connections the main listener holds open now, and the times it found
     /// none of `limits.max_connections` free (`conn_slots`).
     pub connections_open: Gauge,
@@ -495,6 +497,12 @@ impl Metrics {
             "Times an idle HTTP/1.1 connection was parked",
             connection_parks.clone(),
         );
+        let parked_closed_for_room = Counter::default();
+        registry.register(
+            "parked_closed_for_room",
+            "Idle parked HTTP/1.1 connections closed at limits.max_connections to make room",
+            parked_closed_for_room.clone(),
+        );
         let streamed_page_scans = Counter::default();
         registry.register(
             "streamed_page_scans",
@@ -657,6 +665,7 @@ impl Metrics {
             connections_open,
             connection_limit_waits,
             connection_parks,
+            parked_closed_for_room,
             streamed_page_scans,
             memory_trims,
             config_reloads,

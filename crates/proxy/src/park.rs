@@ -463,6 +463,7 @@ pub struct Lot<T> {
     earlier: Notify,
     parked_now: Gauge,
     parks: Counter,
+    closed_for_room: Counter,
 }
 
 /// The lot's epoll set, registered with the runtime's reactor, for its watcher.
@@ -507,6 +508,7 @@ impl<T> Lot<T> {
             earlier: Notify::new(),
             parked_now: metrics.connections_parked.clone(),
             parks: metrics.connection_parks.clone(),
+            closed_for_room: metrics.parked_closed_for_room.clone(),
         };
         Ok((lot, LotEvents(events)))
     }
@@ -626,6 +628,25 @@ impl<T> Lot<T> {
             .registry
             .deregister(&mut SourceFd(&spot.socket.as_raw_fd()));
         Some((spot.socket, spot.with))
+    }
+
+    /// Closes up to `n` parked connections, those whose idle deadline comes first,
+    /// to free their places for new clients (RFC 9112 §9.5 lets a server close an
+    /// idle connection at any time; clients retry on a new one). Returns how many.
+    pub fn close_oldest(&self, n: usize) -> usize {
+        let mut spots = self.spots();
+        let mut closed = 0;
+        while closed < n {
+            let Some((_, key)) = spots.by_deadline.pop_first() else {
+                break;
+            };
+            drop(spots.open.remove(key));
+            closed += 1;
+        }
+        self.parked_now.set(spots.open.len() as i64);
+        drop(spots);
+        self.closed_for_room.inc_by(closed as u64);
+        closed
     }
 
     fn close_due(&self, now: Instant) {
@@ -768,6 +789,39 @@ mod tests {
         assert_eq!(metrics.connections_parked.get(), 1);
         late_client.set_nonblocking(true).unwrap();
         let still_open = late_client.read(&mut [0; 8]);
+        assert_eq!(still_open.unwrap_err().kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[tokio::test]
+    async fn room_is_made_by_closing_the_sockets_parked_longest() {
+        let metrics = Metrics::new();
+        let lot = watched(&metrics);
+        let now = Instant::now();
+        let mut clients = Vec::new();
+        for n in 0..3u32 {
+            let (client, server) = connected();
+            lot.lot
+                .park(server, now + LONG + Duration::from_secs(n.into()), n);
+            clients.push(client);
+        }
+        assert_eq!(lot.lot.close_oldest(2), 2);
+        assert_eq!(lot.lot.close_oldest(2), 1, "only one left");
+        assert_eq!(lot.lot.close_oldest(2), 0);
+        assert_eq!(metrics.connections_parked.get(), 0);
+        assert_eq!(metrics.parked_closed_for_room.get(), 3);
+        let lot = watched(&metrics);
+        let (mut older_client, older) = connected();
+        let (mut newer_client, newer) = connected();
+        lot.lot.park(newer, now + LONG + Duration::from_secs(1), 1);
+        lot.lot.park(older, now + LONG, 0);
+        lot.lot.close_oldest(1);
+        assert!(
+            tokio::task::spawn_blocking(move || closed_by_server(&mut older_client))
+                .await
+                .unwrap()
+        );
+        newer_client.set_nonblocking(true).unwrap();
+        let still_open = newer_client.read(&mut [0; 8]);
         assert_eq!(still_open.unwrap_err().kind(), io::ErrorKind::WouldBlock);
     }
 

@@ -555,6 +555,10 @@ struct Front {
     freed: trim::FreedByParks,
 }
 
+/// Parked connections closed each time the listener finds itself at its connection
+/// limit (nginx's drain of reusable connections closes as many).
+const CLOSED_FOR_ROOM: usize = 32;
+
 async fn accept_loop(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -603,7 +607,11 @@ async fn accept_loop(
     };
     loop {
         let free = tokio::select! {
-            free = slots.free() => free,
+            // At the limit, idle keep-alive connections give way to new clients (as
+            // nginx's reusable connections do at `worker_connections`).
+            free = slots.free(|| {
+                front.parked.close_oldest(CLOSED_FOR_ROOM);
+            }) => free,
             _ = stop.changed() => break,
         };
         let (stream, peer) = tokio::select! {

@@ -317,23 +317,15 @@ async fn at_the_connection_limit_the_next_client_waits_for_a_place() {
     let origin = origin(|_| response(200, &[("cache-control", "no-store")], "fine")).await;
     let proxy = start_proxy(&origin.url(""), |c| c.limits.max_connections = 2).await;
     let addr = proxy.running.addr;
-    // The first is answered once and then idles (parked: it keeps its place).
-    let mut first = TcpStream::connect(addr).await.unwrap();
-    first
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut head = [0; 12];
-    first.read_exact(&mut head).await.unwrap();
-    assert_eq!(&head, b"HTTP/1.1 200");
+    // Two connections that have sent nothing yet: neither is idle between requests.
+    let first = TcpStream::connect(addr).await.unwrap();
+    let _second = TcpStream::connect(addr).await.unwrap();
     for _ in 0..100 {
-        if proxy.metric("wirefold_connections_parked").await == 1.0 {
+        if proxy.metric("wirefold_connections_open").await == 2.0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(proxy.metric("wirefold_connections_parked").await, 1.0);
-    let _second = TcpStream::connect(addr).await.unwrap();
     // The kernel completes the handshake (the listen backlog); the server does not
     // take the connection.
     let mut third = TcpStream::connect(addr).await.unwrap();
@@ -360,6 +352,56 @@ async fn at_the_connection_limit_the_next_client_waits_for_a_place() {
         .expect("answered once a place freed")
         .unwrap();
     assert_eq!(status_of(&answer), Some(200), "{}", body_text(&answer));
+}
+
+/// At the limit an idle keep-alive connection gives way to a new client (its client
+/// opens a new connection for its next request), as nginx's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_connection_limit_idle_connections_give_way() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = origin(|_| response(200, &[("cache-control", "no-store")], "fine")).await;
+    let proxy = start_proxy(&origin.url(""), |c| c.limits.max_connections = 2).await;
+    let addr = proxy.running.addr;
+    // The first is answered once and then idles (parked).
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    first
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0; 12];
+    first.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    for _ in 0..100 {
+        if proxy.metric("wirefold_connections_parked").await == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(proxy.metric("wirefold_connections_parked").await, 1.0);
+    let _second = TcpStream::connect(addr).await.unwrap();
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    third
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut answer))
+        .await
+        .expect("the idle connection gave its place")
+        .unwrap();
+    assert_eq!(status_of(&answer), Some(200), "{}", body_text(&answer));
+    // The idle one was closed: the rest of its response, then the end.
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), first.read_to_end(&mut rest))
+        .await
+        .expect("the idle connection is closed")
+        .unwrap();
+    assert_eq!(
+        proxy.metric("wirefold_parked_closed_for_room_total").await,
+        1.0
+    );
+    // Once more at the limit after the third was taken, perhaps.
+    assert!(proxy.metric("wirefold_connection_limit_waits_total").await >= 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
