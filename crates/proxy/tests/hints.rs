@@ -171,7 +171,8 @@ async fn curl_verbose(url: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// The response heads curl received, in order: status and `link` values.
+/// The response heads curl received, in order: status and `link` values (one per
+/// link, whether in a field each or comma-separated).
 fn heads(verbose: &str) -> Vec<(u16, Vec<String>)> {
     let mut heads: Vec<(u16, Vec<String>)> = Vec::new();
     for line in verbose.lines().filter_map(|l| l.strip_prefix("< ")) {
@@ -183,7 +184,9 @@ fn heads(verbose: &str) -> Vec<(u16, Vec<String>)> {
             heads.push((code, Vec::new()));
         } else if let Some((name, value)) = line.split_once(':') {
             if name.eq_ignore_ascii_case("link") && value.contains("preload") {
-                heads.last_mut().unwrap().1.push(value.trim().to_string());
+                let links = value.trim().split(", <").map(|l| l.trim_start_matches('<'));
+                let links = links.map(|l| format!("<{l}"));
+                heads.last_mut().unwrap().1.extend(links);
             }
         }
     }

@@ -36,7 +36,8 @@ pub struct HintConfig {
     pub early_hints_render_blocking_only: bool,
     /// Links per response, at most: the best-ranked entries of the manifest.
     pub max_links: usize,
-    /// Bytes of `Link` field values per response, at most.
+    /// Bytes of the `Link` field value per response, at most (the links are one
+    /// comma-separated field).
     pub max_link_bytes: usize,
     /// Also announce resources on other sites (scheme, host or port). Off, only the
     /// page's own origin's.
@@ -198,7 +199,38 @@ struct Preloads {
     manifest: Weak<PageManifest>,
     origin: Box<str>,
     links: Vec<PreloadLink>,
+    /// The links as the one field value that carries them all.
+    field: Option<HeaderValue>,
 }
+
+impl Preloads {
+    fn new(manifest: &Arc<PageManifest>, origin: &str, links: Vec<PreloadLink>) -> Self {
+        Preloads {
+            manifest: Arc::downgrade(manifest),
+            origin: origin.into(),
+            field: one_field(&links),
+            links,
+        }
+    }
+}
+
+/// `links` comma-separated in one field value: one field line per response, where
+/// one per link cost HTTP/2's header compression a table lookup each (and a shared
+/// reference count each as the response's head is copied).
+fn one_field(links: &[PreloadLink]) -> Option<HeaderValue> {
+    let mut joined = Vec::new();
+    for link in links {
+        if !joined.is_empty() {
+            joined.extend_from_slice(LINK_SEPARATOR.as_bytes());
+        }
+        joined.extend_from_slice(link.value.as_bytes());
+    }
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(joined))
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
+const LINK_SEPARATOR: &str = ", ";
 
 impl Default for PreloadMemo {
     fn default() -> Self {
@@ -242,11 +274,8 @@ impl PreloadMemo {
         } else {
             &manifest.entries
         };
-        let made = Arc::new(Preloads {
-            manifest: Arc::downgrade(manifest),
-            origin: origin.into(),
-            links: preload_links(config, origin, entries, carrier, |_| false),
-        });
+        let links = preload_links(config, origin, entries, carrier, |_| false);
+        let made = Arc::new(Preloads::new(manifest, origin, links));
         self.0.insert(key, made.clone());
         made
     }
@@ -289,18 +318,15 @@ pub fn hint(
         let links = preload_links(config, origin, &manifest.entries, carrier, |target| {
             named.iter().any(|n| n.contains(&format!("<{target}>")))
         });
-        Arc::new(Preloads {
-            manifest: Arc::downgrade(manifest),
-            origin: origin.into(),
-            links,
-        })
+        Arc::new(Preloads::new(manifest, origin, links))
     };
-    let mut pushes = Vec::new();
-    for link in &links.links {
-        if let Some(path) = &link.pushed {
-            pushes.push(path.clone());
-        }
-        instance.headers.append(LINK, link.value.clone());
+    let pushes = links
+        .links
+        .iter()
+        .filter_map(|l| l.pushed.clone())
+        .collect();
+    if let Some(field) = &links.field {
+        instance.headers.append(LINK, field.clone());
     }
     Hinted {
         instance,
@@ -309,26 +335,30 @@ pub fn hint(
     }
 }
 
-/// The fields of a 103 Early Hints response for a page whose latest manifest is
-/// `manifest`, or `None` when there is nothing to announce or hints are off.
+/// A 103 Early Hints response's fields, and the links they name.
+pub struct EarlyHints {
+    pub fields: HeaderMap,
+    pub links: usize,
+}
+
+/// The 103 Early Hints response for a page whose latest manifest is `manifest`, or
+/// `None` when there is nothing to announce or hints are off.
 pub fn early_hints(
     config: &HintConfig,
     memo: &PreloadMemo,
     ctx: &RequestContext,
     manifest: &Arc<PageManifest>,
-) -> Option<HeaderMap> {
+) -> Option<EarlyHints> {
     if !(config.enabled && config.early_hints) {
         return None;
     }
     let preloads = memo.links(config, ctx.origin(), manifest, Carrier::EarlyHints);
-    if preloads.links.is_empty() {
-        return None;
-    }
     let mut fields = HeaderMap::new();
-    for link in &preloads.links {
-        fields.append(LINK, link.value.clone());
-    }
-    Some(fields)
+    fields.insert(LINK, preloads.field.clone()?);
+    Some(EarlyHints {
+        fields,
+        links: preloads.links.len(),
+    })
 }
 
 /// The response a preload link goes out in, which decides its push attribute.
@@ -370,11 +400,17 @@ fn preload_links(
         let Some(link) = preload_link(origin, entry, carrier, &already_named) else {
             continue;
         };
-        if bytes + link.value.len() > config.max_link_bytes {
+        let separated = if links.is_empty() {
+            0
+        } else {
+            LINK_SEPARATOR.len()
+        };
+        let added = separated + link.value.len();
+        if bytes + added > config.max_link_bytes {
             // A shorter one further down may still fit.
             continue;
         }
-        bytes += link.value.len();
+        bytes += added;
         links.push(link);
     }
     links
@@ -540,7 +576,12 @@ mod tests {
             ..HintConfig::default()
         };
         let links = preload_links(&bytes, "https://e.com", &entries, FINAL, |_| false);
-        assert!(links.iter().map(|l| l.value.len()).sum::<usize>() <= 300);
+        let field = one_field(&links).unwrap();
+        assert!(field.len() <= 300, "the field, separators included");
+        assert!(
+            field.len() > 300 - 48,
+            "filled: a 48-byte link would still fit"
+        );
         assert!(links.len() >= 2, "short links further down still fit");
     }
 
@@ -671,6 +712,11 @@ mod tests {
                 "</a.css>; rel=preload; as=style; nopush",
                 "</b.js>; rel=preload; as=script; nopush"
             ]
+        );
+        assert_eq!(
+            first.field.as_ref().unwrap(),
+            "</a.css>; rel=preload; as=style; nopush, </b.js>; rel=preload; as=script; nopush",
+            "one field carries them all"
         );
         assert!(Arc::ptr_eq(
             &first,

@@ -691,10 +691,10 @@ impl Pipeline {
     /// to announce.
     pub async fn early_hints(&self, ctx: RequestContext) -> Option<http::HeaderMap> {
         let manifest = self.manifests.latest(&ctx.url()).await?;
-        let fields = hint::early_hints(&self.config().hints, &self.preloads, &ctx, &manifest)?;
+        let hints = hint::early_hints(&self.config().hints, &self.preloads, &ctx, &manifest)?;
         self.metrics.early_hints.inc();
-        self.metrics.hinted_early(fields.len());
-        Some(fields)
+        self.metrics.hinted_early(hints.links);
+        Some(hints.fields)
     }
 
     /// Classifies the request and names its site and resource. A forwarded request
