@@ -193,9 +193,10 @@ pub struct Limits {
     pub max_decoding_memory: usize,
     /// How long in-flight requests may run after SIGTERM/SIGINT.
     pub shutdown_grace_ms: u64,
-    /// Client connections the main listener holds open at once; at the limit it
-    /// closes up to 32 idle parked HTTP/1.1 connections (the longest idle) and
-    /// accepts no more until one closes. 0: three quarters of the open-file limit
+    /// Client connections the main listener holds open at once; at the limit a new
+    /// one makes idle parked HTTP/1.1 connections close (an eighth, 1 to 32) and
+    /// waits, nothing more accepted, until one has closed. 0: three quarters of the
+    /// open-file limit
     /// (raised to its hard limit at start). Read at start.
     pub max_connections: usize,
 }

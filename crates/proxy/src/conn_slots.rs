@@ -1,13 +1,13 @@
 //! How many client connections the main listener holds open at once
 //! (`limits.max_connections`). Each takes a file descriptor, and so do the origin
 //! connections, the store's files and the directory watches: a client that opens
-//! connections until the process runs out would break those too. At the limit the
-//! listener closes idle keep-alive connections to make room and stops accepting until
-//! one closes (the kernel's backlog holds the next ones), as nginx does at
+//! connections until the process runs out would break those too. At the limit a new
+//! connection makes idle keep-alive connections close to make room, and waits
+//! (unserved, the listener accepting no more) until one has closed, as nginx does at
 //! `worker_connections`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -18,9 +18,13 @@ pub struct Slots {
     free: Arc<Semaphore>,
     open: Gauge,
     waits: Counter,
-    /// The listener has waited for a place since it last found one free at once.
-    at_limit: AtomicBool,
+    /// When the limit was last warned of.
+    warned: Mutex<Option<Instant>>,
 }
+
+/// The limit is warned of at most this often (under pressure it is reached again
+/// and again).
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// A place waited for before accepting: not counted open until a connection takes it.
 pub struct Free(OwnedSemaphorePermit);
@@ -46,7 +50,7 @@ impl Slots {
             free: Arc::new(Semaphore::new(max.clamp(1, Semaphore::MAX_PERMITS))),
             open,
             waits,
-            at_limit: AtomicBool::new(false),
+            warned: Mutex::new(None),
         }
     }
 
@@ -54,22 +58,26 @@ impl Slots {
     /// first (it may close idle connections) and the wait counted.
     pub async fn free(&self, make_room: impl FnOnce()) -> Free {
         if let Ok(permit) = self.free.clone().try_acquire_owned() {
-            self.at_limit.store(false, Ordering::Relaxed);
             return Free(permit);
         }
-        // Warned once per spell at the limit (a spell ends when a place is found
-        // free at once again).
-        if !self.at_limit.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                "connection limit reached (limits.max_connections): accepting no more until one closes"
-            );
-        }
+        self.warn_of_the_limit();
         self.waits.inc();
         make_room();
         match self.free.clone().acquire_owned().await {
             Ok(permit) => Free(permit),
             // The semaphore is never closed.
             Err(_) => std::future::pending().await,
+        }
+    }
+
+    fn warn_of_the_limit(&self) {
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+            *warned = Some(Instant::now());
+            tracing::warn!(
+                "connection limit reached (limits.max_connections): idle connections closed \
+                 to make room; a new connection waits until one has closed"
+            );
         }
     }
 

@@ -630,21 +630,33 @@ impl<T> Lot<T> {
         Some((spot.socket, spot.with))
     }
 
-    /// Closes up to `n` parked connections, those whose idle deadline comes first,
-    /// to free their places for new clients (RFC 9112 §9.5 lets a server close an
-    /// idle connection at any time; clients retry on a new one). Returns how many.
-    pub fn close_oldest(&self, n: usize) -> usize {
+    /// Closes some parked connections to free their places for a new client, as
+    /// nginx drains reusable connections: an eighth of those parked, at least one
+    /// and at most [`MOST_CLOSED_FOR_ROOM`], those whose idle deadline comes first
+    /// (parked longest, under one header timeout). RFC 9112 §9.5 lets a server close
+    /// an idle connection at any time; its client opens a new one. One whose client
+    /// already sent its next request (bytes waiting) is about to be served and is
+    /// left. Returns how many were closed.
+    pub fn make_room(&self) -> usize {
         let mut spots = self.spots();
-        let mut closed = 0;
-        while closed < n {
-            let Some((_, key)) = spots.by_deadline.pop_first() else {
+        let wanted = (spots.open.len() / 8).clamp(1, MOST_CLOSED_FOR_ROOM);
+        let (mut closing, mut busy) = (Vec::new(), Vec::new());
+        while closing.len() < wanted {
+            let Some((due, key)) = spots.by_deadline.pop_first() else {
                 break;
             };
-            drop(spots.open.remove(key));
-            closed += 1;
+            if has_bytes_waiting(&spots.open[key].socket) {
+                busy.push((due, key));
+            } else {
+                closing.push(spots.open.remove(key));
+            }
         }
+        spots.by_deadline.extend(busy);
         self.parked_now.set(spots.open.len() as i64);
         drop(spots);
+        let closed = closing.len();
+        // Closed outside the lock, which connection threads take to park.
+        drop(closing);
         self.closed_for_room.inc_by(closed as u64);
         closed
     }
@@ -661,6 +673,14 @@ impl<T> Lot<T> {
         }
         self.parked_now.set(spots.open.len() as i64);
     }
+}
+
+/// The most parked connections [`Lot::make_room`] closes at once (nginx's bound).
+const MOST_CLOSED_FOR_ROOM: usize = 32;
+
+/// Whether bytes (a next request) wait unread on a parked, non-blocking `socket`.
+fn has_bytes_waiting(socket: &std::net::TcpStream) -> bool {
+    matches!(socket.peek(&mut [0; 1]), Ok(1..))
 }
 
 const KEY_BITS: u32 = 32;
@@ -792,37 +812,55 @@ mod tests {
         assert_eq!(still_open.unwrap_err().kind(), io::ErrorKind::WouldBlock);
     }
 
+    /// Whether the server's end of `client` is still open (nothing to read yet).
+    fn open_at_server(client: &mut std::net::TcpStream) -> bool {
+        client.set_nonblocking(true).unwrap();
+        let read = client.read(&mut [0; 8]);
+        client.set_nonblocking(false).unwrap();
+        matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
     #[tokio::test]
-    async fn room_is_made_by_closing_the_sockets_parked_longest() {
+    async fn room_is_made_by_closing_an_eighth_of_the_parked_longest_parked_first() {
         let metrics = Metrics::new();
         let lot = watched(&metrics);
         let now = Instant::now();
         let mut clients = Vec::new();
-        for n in 0..3u32 {
+        for n in 0..17u32 {
             let (client, server) = connected();
             lot.lot
                 .park(server, now + LONG + Duration::from_secs(n.into()), n);
             clients.push(client);
         }
-        assert_eq!(lot.lot.close_oldest(2), 2);
-        assert_eq!(lot.lot.close_oldest(2), 1, "only one left");
-        assert_eq!(lot.lot.close_oldest(2), 0);
-        assert_eq!(metrics.connections_parked.get(), 0);
+        assert_eq!(lot.lot.make_room(), 2, "an eighth of 17");
+        assert_eq!(lot.lot.make_room(), 1, "at least one");
+        assert_eq!(metrics.connections_parked.get(), 14);
         assert_eq!(metrics.parked_closed_for_room.get(), 3);
-        let lot = watched(&metrics);
-        let (mut older_client, older) = connected();
-        let (mut newer_client, newer) = connected();
-        lot.lot.park(newer, now + LONG + Duration::from_secs(1), 1);
-        lot.lot.park(older, now + LONG, 0);
-        lot.lot.close_oldest(1);
-        assert!(
-            tokio::task::spawn_blocking(move || closed_by_server(&mut older_client))
-                .await
-                .unwrap()
-        );
-        newer_client.set_nonblocking(true).unwrap();
-        let still_open = newer_client.read(&mut [0; 8]);
-        assert_eq!(still_open.unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        let mut clients = clients.into_iter();
+        for mut closed in clients.by_ref().take(3) {
+            let closed = tokio::task::spawn_blocking(move || closed_by_server(&mut closed));
+            assert!(closed.await.unwrap(), "the longest parked are closed");
+        }
+        assert!(clients.all(|mut c| open_at_server(&mut c)));
+    }
+
+    #[tokio::test]
+    async fn room_is_not_made_of_a_connection_whose_next_request_waits() {
+        let metrics = Metrics::new();
+        // Not watched: the waiting request stays in the lot.
+        let (lot, _events) = Lot::new(&metrics).unwrap();
+        let now = Instant::now();
+        let (mut asking, older) = connected();
+        let (mut idle, newer) = connected();
+        lot.park(older, now + LONG, 0);
+        lot.park(newer, now + LONG + Duration::from_secs(1), 1);
+        asking.write_all(b"GET").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(lot.make_room(), 1);
+        assert!(open_at_server(&mut asking), "the one asking is left");
+        let closed = tokio::task::spawn_blocking(move || closed_by_server(&mut idle));
+        assert!(closed.await.unwrap(), "the idle one is closed");
+        assert_eq!(metrics.connections_parked.get(), 1);
     }
 
     #[tokio::test]

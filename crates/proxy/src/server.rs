@@ -415,7 +415,16 @@ struct Served {
 /// handling, whatever the client's way in.
 async fn serve_h2c<I: Transport>(io: I, served: Served) {
     let settings = h2_settings(&served.front.pipeline.config());
-    crate::h2_server::serve(io, settings, served.front, served.conn, served.stop).await;
+    // Boxed: inline, HTTP/2's larger state would size the task of every HTTP/1.1
+    // connection too.
+    Box::pin(crate::h2_server::serve(
+        io,
+        settings,
+        served.front,
+        served.conn,
+        served.stop,
+    ))
+    .await;
 }
 
 /// The HTTP/2 settings of a connection arriving under `config`.
@@ -555,10 +564,6 @@ struct Front {
     freed: trim::FreedByParks,
 }
 
-/// Parked connections closed each time the listener finds itself at its connection
-/// limit (nginx's drain of reusable connections closes as many).
-const CLOSED_FOR_ROOM: usize = 32;
-
 async fn accept_loop(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -606,14 +611,6 @@ async fn accept_loop(
         tokio::spawn(async move { front.freed.give_back(&front.pipeline.metrics, stop).await })
     };
     loop {
-        let free = tokio::select! {
-            // At the limit, idle keep-alive connections give way to new clients (as
-            // nginx's reusable connections do at `worker_connections`).
-            free = slots.free(|| {
-                front.parked.close_oldest(CLOSED_FOR_ROOM);
-            }) => free,
-            _ = stop.changed() => break,
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
@@ -624,6 +621,16 @@ async fn accept_loop(
                     continue;
                 }
             },
+            _ = stop.changed() => break,
+        };
+        // A place for it. At the limit, idle keep-alive connections give way to it (as
+        // nginx's reusable connections do at `worker_connections`); until one is free
+        // it waits unserved, the only one beyond the limit, and nothing more is
+        // accepted (the kernel's backlog holds the next ones).
+        let free = tokio::select! {
+            free = slots.free(|| {
+                front.parked.make_room();
+            }) => free,
             _ = stop.changed() => break,
         };
         let slot = slots.take(free);

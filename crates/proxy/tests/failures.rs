@@ -379,6 +379,15 @@ async fn at_the_connection_limit_idle_connections_give_way() {
     }
     assert_eq!(proxy.metric("wirefold_connections_parked").await, 1.0);
     let _second = TcpStream::connect(addr).await.unwrap();
+    for _ in 0..100 {
+        if proxy.metric("wirefold_connections_open").await == 2.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // At the limit, but nobody waits: the idle one keeps its place.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(proxy.metric("wirefold_connections_parked").await, 1.0);
     let mut third = TcpStream::connect(addr).await.unwrap();
     third
         .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

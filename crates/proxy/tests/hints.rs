@@ -302,7 +302,8 @@ async fn h2c_by_prior_knowledge_gets_early_hints_and_an_idle_close() {
     assert_eq!(response.await.unwrap().status(), 200);
     // Closed one to two idle periods after its answer; 20 of them is generous.
     let ended = tokio::time::timeout(std::time::Duration::from_secs(20), connection).await;
-    assert!(ended.is_ok(), "an idle h2c connection stays open");
+    let ended = ended.expect("an idle h2c connection stays open").unwrap();
+    assert!(ended.is_ok(), "closed gracefully: {ended:?}");
     drop(client);
     proxy.running.shutdown().await;
 }
