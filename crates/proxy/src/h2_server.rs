@@ -220,10 +220,16 @@ pub async fn serve<S, R>(
                 Some(Ok((request, respond))) => {
                     let answering = idleness.arrived();
                     let (responder, scheduler) = (responder.clone(), scheduler.clone());
-                    tokio::spawn(async move {
+                    let mut answered = Box::pin(async move {
                         answer(responder, request, respond, conn, scheduler).await;
                         drop(answering);
                     });
+                    // A prepared answer is made and handed to `h2` in one go: here,
+                    // without a task (and its hand-offs) of its own. The rest go on
+                    // in one.
+                    if poll_fn(|cx| Poll::Ready(answered.as_mut().poll(cx))).await.is_pending() {
+                        tokio::spawn(answered);
+                    }
                 }
                 Some(Err(e)) => {
                     tracing::debug!(peer = %conn.peer, error = %e, "h2 connection ended");
@@ -386,13 +392,12 @@ async fn answer<R: Responder>(
         return;
     };
     if let Some(fields) = early_hints {
-        let links = fields.len();
         let mut early = Response::new(());
         *early.status_mut() = StatusCode::EARLY_HINTS;
         *early.headers_mut() = fields;
         match respond.send_informational(early) {
             Ok(()) => {
-                tracing::debug!(peer = %conn.peer, path = uri.path(), links, "103 Early Hints sent")
+                tracing::debug!(peer = %conn.peer, path = uri.path(), "103 Early Hints sent")
             }
             Err(e) => tracing::debug!(error = %e, "103 Early Hints not sent"),
         }
