@@ -194,8 +194,9 @@ pub struct Limits {
     /// How long in-flight requests may run after SIGTERM/SIGINT.
     pub shutdown_grace_ms: u64,
     /// Client connections the main listener holds open at once; at the limit a new
-    /// one makes idle parked HTTP/1.1 connections close (an eighth, 1 to 32) and
-    /// waits, nothing more accepted, until one has closed. 0: three quarters of the
+    /// one makes idle parked HTTP/1.1 connections close (an eighth, 1 to 32; with
+    /// none parked, HTTP/2 ones answering nothing) and waits, nothing more accepted,
+    /// until one has closed. 0: three quarters of the
     /// open-file limit
     /// (raised to its hard limit at start). Read at start.
     pub max_connections: usize,

@@ -30,7 +30,8 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -42,7 +43,7 @@ use http_body::{Body as HttpBody, Frame};
 use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use wirefold_http::priority::{Priority, LEAST_URGENT};
 
 use crate::body::{self, Body, BoxError};
@@ -137,6 +138,91 @@ impl Http2Config {
 pub struct H2Settings {
     pub max_header_list_size: u32,
     pub http2: Http2Config,
+    /// The listener's HTTP/2 connections, this one to be listed among them.
+    pub connections: Arc<Http2Connections>,
+}
+
+/// A listener's HTTP/2 connections, so that at its connection limit those with no
+/// stream being answered can be closed (gracefully) to make room for a new client, as
+/// nginx closes its idle HTTP/2 connections at `worker_connections`.
+#[derive(Default)]
+pub struct Http2Connections {
+    listed: Mutex<slab::Slab<Listed>>,
+    closed_for_room: prometheus_client::metrics::counter::Counter,
+}
+
+struct Listed {
+    /// Held strongly by the connection's `Idleness` and each answer being made.
+    answering: Weak<()>,
+    /// Asked to close: not counted again while it winds down.
+    closing: Arc<AtomicBool>,
+    close: Arc<Notify>,
+}
+
+/// A connection's place among its listener's, left when it ends.
+struct Listing {
+    connections: Arc<Http2Connections>,
+    key: usize,
+}
+
+impl Drop for Listing {
+    fn drop(&mut self) {
+        self.connections.lock().remove(self.key);
+    }
+}
+
+/// The most connections [`Http2Connections::make_room`] closes at once (nginx's).
+const MOST_CLOSED_FOR_ROOM: usize = 32;
+
+impl Http2Connections {
+    /// Counts the connections closed for room in `closed_for_room`.
+    pub fn new(closed_for_room: prometheus_client::metrics::counter::Counter) -> Self {
+        Http2Connections {
+            listed: Mutex::default(),
+            closed_for_room,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, slab::Slab<Listed>> {
+        self.listed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lists a connection whose answers in progress hold `answering`; it is to close
+    /// when the returned `Notify` is notified.
+    fn list(self: &Arc<Self>, answering: &Arc<()>) -> (Listing, Arc<Notify>, Arc<AtomicBool>) {
+        let (close, closing) = (Arc::new(Notify::new()), Arc::new(AtomicBool::new(false)));
+        let key = self.lock().insert(Listed {
+            answering: Arc::downgrade(answering),
+            closing: closing.clone(),
+            close: close.clone(),
+        });
+        let listing = Listing {
+            connections: self.clone(),
+            key,
+        };
+        (listing, close, closing)
+    }
+
+    /// Asks an eighth of the connections answering nothing now (1 to
+    /// [`MOST_CLOSED_FOR_ROOM`]) to close gracefully (GOAWAY: a request that races it
+    /// is answered, or refused unprocessed for its client to send again on a new
+    /// connection). Returns how many were asked.
+    pub fn make_room(&self) -> usize {
+        let listed = self.lock();
+        let idle =
+            |l: &&Listed| l.answering.strong_count() == 1 && !l.closing.load(Ordering::Relaxed);
+        let wanted =
+            (listed.iter().map(|(_, l)| l).filter(idle).count() / 8).clamp(1, MOST_CLOSED_FOR_ROOM);
+        let mut asked = 0;
+        for (_, listed) in listed.iter().filter(|(_, l)| idle(l)).take(wanted) {
+            listed.closing.store(true, Ordering::Relaxed);
+            listed.close.notify_one();
+            asked += 1;
+        }
+        drop(listed);
+        self.closed_for_room.inc_by(asked as u64);
+        asked
+    }
 }
 
 /// What `h2` may buffer per stream (hyper's): with `prioritize` the connection's
@@ -210,6 +296,7 @@ pub async fn serve<S, R>(
     // last (gracefully; at the next check at once if the client still holds it open:
     // h2 waits for the client to acknowledge a ping before it ends a graceful close).
     let mut idleness = Idleness::default();
+    let (_listing, close_for_room, closing) = settings.connections.list(&idleness.answering);
     let mut closing_idle = false;
     let idle_timeout = Duration::from_millis(settings.http2.idle_timeout_ms);
     let mut idle_check =
@@ -239,7 +326,13 @@ pub async fn serve<S, R>(
             },
             changed = stop.changed(), if !stopping => {
                 stopping = true;
+                closing.store(true, Ordering::Relaxed);
                 let _ = changed;
+                connection.graceful_shutdown();
+            }
+            () = close_for_room.notified(), if !stopping => {
+                tracing::debug!(peer = %conn.peer, "h2 connection idle at the connection limit: closing");
+                (stopping, closing_idle) = (true, true);
                 connection.graceful_shutdown();
             }
             _ = idle_check.tick(), if !stopping || closing_idle => {
@@ -252,6 +345,7 @@ pub async fn serve<S, R>(
                 }
                 if idle && !stopping {
                     tracing::debug!(peer = %conn.peer, "h2 connection idle: closing");
+                    closing.store(true, Ordering::Relaxed);
                     (stopping, closing_idle) = (true, true);
                     connection.graceful_shutdown();
                 }
@@ -976,6 +1070,18 @@ mod tests {
         stream_window: u32,
         connection_window: u32,
     ) -> Connected {
+        let listed = Arc::new(Http2Connections::default());
+        connect_listed(http2, pipe, stream_window, connection_window, listed).await
+    }
+
+    /// [`connect_alone`], the connection listed in `connections`.
+    async fn connect_listed(
+        http2: Http2Config,
+        pipe: usize,
+        stream_window: u32,
+        connection_window: u32,
+        connections: Arc<Http2Connections>,
+    ) -> Connected {
         let (server_io, client_io) = tokio::io::duplex(pipe);
         let release = Arc::new(tokio::sync::Notify::new());
         let late = Arc::new(AtomicUsize::new(0));
@@ -986,6 +1092,7 @@ mod tests {
         let settings = H2Settings {
             max_header_list_size: 64 * 1024,
             http2,
+            connections,
         };
         let conn = ConnInfo {
             peer: ([127, 0, 0, 1], 1).into(),
@@ -1192,6 +1299,32 @@ mod tests {
             .await
             .expect("an idle connection stays open")
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn at_the_connection_limit_a_connection_answering_nothing_is_closed() {
+        let listed = Arc::new(Http2Connections::default());
+        let connect = || connect_listed(ordered(), 64 * 1024, 1 << 20, 1 << 20, listed.clone());
+        let (mut idle, mut busy) = (connect().await, connect().await);
+        let (_, _, answered) = ask(&idle.client, "/whole/100", PAGE).await;
+        answered.await.unwrap();
+        let (_, _, waiting) = ask(&busy.client, "/late/100", PAGE).await;
+        assert_eq!(listed.make_room(), 1, "one answers nothing");
+        tokio::time::timeout(Duration::from_secs(10), &mut idle.connection)
+            .await
+            .expect("the idle connection is closed")
+            .unwrap();
+        assert_eq!(listed.make_room(), 0, "none left answering nothing");
+        assert_eq!(listed.closed_for_room.get(), 1);
+        busy.release.notify_one();
+        waiting.await.unwrap();
+        assert!(!busy.connection.is_finished(), "the busy one is kept");
+        assert_eq!(listed.make_room(), 1, "idle now");
+        tokio::time::timeout(Duration::from_secs(10), &mut busy.connection)
+            .await
+            .expect("closed once idle")
+            .unwrap();
+        assert_eq!(listed.lock().len(), 0, "each left the list as it ended");
     }
 
     #[tokio::test]

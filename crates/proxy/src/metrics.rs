@@ -292,8 +292,10 @@ pub struct Metrics {
     /// parked (`park`).
     pub connections_parked: Gauge,
     pub connection_parks: Counter,
-    /// Parked connections closed at `limits.max_connections` for new clients.
+    /// Parked connections closed at `limits.max_connections` for new clients, and
+    /// idle HTTP/2 connections asked to close.
     pub parked_closed_for_room: Counter,
+    pub http2_closed_for_room: Counter,
     /// Client connections the main listener holds open now, and the times it found
     /// none of `limits.max_connections` free (`conn_slots`).
     pub connections_open: Gauge,
@@ -503,6 +505,12 @@ impl Metrics {
             "Idle parked HTTP/1.1 connections closed at limits.max_connections to make room",
             parked_closed_for_room.clone(),
         );
+        let http2_closed_for_room = Counter::default();
+        registry.register(
+            "http2_closed_for_room",
+            "Idle HTTP/2 connections closed at limits.max_connections to make room (no parked one was left)",
+            http2_closed_for_room.clone(),
+        );
         let streamed_page_scans = Counter::default();
         registry.register(
             "streamed_page_scans",
@@ -666,6 +674,7 @@ impl Metrics {
             connection_limit_waits,
             connection_parks,
             parked_closed_for_room,
+            http2_closed_for_room,
             streamed_page_scans,
             memory_trims,
             config_reloads,

@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::conn_slots::{Slot, Slots};
 use crate::files::FileSource;
 use crate::first_bytes::{self, FirstBytesDeadline, Protocol};
-use crate::h2_server::H2Settings;
+use crate::h2_server::{H2Settings, Http2Connections};
 use crate::live::{LiveConfig, ReloadError, Reloaded};
 use crate::metrics::Metrics;
 use crate::model::ConnInfo;
@@ -281,6 +281,7 @@ pub async fn start_with(
             .map(|make| make(pipeline.clone())),
         pipeline: pipeline.clone(),
         parked,
+        http2: Arc::new(Http2Connections::new(metrics.http2_closed_for_room.clone())),
         freed: trim::FreedByParks::default(),
     };
     let main = tokio::spawn(accept_loop(
@@ -414,7 +415,7 @@ struct Served {
 /// TLS's `h2`: one HTTP/2 implementation, with its 103s, push, idle close and reset
 /// handling, whatever the client's way in.
 async fn serve_h2c<I: Transport>(io: I, served: Served) {
-    let settings = h2_settings(&served.front.pipeline.config());
+    let settings = h2_settings(&served.front.pipeline.config(), &served.front);
     // Boxed: inline, HTTP/2's larger state would size the task of every HTTP/1.1
     // connection too.
     Box::pin(crate::h2_server::serve(
@@ -428,10 +429,11 @@ async fn serve_h2c<I: Transport>(io: I, served: Served) {
 }
 
 /// The HTTP/2 settings of a connection arriving under `config`.
-fn h2_settings(config: &Config) -> H2Settings {
+fn h2_settings(config: &Config, front: &Front) -> H2Settings {
     H2Settings {
         max_header_list_size: config.limits.max_header_bytes as u32,
         http2: config.http2.clone(),
+        connections: front.http2.clone(),
     }
 }
 
@@ -561,6 +563,8 @@ struct Front {
     link: Option<Arc<dyn LinkEndpoint>>,
     /// The listener's parked HTTP/1.1 connections.
     parked: park::Lot<ParkedWith>,
+    /// The listener's HTTP/2 connections.
+    http2: Arc<Http2Connections>,
     freed: trim::FreedByParks,
 }
 
@@ -629,7 +633,9 @@ async fn accept_loop(
         // accepted (the kernel's backlog holds the next ones).
         let free = tokio::select! {
             free = slots.free(|| {
-                front.parked.make_room();
+                if front.parked.make_room() == 0 {
+                    front.http2.make_room();
+                }
             }) => free,
             _ = stop.changed() => break,
         };
@@ -674,7 +680,7 @@ async fn accept_loop(
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
                 let (served_front, stop) = (front.clone(), stop.clone());
-                let h2_settings = h2_settings(&config);
+                let h2_settings = h2_settings(&config, &front);
                 // Shutdown waits for the task while it holds `open` (to its end).
                 let open = Open {
                     _pending: connections.pending(),

@@ -413,6 +413,44 @@ async fn at_the_connection_limit_idle_connections_give_way() {
     assert!(proxy.metric("wirefold_connection_limit_waits_total").await >= 1.0);
 }
 
+/// With no parked connection to close, an HTTP/2 connection answering nothing gives
+/// way (GOAWAY) to a new client at the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_connection_limit_an_idle_http2_connection_gives_way() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = origin(|_| response(200, &[("cache-control", "no-store")], "fine")).await;
+    let proxy = start_proxy(&origin.url(""), |c| c.limits.max_connections = 2).await;
+    let addr = proxy.running.addr;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let mut connection = tokio::spawn(connection);
+    let request = http::Request::get(proxy.url("/")).body(()).unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    assert_eq!(response.await.unwrap().status(), 200);
+    let _silent = TcpStream::connect(addr).await.unwrap();
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    third
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut answer))
+        .await
+        .expect("the idle HTTP/2 connection gave its place")
+        .unwrap();
+    assert_eq!(status_of(&answer), Some(200), "{}", body_text(&answer));
+    let ended = tokio::time::timeout(Duration::from_secs(10), &mut connection).await;
+    assert!(
+        matches!(ended, Ok(Ok(Ok(())))),
+        "closed gracefully: {ended:?}"
+    );
+    assert_eq!(
+        proxy.metric("wirefold_http2_closed_for_room_total").await,
+        1.0
+    );
+    drop(client);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_on_the_admin_port_are_cut_off_at_the_header_timeout() {
     let origin = origin(|_| response(200, &[], "fine")).await;
