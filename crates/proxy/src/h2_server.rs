@@ -313,10 +313,23 @@ pub async fn serve<S, R>(
                     });
                     // A prepared answer is made and handed to `h2` in one go: here,
                     // without a task (and its hand-offs) of its own. The rest go on
-                    // in one.
-                    if poll_fn(|cx| Poll::Ready(answered.as_mut().poll(cx))).await.is_pending() {
-                        tokio::spawn(answered);
+                    // in one. A panic stays the stream's, as in a task of its own
+                    // (dropped, its stream is reset).
+                    let first = poll_fn(|cx| {
+                        Poll::Ready(std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+                            || answered.as_mut().poll(cx),
+                        )))
+                    });
+                    match first.await {
+                        Ok(Poll::Ready(())) => {}
+                        Ok(Poll::Pending) => {
+                            tokio::spawn(answered);
+                        }
+                        Err(_) => tracing::error!(peer = %conn.peer, "an answer panicked; its stream is reset"),
                     }
+                    // Many streams ready at once are answered in turns with the
+                    // thread's other connections, as their tasks were.
+                    tokio::task::consume_budget().await;
                 }
                 Some(Err(e)) => {
                     tracing::debug!(peer = %conn.peer, error = %e, "h2 connection ended");
@@ -486,12 +499,18 @@ async fn answer<R: Responder>(
         return;
     };
     if let Some(fields) = early_hints {
+        // Each link's target is in `<…>` (targets never hold one unescaped).
+        let links = fields
+            .iter()
+            .flat_map(|(_, v)| v.as_bytes())
+            .filter(|&&b| b == b'<');
+        let links = links.count();
         let mut early = Response::new(());
         *early.status_mut() = StatusCode::EARLY_HINTS;
         *early.headers_mut() = fields;
         match respond.send_informational(early) {
             Ok(()) => {
-                tracing::debug!(peer = %conn.peer, path = uri.path(), "103 Early Hints sent")
+                tracing::debug!(peer = %conn.peer, path = uri.path(), links, "103 Early Hints sent")
             }
             Err(e) => tracing::debug!(error = %e, "103 Early Hints not sent"),
         }
@@ -933,6 +952,9 @@ mod tests {
                     Response::new(body::full(whole))
                 });
             }
+            if path.starts_with("/panic/") {
+                return Box::pin(async { panic!("a responder's bug") });
+            }
             if path.starts_with("/dated/") {
                 let mut response = Response::new(body::full(whole));
                 let date = http::HeaderValue::from_static(DATED);
@@ -1325,6 +1347,24 @@ mod tests {
             .expect("closed once idle")
             .unwrap();
         assert_eq!(listed.lock().len(), 0, "each left the list as it ended");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_answer_resets_its_stream_only() {
+        let connected = connect_alone(ordered(), 64 * 1024, 1 << 20, 1 << 20).await;
+        let request = Request::get("https://localhost/panic/1").body(()).unwrap();
+        let (response, _) = connected
+            .client
+            .clone()
+            .send_request(request, true)
+            .unwrap();
+        assert!(response.await.is_err(), "its stream is reset");
+        let (_, _, reader) = ask(&connected.client, "/whole/100", PAGE).await;
+        reader.await.unwrap();
+        assert!(
+            !connected.connection.is_finished(),
+            "the connection goes on"
+        );
     }
 
     #[tokio::test]

@@ -214,6 +214,17 @@ impl Preloads {
     }
 }
 
+/// Whether `text` is a media type without parameters: two RFC 9110 tokens around `/`.
+fn is_media_type(text: &str) -> bool {
+    let token = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    };
+    text.split_once('/')
+        .is_some_and(|(kind, subtype)| token(kind) && token(subtype))
+}
+
 /// `links` comma-separated in one field value: one field line per response, where
 /// one per link cost HTTP/2's header compression a table lookup each (and a shared
 /// reference count each as the response's head is copied).
@@ -448,7 +459,9 @@ fn preload_link(
             entry.destination.as_token()
         )
     };
-    if let Some(media_type) = &entry.media_type {
+    // Only a bare `type/subtype` goes between the quotes: a page's stray `"` or `,`
+    // there would end the value early and take the links after it along.
+    if let Some(media_type) = entry.media_type.as_deref().filter(|t| is_media_type(t)) {
         link.push_str(&format!("; type=\"{media_type}\""));
     }
     match entry.crossorigin.as_deref() {
@@ -612,6 +625,39 @@ mod tests {
             |t| t == "/a.css",
         );
         assert_eq!(values(&links), ["</c.css>; rel=preload; as=style; nopush"]);
+    }
+
+    #[test]
+    fn one_field_keeps_each_link_whole() {
+        let font = |url: &str, media_type: &str| ManifestEntry {
+            media_type: Some(media_type.into()),
+            crossorigin: Some("anonymous".into()),
+            ..entry(url, Destination::Font, Priority::RenderBlocking)
+        };
+        let entries = [
+            // A stray quote in the page's `type` would open a string to the end.
+            font("https://e.com/a.woff2", "font/woff2\", x=\""),
+            font("https://e.com/b.woff2", "font/woff2"),
+            // A comma in a URL stays inside its `<…>`.
+            entry(
+                "https://e.com/img/w_100,h_50/x.jpg",
+                Destination::Image,
+                Priority::EagerImage,
+            ),
+        ];
+        let links = preload_links(
+            &HintConfig::default(),
+            "https://e.com",
+            &entries,
+            FINAL,
+            |_| false,
+        );
+        assert_eq!(
+            one_field(&links).unwrap(),
+            "</a.woff2>; rel=preload; as=font; crossorigin; nopush, \
+             </b.woff2>; rel=preload; as=font; type=\"font/woff2\"; crossorigin; nopush, \
+             </img/w_100,h_50/x.jpg>; rel=preload; as=image; nopush"
+        );
     }
 
     #[test]
