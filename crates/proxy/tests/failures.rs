@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{
-    curl, dead_address, exchange, metric, metrics_text, origin, raw_origin, read_head, response,
-    start_proxy, status_of, Proxy,
+    curl, dead_address, exchange, metric, metric_reaches, metrics_text, origin, raw_origin,
+    read_head, response, start_proxy, status_of, Proxy,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -308,31 +308,42 @@ async fn slow_clients_are_cut_off_at_the_header_timeout() {
     assert_eq!(origin.hits(), 3);
 }
 
+/// A new connection on which `/` has been asked for, to be closed after its answer.
+async fn asking_once(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    stream
+}
+
+/// What `stream` receives until the server closes it; `what` fails the test when
+/// that takes over ten seconds.
+async fn read_to_close(stream: &mut TcpStream, what: &str) -> Vec<u8> {
+    let mut received = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received))
+        .await
+        .expect(what)
+        .unwrap();
+    received
+}
+
 /// At `limits.max_connections` the listener accepts no more until one closes: idle
 /// connections cannot take every file descriptor, and the next client is answered
 /// as soon as a place frees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_connection_limit_the_next_client_waits_for_a_place() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let origin = origin(|_| response(200, &[("cache-control", "no-store")], "fine")).await;
     let proxy = start_proxy(&origin.url(""), |c| c.limits.max_connections = 2).await;
     let addr = proxy.running.addr;
     // Two connections that have sent nothing yet: neither is idle between requests.
     let first = TcpStream::connect(addr).await.unwrap();
     let _second = TcpStream::connect(addr).await.unwrap();
-    for _ in 0..100 {
-        if proxy.metric("wirefold_connections_open").await == 2.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    metric_reaches(&proxy, "wirefold_connections_open", 2.0).await;
     // The kernel completes the handshake (the listen backlog); the server does not
     // take the connection.
-    let mut third = TcpStream::connect(addr).await.unwrap();
-    third
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let mut third = asking_once(addr).await;
     let mut answer = Vec::new();
     let waited =
         tokio::time::timeout(Duration::from_millis(500), third.read_to_end(&mut answer)).await;
@@ -347,10 +358,7 @@ async fn at_the_connection_limit_the_next_client_waits_for_a_place() {
         1.0
     );
     drop(first);
-    tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut answer))
-        .await
-        .expect("answered once a place freed")
-        .unwrap();
+    answer.extend(read_to_close(&mut third, "answered once a place freed").await);
     assert_eq!(status_of(&answer), Some(200), "{}", body_text(&answer));
 }
 
@@ -358,7 +366,6 @@ async fn at_the_connection_limit_the_next_client_waits_for_a_place() {
 /// opens a new connection for its next request), as nginx's do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_connection_limit_idle_connections_give_way() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let origin = origin(|_| response(200, &[("cache-control", "no-store")], "fine")).await;
     let proxy = start_proxy(&origin.url(""), |c| c.limits.max_connections = 2).await;
     let addr = proxy.running.addr;
@@ -371,40 +378,17 @@ async fn at_the_connection_limit_idle_connections_give_way() {
     let mut head = [0; 12];
     first.read_exact(&mut head).await.unwrap();
     assert_eq!(&head, b"HTTP/1.1 200");
-    for _ in 0..100 {
-        if proxy.metric("wirefold_connections_parked").await == 1.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(proxy.metric("wirefold_connections_parked").await, 1.0);
+    metric_reaches(&proxy, "wirefold_connections_parked", 1.0).await;
     let _second = TcpStream::connect(addr).await.unwrap();
-    for _ in 0..100 {
-        if proxy.metric("wirefold_connections_open").await == 2.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    metric_reaches(&proxy, "wirefold_connections_open", 2.0).await;
     // At the limit, but nobody waits: the idle one keeps its place.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(proxy.metric("wirefold_connections_parked").await, 1.0);
-    let mut third = TcpStream::connect(addr).await.unwrap();
-    third
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut answer))
-        .await
-        .expect("the idle connection gave its place")
-        .unwrap();
+    let mut third = asking_once(addr).await;
+    let answer = read_to_close(&mut third, "the idle connection gave its place").await;
     assert_eq!(status_of(&answer), Some(200), "{}", body_text(&answer));
     // The idle one was closed: the rest of its response, then the end.
-    let mut rest = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), first.read_to_end(&mut rest))
-        .await
-        .expect("the idle connection is closed")
-        .unwrap();
+    read_to_close(&mut first, "the idle connection is closed").await;
     assert_eq!(
         proxy.metric("wirefold_parked_closed_for_room_total").await,
         1.0
@@ -417,7 +401,6 @@ async fn at_the_connection_limit_idle_connections_give_way() {
 /// way (GOAWAY) to a new client at the limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_connection_limit_an_idle_http2_connection_gives_way() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let origin = origin(|_| response(200, &[("cache-control", "no-store")], "fine")).await;
     let proxy = start_proxy(&origin.url(""), |c| c.limits.max_connections = 2).await;
     let addr = proxy.running.addr;
@@ -428,16 +411,8 @@ async fn at_the_connection_limit_an_idle_http2_connection_gives_way() {
     let (response, _) = client.send_request(request, true).unwrap();
     assert_eq!(response.await.unwrap().status(), 200);
     let _silent = TcpStream::connect(addr).await.unwrap();
-    let mut third = TcpStream::connect(addr).await.unwrap();
-    third
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut answer))
-        .await
-        .expect("the idle HTTP/2 connection gave its place")
-        .unwrap();
+    let mut third = asking_once(addr).await;
+    let answer = read_to_close(&mut third, "the idle HTTP/2 connection gave its place").await;
     assert_eq!(status_of(&answer), Some(200), "{}", body_text(&answer));
     let ended = tokio::time::timeout(Duration::from_secs(10), &mut connection).await;
     assert!(

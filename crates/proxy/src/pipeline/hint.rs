@@ -491,6 +491,17 @@ mod tests {
         ManifestEntry::new(url, destination, priority)
     }
 
+    /// The links of `entries` on `https://e.com` with the default bounds.
+    fn links_of(entries: &[ManifestEntry], carrier: Carrier) -> Vec<PreloadLink> {
+        preload_links(
+            &HintConfig::default(),
+            "https://e.com",
+            entries,
+            carrier,
+            |_| false,
+        )
+    }
+
     fn values(links: &[PreloadLink]) -> Vec<&str> {
         links.iter().map(|l| l.value.to_str().unwrap()).collect()
     }
@@ -548,13 +559,7 @@ mod tests {
                 Priority::EagerImage,
             ),
         ];
-        let links = preload_links(
-            &HintConfig::default(),
-            "https://e.com",
-            &entries,
-            FINAL,
-            |_| false,
-        );
+        let links = links_of(&entries, FINAL);
         assert_eq!(
             values(&links),
             [
@@ -645,13 +650,7 @@ mod tests {
                 Priority::EagerImage,
             ),
         ];
-        let links = preload_links(
-            &HintConfig::default(),
-            "https://e.com",
-            &entries,
-            FINAL,
-            |_| false,
-        );
+        let links = links_of(&entries, FINAL);
         assert_eq!(
             one_field(&links).unwrap(),
             "</a.woff2>; rel=preload; as=font; crossorigin; nopush, \
@@ -674,13 +673,7 @@ mod tests {
                 Priority::RenderBlocking,
             ),
         ];
-        let links = preload_links(
-            &HintConfig::default(),
-            "https://e.com",
-            &entries,
-            Carrier::FinalResponse { pushing: true },
-            |_| false,
-        );
+        let links = links_of(&entries, Carrier::FinalResponse { pushing: true });
         assert_eq!(
             values(&links),
             [
@@ -711,13 +704,7 @@ mod tests {
             ),
             font,
         ];
-        let links = preload_links(
-            &HintConfig::default(),
-            "https://e.com",
-            &entries,
-            Carrier::EarlyHints,
-            |_| false,
-        );
+        let links = links_of(&entries, Carrier::EarlyHints);
         assert_eq!(
             values(&links),
             [

@@ -322,7 +322,6 @@ pub fn status_of(reply: &[u8]) -> Option<u16> {
     parts.next()?.parse().ok()
 }
 
-/// The admin listener's `/metrics` text.
 /// Waits until `proxy`'s metric `name` (with its labels) reaches `expected`, for what
 /// a server does in the background; fails past it or after ten seconds.
 pub async fn metric_reaches(proxy: &Proxy, name: &str, expected: f64) {
@@ -337,6 +336,7 @@ pub async fn metric_reaches(proxy: &Proxy, name: &str, expected: f64) {
     panic!("{name} did not reach {expected}");
 }
 
+/// The admin listener's `/metrics` text.
 pub async fn metrics_text(proxy: &Proxy) -> String {
     let fetched = curl(&proxy.admin_url("/metrics"), &[]).await;
     assert_eq!(fetched.status, 200);
