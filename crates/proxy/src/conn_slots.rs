@@ -22,6 +22,9 @@ pub struct Slots {
     warned: Mutex<Option<Instant>>,
 }
 
+/// How often room is asked for again while a new connection waits for a place.
+const ROOM_ASKED_EVERY: Duration = Duration::from_secs(1);
+
 /// The limit is warned of at most this often (under pressure it is reached again
 /// and again).
 const WARN_EVERY: Duration = Duration::from_secs(60);
@@ -54,19 +57,27 @@ impl Slots {
         }
     }
 
-    /// A free place, once there is one. None free at once, `make_room` is called
-    /// first (it may close idle connections) and the wait counted.
-    pub async fn free(&self, make_room: impl FnOnce()) -> Free {
+    /// A free place, once there is one. None free at once, the wait is counted and
+    /// `make_room` called (it may close idle connections), and again every
+    /// [`ROOM_ASKED_EVERY`] while none frees (connections idle now were busy then).
+    pub async fn free(&self, mut make_room: impl FnMut()) -> Free {
         if let Ok(permit) = self.free.clone().try_acquire_owned() {
             return Free(permit);
         }
         self.warn_of_the_limit();
         self.waits.inc();
-        make_room();
-        match self.free.clone().acquire_owned().await {
-            Ok(permit) => Free(permit),
-            // The semaphore is never closed.
-            Err(_) => std::future::pending().await,
+        let acquire = self.free.clone().acquire_owned();
+        let mut acquire = std::pin::pin!(acquire);
+        loop {
+            make_room();
+            tokio::select! {
+                acquired = acquire.as_mut() => match acquired {
+                    Ok(permit) => return Free(permit),
+                    // The semaphore is never closed.
+                    Err(_) => std::future::pending().await,
+                },
+                () = tokio::time::sleep(ROOM_ASKED_EVERY) => {}
+            }
         }
     }
 

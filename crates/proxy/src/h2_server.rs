@@ -154,6 +154,7 @@ pub struct Http2Connections {
 struct Listed {
     /// Held strongly by the connection's `Idleness` and each answer being made.
     answering: Weak<()>,
+    listed_at: std::time::Instant,
     /// Asked to close: not counted again while it winds down.
     closing: Arc<AtomicBool>,
     close: Arc<Notify>,
@@ -174,6 +175,9 @@ impl Drop for Listing {
 /// The most connections [`Http2Connections::make_room`] closes at once (nginx's).
 const MOST_CLOSED_FOR_ROOM: usize = 32;
 
+/// Connections younger than this are not closed for room.
+const YOUNGEST_CLOSED_FOR_ROOM: Duration = Duration::from_secs(1);
+
 impl Http2Connections {
     /// Counts the connections closed for room in `closed_for_room`.
     pub fn new(closed_for_room: prometheus_client::metrics::counter::Counter) -> Self {
@@ -193,6 +197,7 @@ impl Http2Connections {
         let (close, closing) = (Arc::new(Notify::new()), Arc::new(AtomicBool::new(false)));
         let key = self.lock().insert(Listed {
             answering: Arc::downgrade(answering),
+            listed_at: std::time::Instant::now(),
             closing: closing.clone(),
             close: close.clone(),
         });
@@ -204,24 +209,38 @@ impl Http2Connections {
     }
 
     /// Asks an eighth of the connections answering nothing now (1 to
-    /// [`MOST_CLOSED_FOR_ROOM`]) to close gracefully (GOAWAY: a request that races it
-    /// is answered, or refused unprocessed for its client to send again on a new
-    /// connection). Returns how many were asked.
+    /// [`MOST_CLOSED_FOR_ROOM`]), the oldest first and none younger than
+    /// [`YOUNGEST_CLOSED_FOR_ROOM`] (a client's first request may not have arrived),
+    /// to close gracefully (GOAWAY: a request that races it is answered, or refused
+    /// unprocessed for its client to send again on a new connection). Returns how
+    /// many were asked.
     pub fn make_room(&self) -> usize {
         let listed = self.lock();
-        let idle =
-            |l: &&Listed| l.answering.strong_count() == 1 && !l.closing.load(Ordering::Relaxed);
-        let wanted =
-            (listed.iter().map(|(_, l)| l).filter(idle).count() / 8).clamp(1, MOST_CLOSED_FOR_ROOM);
-        let mut asked = 0;
-        for (_, listed) in listed.iter().filter(|(_, l)| idle(l)).take(wanted) {
-            listed.closing.store(true, Ordering::Relaxed);
-            listed.close.notify_one();
-            asked += 1;
-        }
+        let mut idle: Vec<&Listed> = listed
+            .iter()
+            .map(|(_, l)| l)
+            .filter(|l| {
+                l.answering.strong_count() == 1
+                    && !l.closing.load(Ordering::Relaxed)
+                    && l.listed_at.elapsed() >= YOUNGEST_CLOSED_FOR_ROOM
+            })
+            .collect();
+        idle.sort_unstable_by_key(|l| l.listed_at);
+        idle.truncate((idle.len() / 8).clamp(1, MOST_CLOSED_FOR_ROOM));
+        let asked: Vec<Arc<Notify>> = idle
+            .into_iter()
+            .map(|l| {
+                l.closing.store(true, Ordering::Relaxed);
+                l.close.clone()
+            })
+            .collect();
         drop(listed);
-        self.closed_for_room.inc_by(asked as u64);
-        asked
+        // Woken outside the lock every connection takes as it opens and ends.
+        for close in &asked {
+            close.notify_one();
+        }
+        self.closed_for_room.inc_by(asked.len() as u64);
+        asked.len()
     }
 }
 
@@ -288,15 +307,16 @@ pub async fn serve<S, R>(
     if let Some(ping_pong) = connection.ping_pong() {
         tokio::spawn(keep_alive(ping_pong, dead));
     }
+    let mut idleness = Idleness::default();
+    let (_listing, close_for_room, closing) = settings.connections.list(&idleness.answering);
     let mut stopping = *stop.borrow();
     if stopping {
+        closing.store(true, Ordering::Relaxed);
         connection.graceful_shutdown();
     }
     // A check every `idle_timeout` closes the connection when it was idle since the
     // last (gracefully; at the next check at once if the client still holds it open:
     // h2 waits for the client to acknowledge a ping before it ends a graceful close).
-    let mut idleness = Idleness::default();
-    let (_listing, close_for_room, closing) = settings.connections.list(&idleness.answering);
     let mut closing_idle = false;
     let idle_timeout = Duration::from_millis(settings.http2.idle_timeout_ms);
     let mut idle_check =
@@ -307,10 +327,8 @@ pub async fn serve<S, R>(
                 Some(Ok((request, respond))) => {
                     let answering = idleness.arrived();
                     let (responder, scheduler) = (responder.clone(), scheduler.clone());
-                    let mut answered = Box::pin(async move {
-                        answer(responder, request, respond, conn, scheduler).await;
-                        drop(answering);
-                    });
+                    let mut answered =
+                        Box::pin(answer(responder, request, respond, conn, scheduler, answering));
                     // A prepared answer is made and handed to `h2` in one go: here,
                     // without a task (and its hand-offs) of its own. The rest go on
                     // in one. A panic stays the stream's, as in a task of its own
@@ -347,6 +365,9 @@ pub async fn serve<S, R>(
                 tracing::debug!(peer = %conn.peer, "h2 connection idle at the connection limit: closing");
                 (stopping, closing_idle) = (true, true);
                 connection.graceful_shutdown();
+                // A client that stalls the graceful close is closed at once after
+                // this, not an idle period later: its place is wanted now.
+                idle_check.reset_after(PING_TIMEOUT);
             }
             _ = idle_check.tick(), if !stopping || closing_idle => {
                 let idle = idleness.idle_since_last_check();
@@ -466,12 +487,15 @@ impl Drop for Turn {
 }
 
 /// One stream: 103 Early Hints when the responder has any, then the response.
+/// `answering` is held until the answer and its pushes end (the connection is not
+/// idle meanwhile).
 async fn answer<R: Responder>(
     responder: Arc<R>,
     request: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
     conn: ConnInfo,
     scheduler: Scheduler,
+    answering: Arc<()>,
 ) {
     let request = request.map(|stream| {
         body::boxed(RecvBody {
@@ -563,7 +587,15 @@ async fn answer<R: Responder>(
                 // names its authority in the target, not in a `Host` field.
                 *request.version_mut() = http::Version::HTTP_2;
                 let scheduler = scheduler.clone();
-                tokio::spawn(push(responder.clone(), request, pushed, conn, scheduler));
+                let answering = answering.clone();
+                tokio::spawn(push(
+                    responder.clone(),
+                    request,
+                    pushed,
+                    conn,
+                    scheduler,
+                    answering,
+                ));
             }
             // The client turned push off (every browser) or the stream is gone: stop.
             Err(e) => {
@@ -647,6 +679,7 @@ async fn push<R: Responder>(
     mut pushed: h2::server::SendPushedResponse<Bytes>,
     conn: ConnInfo,
     scheduler: Scheduler,
+    _answering: Arc<()>,
 ) {
     let Some(response) = until_reset(&mut pushed, responder.respond(request, conn)).await else {
         return;
@@ -1328,9 +1361,14 @@ mod tests {
         let listed = Arc::new(Http2Connections::default());
         let connect = || connect_listed(ordered(), 64 * 1024, 1 << 20, 1 << 20, listed.clone());
         let (mut idle, mut busy) = (connect().await, connect().await);
+        assert_eq!(listed.make_room(), 0, "none is old enough");
+        tokio::time::sleep(YOUNGEST_CLOSED_FOR_ROOM).await;
         let (_, _, answered) = ask(&idle.client, "/whole/100", PAGE).await;
         answered.await.unwrap();
         let (_, _, waiting) = ask(&busy.client, "/late/100", PAGE).await;
+        while busy.late.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert_eq!(listed.make_room(), 1, "one answers nothing");
         tokio::time::timeout(Duration::from_secs(10), &mut idle.connection)
             .await
@@ -1351,7 +1389,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_answer_resets_its_stream_only() {
-        let connected = connect_alone(ordered(), 64 * 1024, 1 << 20, 1 << 20).await;
+        let listed = Arc::new(Http2Connections::default());
+        let connected =
+            connect_listed(ordered(), 64 * 1024, 1 << 20, 1 << 20, listed.clone()).await;
         let request = Request::get("https://localhost/panic/1").body(()).unwrap();
         let (response, _) = connected
             .client
@@ -1365,6 +1405,8 @@ mod tests {
             !connected.connection.is_finished(),
             "the connection goes on"
         );
+        tokio::time::sleep(YOUNGEST_CLOSED_FOR_ROOM).await;
+        assert_eq!(listed.make_room(), 1, "the panicked answer held nothing");
     }
 
     #[tokio::test]

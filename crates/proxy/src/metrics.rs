@@ -292,9 +292,9 @@ pub struct Metrics {
     /// parked (`park`).
     pub connections_parked: Gauge,
     pub connection_parks: Counter,
-    /// Parked connections closed at `limits.max_connections` for new clients, and
-    /// idle HTTP/2 connections asked to close.
+    /// Parked connections closed at `limits.max_connections` for new clients.
     pub parked_closed_for_room: Counter,
+    /// HTTP/2 connections answering nothing asked to close for them.
     pub http2_closed_for_room: Counter,
     /// Client connections the main listener holds open now, and the times it found
     /// none of `limits.max_connections` free (`conn_slots`).
@@ -508,7 +508,7 @@ impl Metrics {
         let http2_closed_for_room = Counter::default();
         registry.register(
             "http2_closed_for_room",
-            "Idle HTTP/2 connections closed at limits.max_connections to make room (no parked one was left)",
+            "HTTP/2 connections answering nothing asked to close (GOAWAY) at limits.max_connections to make room (no parked one was left)",
             http2_closed_for_room.clone(),
         );
         let streamed_page_scans = Counter::default();
