@@ -155,15 +155,34 @@ struct Listed {
     /// Held strongly by the connection's `Idleness` and each answer being made.
     answering: Weak<()>,
     listed_at: std::time::Instant,
-    /// Asked to close: not counted again while it winds down.
-    closing: Arc<AtomicBool>,
-    close: Arc<Notify>,
+    closing: Arc<Closing>,
+}
+
+/// Whether a connection is closing (asked to, or of its own accord: not counted
+/// again while it winds down), and the wake that asks it.
+#[derive(Default)]
+struct Closing {
+    started: AtomicBool,
+    asked: Notify,
 }
 
 /// A connection's place among its listener's, left when it ends.
 struct Listing {
     connections: Arc<Http2Connections>,
     key: usize,
+    closing: Arc<Closing>,
+}
+
+impl Listing {
+    /// The connection began to close.
+    fn closing(&self) {
+        self.closing.started.store(true, Ordering::Relaxed);
+    }
+
+    /// Resolves when the connection is asked to close for room.
+    async fn asked_to_close(&self) {
+        self.closing.asked.notified().await;
+    }
 }
 
 impl Drop for Listing {
@@ -191,21 +210,19 @@ impl Http2Connections {
         self.listed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Lists a connection whose answers in progress hold `answering`; it is to close
-    /// when the returned `Notify` is notified.
-    fn list(self: &Arc<Self>, answering: &Arc<()>) -> (Listing, Arc<Notify>, Arc<AtomicBool>) {
-        let (close, closing) = (Arc::new(Notify::new()), Arc::new(AtomicBool::new(false)));
+    /// Lists a connection whose answers in progress hold `answering`.
+    fn list(self: &Arc<Self>, answering: &Arc<()>) -> Listing {
+        let closing = Arc::new(Closing::default());
         let key = self.lock().insert(Listed {
             answering: Arc::downgrade(answering),
             listed_at: std::time::Instant::now(),
             closing: closing.clone(),
-            close: close.clone(),
         });
-        let listing = Listing {
+        Listing {
             connections: self.clone(),
             key,
-        };
-        (listing, close, closing)
+            closing,
+        }
     }
 
     /// Asks an eighth of the connections answering nothing now (1 to
@@ -221,23 +238,23 @@ impl Http2Connections {
             .map(|(_, l)| l)
             .filter(|l| {
                 l.answering.strong_count() == 1
-                    && !l.closing.load(Ordering::Relaxed)
+                    && !l.closing.started.load(Ordering::Relaxed)
                     && l.listed_at.elapsed() >= YOUNGEST_CLOSED_FOR_ROOM
             })
             .collect();
         idle.sort_unstable_by_key(|l| l.listed_at);
         idle.truncate((idle.len() / 8).clamp(1, MOST_CLOSED_FOR_ROOM));
-        let asked: Vec<Arc<Notify>> = idle
+        let asked: Vec<Arc<Closing>> = idle
             .into_iter()
             .map(|l| {
-                l.closing.store(true, Ordering::Relaxed);
-                l.close.clone()
+                l.closing.started.store(true, Ordering::Relaxed);
+                l.closing.clone()
             })
             .collect();
         drop(listed);
         // Woken outside the lock every connection takes as it opens and ends.
-        for close in &asked {
-            close.notify_one();
+        for closing in &asked {
+            closing.asked.notify_one();
         }
         self.closed_for_room.inc_by(asked.len() as u64);
         asked.len()
@@ -308,10 +325,10 @@ pub async fn serve<S, R>(
         tokio::spawn(keep_alive(ping_pong, dead));
     }
     let mut idleness = Idleness::default();
-    let (_listing, close_for_room, closing) = settings.connections.list(&idleness.answering);
+    let listing = settings.connections.list(&idleness.answering);
     let mut stopping = *stop.borrow();
     if stopping {
-        closing.store(true, Ordering::Relaxed);
+        listing.closing();
         connection.graceful_shutdown();
     }
     // A check every `idle_timeout` closes the connection when it was idle since the
@@ -357,11 +374,11 @@ pub async fn serve<S, R>(
             },
             changed = stop.changed(), if !stopping => {
                 stopping = true;
-                closing.store(true, Ordering::Relaxed);
+                listing.closing();
                 let _ = changed;
                 connection.graceful_shutdown();
             }
-            () = close_for_room.notified(), if !stopping => {
+            () = listing.asked_to_close(), if !stopping => {
                 tracing::debug!(peer = %conn.peer, "h2 connection idle at the connection limit: closing");
                 (stopping, closing_idle) = (true, true);
                 connection.graceful_shutdown();
@@ -379,7 +396,7 @@ pub async fn serve<S, R>(
                 }
                 if idle && !stopping {
                     tracing::debug!(peer = %conn.peer, "h2 connection idle: closing");
-                    closing.store(true, Ordering::Relaxed);
+                    listing.closing();
                     (stopping, closing_idle) = (true, true);
                     connection.graceful_shutdown();
                 }
@@ -523,18 +540,18 @@ async fn answer<R: Responder>(
         return;
     };
     if let Some(fields) = early_hints {
-        // Each link's target is in `<…>` (targets never hold one unescaped).
-        let links = fields
-            .iter()
-            .flat_map(|(_, v)| v.as_bytes())
-            .filter(|&&b| b == b'<');
-        let links = links.count();
+        // For the debug line only: each link's target is in `<…>` (targets never hold
+        // one unescaped).
+        let links = tracing::enabled!(tracing::Level::DEBUG).then(|| {
+            let bytes = fields.iter().flat_map(|(_, v)| v.as_bytes());
+            bytes.filter(|&&b| b == b'<').count()
+        });
         let mut early = Response::new(());
         *early.status_mut() = StatusCode::EARLY_HINTS;
         *early.headers_mut() = fields;
         match respond.send_informational(early) {
             Ok(()) => {
-                tracing::debug!(peer = %conn.peer, path = uri.path(), links, "103 Early Hints sent")
+                tracing::debug!(peer = %conn.peer, path = uri.path(), links = links.unwrap_or_default(), "103 Early Hints sent")
             }
             Err(e) => tracing::debug!(error = %e, "103 Early Hints not sent"),
         }
